@@ -1,0 +1,35 @@
+"""cudacourse: load, run, check, time and grade CUDA kernels written in this course.
+
+    import cudacourse as cc
+    m = cc.lesson("01_relu")              # the learner's kernels (or the solutions: CUDA_COURSE_IMPL)
+    m.relu_v1_scalar(x, y, x.numel())     # tensors for pointers, numbers for scalars
+    m = cc.load("my.cu", ["my_launcher"], backend="sim", check=True)
+
+The same source runs on a GPU (``backend="cuda"``) or on the CPU simulator (``backend="sim"``), which
+also diagnoses races, out-of-bounds accesses and barrier bugs. See docs/CONTRIBUTING.md for the contract
+between kernel files, tests and this package.
+"""
+
+from __future__ import annotations
+
+from cudacourse.errors import (
+    BarrierError,
+    CompileError,
+    CourseError,
+    KernelError,
+    KernelTimeout,
+    LaunchError,
+    NeedsGPU,
+    OutOfBoundsError,
+    RaceError,
+    UninitializedReadError,
+    UnsupportedError,
+)
+from cudacourse.loader import Lesson, Module, backend_name, device_for, lesson, load
+
+__all__ = [
+    "BarrierError", "CompileError", "CourseError", "KernelError", "KernelTimeout", "LaunchError", "NeedsGPU",
+    "OutOfBoundsError", "RaceError", "UninitializedReadError", "UnsupportedError",
+    "Lesson", "Module", "backend_name", "device_for", "lesson", "load",
+]
+__version__ = "0.1.0"

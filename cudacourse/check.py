@@ -1,0 +1,175 @@
+"""Checking kernel results: seeded inputs, poisoned outputs, unchanged inputs, tolerant comparison.
+
+Every graded test and notebook check goes through these helpers, so their messages are the feedback a
+learner reads: they show yours against the expected values at the first mismatching indices and say
+what to do.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+# Integer outputs are poisoned with this value (0xA5A5A5A5 as int32: obviously not a real result).
+INT_POISON = -0x5A5A5A5B
+
+# Default tolerances per dtype: (rtol, atol). fp32 leaves room for FMA contraction and libm ulps.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-10, 1e-12),
+    torch.float32: (1e-5, 1e-6),
+    torch.float16: (1e-2, 1e-3),
+    torch.bfloat16: (2e-2, 1e-2),
+}
+
+_BASE_SEED: int | None = None
+
+
+def base_seed() -> int:
+    """The run's base seed: ``$CUDA_COURSE_SEED`` if set (the grader sets a fresh one), else random once."""
+    global _BASE_SEED
+    if _BASE_SEED is None:
+        env = os.environ.get("CUDA_COURSE_SEED")
+        _BASE_SEED = int(env) if env else random.SystemRandom().randrange(1 << 31)
+    return _BASE_SEED
+
+
+def rng(name: str) -> torch.Generator:
+    """A CPU generator seeded from the run's base seed and ``name``; the seed is printed for replay."""
+    seed = (base_seed() + zlib.crc32(name.encode())) % (1 << 63)
+    print(f"[seed] {name}: CUDA_COURSE_SEED={base_seed()} (generator seed {seed})")
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(shape: Sequence[int] | int, gen: torch.Generator, device: Any = "cpu", dtype: torch.dtype = torch.float32,
+          scale: float = 1.0) -> torch.Tensor:
+    """Normal random tensor drawn on the CPU (same values on every backend), then moved to ``device``."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(dtype).to(device)
+
+
+def poisoned(shape: Sequence[int] | int, dtype: torch.dtype = torch.float32, device: Any = "cpu") -> torch.Tensor:
+    """An output buffer filled with NaN (floats) or ``INT_POISON`` (integers): unwritten slots show."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if dtype.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    if dtype == torch.bool:
+        return torch.ones(shape, dtype=dtype, device=device)
+    return torch.full(shape, INT_POISON, dtype=dtype, device=device)
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    """Fill an existing tensor with poison in place and return it."""
+    t.copy_(poisoned(t.shape, t.dtype, t.device))
+    return t
+
+
+def sum_tolerance(n: int, dtype: torch.dtype = torch.float32, magnitude: float = 1.0) -> tuple[float, float]:
+    """Tolerances for a sum of ``n`` terms of typical size ``magnitude``.
+
+    A float32 sum in any order has rounding error bounded by about ``n * eps * sum(|x|)`` in the worst
+    case, but with random signs and tree or blocked orders the error grows like ``sqrt(n) * eps`` times
+    the terms' size. We allow ``8 * sqrt(n) * eps * magnitude`` absolute (plus a small relative part):
+    tight enough to catch a dropped or doubled element (an error of about ``magnitude``), loose enough
+    for any summation order.
+    """
+    eps = torch.finfo(dtype).eps
+    return 1e-5 if dtype == torch.float32 else 10 * eps, 8.0 * math.sqrt(max(n, 1)) * eps * magnitude
+
+
+@contextmanager
+def unchanged(*tensors: torch.Tensor, names: Sequence[str] | None = None) -> Iterator[None]:
+    """Assert the given input tensors hold the same values after the block as before it."""
+    before = [t.detach().clone() for t in tensors]
+    yield
+    for i, (t, b) in enumerate(zip(tensors, before, strict=True)):
+        if not torch.equal(t.nan_to_num(1.2345), b.nan_to_num(1.2345)):
+            name = names[i] if names else f"input {i}"
+            bad = (t.nan_to_num(1.2345) != b.nan_to_num(1.2345)).flatten().nonzero().flatten()
+            raise AssertionError(
+                f"{name} was modified by the kernel ({bad.numel()} elements changed, first at flat index "
+                f"{bad[0].item()}). Inputs are read-only: write results to the output buffer only.")
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "output", rtol: float | None = None,
+                 atol: float | None = None, task: str | None = None, hint: str | None = None,
+                 max_show: int = 5) -> None:
+    """Assert ``actual`` matches ``expected`` within tolerances, with a report a learner can act on.
+
+    The report gives shape and dtype, how many elements are wrong, the max absolute and relative error,
+    the first mismatching indices (yours vs expected), and says so when outputs were never written
+    (poison left) or when the answer is all zeros. NaN and infinities must match exactly.
+    """
+    where = f"{name}" + (f" (task {task})" if task else "")
+    if tuple(actual.shape) != tuple(expected.shape):
+        raise AssertionError(f"{where}: shape {tuple(actual.shape)} but expected {tuple(expected.shape)}")
+    a = actual.detach().cpu()
+    e = expected.detach().cpu().to(a.dtype) if a.dtype != expected.dtype else expected.detach().cpu()
+    dflt_rtol, dflt_atol = TOLERANCES.get(a.dtype, (0.0, 0.0))
+    rtol = dflt_rtol if rtol is None else rtol
+    atol = dflt_atol if atol is None else atol
+    if a.dtype.is_floating_point:
+        af, ef = a.double(), e.double()
+        both_nan = af.isnan() & ef.isnan()
+        same_inf = af.isinf() & ef.isinf() & (af == ef)
+        diff = (af - ef).abs()
+        ok = both_nan | same_inf | (diff <= atol + rtol * ef.abs())
+        ok &= ~(af.isnan() ^ ef.isnan())
+    else:
+        ok = a == e
+        af, ef, diff = a.double(), e.double(), (a.double() - e.double()).abs()
+    if bool(ok.all()):
+        return
+    bad = (~ok).flatten().nonzero().flatten()
+    nbad, total = bad.numel(), a.numel()
+    finite = ~(af.isnan() | ef.isnan() | af.isinf() | ef.isinf())
+    max_abs = diff[finite & ~ok].max().item() if bool((finite & ~ok).any()) else float("nan")
+    rel = diff / ef.abs().clamp_min(1e-30)
+    max_rel = rel[finite & ~ok].max().item() if bool((finite & ~ok).any()) else float("nan")
+    lines = [f"{where}: {nbad} of {total} elements differ (shape {tuple(a.shape)}, {str(a.dtype).replace('torch.', '')},"
+             f" rtol={rtol:g}, atol={atol:g}); max abs error {_fmt(max_abs)}, max rel error {_fmt(max_rel)}"]
+    flat_a, flat_e = af.flatten(), ef.flatten()
+    for k in bad[:max_show].tolist():
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(k), a.shape)) if a.dim() > 1 else (k,)
+        lines.append(f"  at {idx if len(idx) > 1 else idx[0]}: yours {_fmt(flat_a[k].item())}, expected "
+                     f"{_fmt(flat_e[k].item())}")
+    poison = flat_a.isnan() & ~flat_e.isnan() if a.dtype.is_floating_point else (flat_a == INT_POISON)
+    if bool(poison.any()):
+        first = poison.nonzero().flatten()
+        lines.append(f"  {int(poison.sum())} elements were never written (still poison), first at flat index "
+                     f"{first[0].item()}, last at {first[-1].item()}: does every output element get a thread, "
+                     "and did you implement the TODO?")
+        if nbad == total:
+            lines.append("  Nothing was written at all: is the kernel body still the stub?")
+    elif bool((flat_a == 0).all()) and not bool((flat_e == 0).all()):
+        lines.append("  Your output is all zeros.")
+    if 0 < nbad < total:
+        first, last = bad[0].item(), bad[-1].item()
+        if first > 0 and last == total - 1 and nbad == total - first and nbad <= max(64, total // 4):
+            lines.append(f"  Only the tail is wrong (flat indices {first}..{last} of {total}): check the bounds or "
+                         "tail handling for sizes that are not a multiple of your block or vector width.")
+        elif first == 0 and nbad == last + 1 and nbad <= total // 4:
+            lines.append("  Only the start is wrong: check the index arithmetic of the first block.")
+    if hint:
+        lines.append(f"  Hint: {hint}")
+    raise AssertionError("\n".join(lines))
+
+
+def assert_written(t: torch.Tensor, name: str = "output") -> None:
+    """Assert no poison is left in ``t``."""
+    flat = t.detach().cpu().flatten()
+    poison = flat.isnan() if t.dtype.is_floating_point else flat == INT_POISON
+    if bool(poison.any()):
+        idx = poison.nonzero().flatten()
+        raise AssertionError(f"{name}: {idx.numel()} of {flat.numel()} elements were never written, first at "
+                             f"flat index {idx[0].item()}")

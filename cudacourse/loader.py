@@ -1,0 +1,532 @@
+"""Load a learner's CUDA file and call its launchers from Python, on a GPU or on the CPU simulator.
+
+``load(source, functions)`` is the one seam between learner code and everything else (tests, notebooks,
+the grader, benchmarks). It parses the launchers' signatures, builds the file for the chosen backend,
+and returns a ``Module`` whose attributes are the launchers. Calls are checked before anything runs:
+pointer parameters take contiguous tensors of the matching dtype on the backend's device, scalars take
+Python numbers; a mismatch raises ``TypeError``/``ValueError`` naming the parameter.
+
+Backends
+  ``cuda``  ``torch.utils.cpp_extension.load_inline`` with ``no_implicit_headers=True``: only the kernel
+            file goes through nvcc (about 2 s), with a generated ``extern "C"`` trampoline per launcher that
+            ctypes calls with the tensors' device pointers. No torch headers are compiled (they cost ~30 s).
+  ``sim``   the CPU simulator in ``cudacourse.sim`` (checked mode by default).
+  ``auto``  cuda when torch sees a GPU and nvcc is usable, else sim; ``CUDA_COURSE_BACKEND`` overrides it.
+
+Files that include torch headers (the classic ``torch::Tensor`` route of lesson 01) are built with
+``load_inline`` and a pybind11 binding on cuda, or by the simulator's torch route on the CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import numbers
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from cudacourse import buildcache
+from cudacourse.errors import CompileError, KernelError, KernelTimeout, LaunchError
+from cudacourse.source import (
+    SCALAR_CTYPES,
+    VECTOR_WIDTH,
+    Launcher,
+    SignatureError,
+    find_functions,
+    find_launchers,
+    launcher,
+    uses_torch,
+)
+
+BACKENDS = ("auto", "cuda", "sim")
+REPO_ROOT = buildcache.REPO_ROOT
+
+
+# ----------------------------------------------------------------------------------------------------
+# Backend choice
+# ----------------------------------------------------------------------------------------------------
+
+
+def nvcc_path() -> str | None:
+    """The nvcc that builds run with: ``$CUDA_HOME/bin/nvcc`` if set, else the one on PATH."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_usable() -> bool:
+    """True when torch sees a CUDA GPU (a CPU-only torch or no driver gives False)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def backend_name(requested: str = "auto") -> str:
+    """Resolve ``requested`` (``auto``/``cuda``/``sim``) to the backend that will run: ``cuda`` or ``sim``."""
+    if requested not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {requested!r}")
+    if requested == "auto":
+        env = os.environ.get("CUDA_COURSE_BACKEND", "auto").strip().lower() or "auto"
+        if env not in BACKENDS:
+            raise ValueError(f"CUDA_COURSE_BACKEND must be one of {BACKENDS}, got {env!r}")
+        requested = env
+    if requested == "auto":
+        return "cuda" if gpu_usable() and nvcc_path() else "sim"
+    if requested == "cuda" and not gpu_usable():
+        raise RuntimeError("backend 'cuda' was asked for, but torch sees no CUDA GPU "
+                           "(torch.cuda.is_available() is False). Use backend='sim' for the CPU simulator, "
+                           "or run `python -m cudacourse doctor` to see why.")
+    return requested
+
+
+def device_for(backend: str) -> Any:
+    """The torch device that tensors for ``backend`` live on."""
+    import torch
+
+    return torch.device("cuda") if backend_name(backend) == "cuda" else torch.device("cpu")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Argument checking (shared by both backends)
+# ----------------------------------------------------------------------------------------------------
+
+_INT_LIMITS = {
+    "c_int": 31, "c_int32": 31, "c_uint": 32, "c_uint32": 32, "c_short": 15, "c_char": 7,
+    "c_long": 63, "c_longlong": 63, "c_int64": 63, "c_ulonglong": 64, "c_uint64": 64, "c_size_t": 64,
+}
+
+
+def check_args(la: Launcher, args: tuple, device: Any) -> list:
+    """Validate ``args`` against ``la``'s parameters; return them ready for the backend.
+
+    Raises ``TypeError`` (wrong kind or dtype) or ``ValueError`` (count, device, layout, range), naming
+    the parameter and saying what to do.
+    """
+    import torch
+
+    where = f"{la.name}()"
+    if len(args) != len(la.params):
+        raise TypeError(f"{where} takes {len(la.params)} arguments ({la.signature()}), got {len(args)}")
+    out = []
+    for p, a in zip(la.params, args, strict=True):
+        what = f"{where}: parameter '{p.name}' ({p.text})"
+        if p.pointer:
+            if not isinstance(a, torch.Tensor):
+                raise TypeError(f"{what} expects a torch tensor, got {type(a).__name__}")
+            want = p.dtype
+            if want != "any" and a.dtype != getattr(torch, want):
+                raise TypeError(f"{what} expects a {want} tensor, got {str(a.dtype).replace('torch.', '')}; "
+                                f"convert it with .to(torch.{want})")
+            if a.device.type != device.type:
+                raise ValueError(f"{what} expects a tensor on '{device.type}' (this module runs on the "
+                                 f"{'GPU' if device.type == 'cuda' else 'CPU simulator'}), got one on "
+                                 f"'{a.device.type}'; move it with .to(m.device)")
+            if not a.is_contiguous():
+                raise ValueError(f"{what} expects a contiguous tensor (kernels index raw memory), got strides "
+                                 f"{tuple(a.stride())} for shape {tuple(a.shape)}; pass .contiguous()")
+            width = VECTOR_WIDTH.get(p.base, 1)
+            if width > 1:
+                if a.numel() % width:
+                    raise ValueError(f"{what} views the tensor as {p.base}: its numel ({a.numel()}) must be a "
+                                     f"multiple of {width}")
+                align = a.element_size() * width
+                if a.numel() and a.data_ptr() % align:
+                    raise ValueError(f"{what} needs {align}-byte alignment for {p.base} loads; this tensor "
+                                     "starts at an unaligned offset (a slice?); pass .clone()")
+            out.append(a)
+        else:
+            ctype = SCALAR_CTYPES[p.base]
+            if isinstance(a, torch.Tensor):
+                raise TypeError(f"{what} is a scalar; got a tensor (pass a Python number, e.g. x.numel())")
+            if ctype in ("c_float", "c_double"):
+                if not isinstance(a, numbers.Real):
+                    raise TypeError(f"{what} expects a number, got {type(a).__name__}")
+                out.append(float(a))
+            elif ctype == "c_bool":
+                if not isinstance(a, (bool, numbers.Integral)):
+                    raise TypeError(f"{what} expects a bool, got {type(a).__name__}")
+                out.append(bool(a))
+            else:
+                if isinstance(a, bool) or not isinstance(a, numbers.Integral):
+                    raise TypeError(f"{what} expects an integer, got {type(a).__name__}")
+                bits = _INT_LIMITS[ctype]
+                lo = 0 if ctype.startswith(("c_u", "c_size")) else -(1 << bits)
+                if not lo <= int(a) < (1 << bits):
+                    raise ValueError(f"{what}: {int(a)} does not fit in {p.base}")
+                out.append(int(a))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# The cuda backend
+# ----------------------------------------------------------------------------------------------------
+
+
+def _cuda_trampolines(launchers: list[Launcher]) -> str:
+    """``extern "C"`` wrappers ctypes can call; each returns the launch's ``cudaGetLastError()``."""
+    out = ["\n// ---- generated by cudacourse.loader: one C entry point per launcher ----",
+           "#include <cuda_runtime.h>"]
+    for la in launchers:
+        params = ", ".join(f"{'const ' if p.const else ''}{p.base}{'*' if p.pointer else ''} a{i}"
+                           for i, p in enumerate(la.params))
+        call = ", ".join(f"a{i}" for i in range(len(la.params)))
+        out.append(f'extern "C" int cc_entry_{la.name}({params}) {{\n'
+                   f"    (void)cudaGetLastError();\n    {la.name}({call});\n"
+                   f"    return (int)cudaGetLastError();\n}}")
+    out.append('extern "C" const char* cc_error_string(int e) { return cudaGetErrorString((cudaError_t)e); }')
+    return "\n".join(out) + "\n"
+
+
+def _compile_error_from(output: str, path: str) -> CompileError:
+    """Turn nvcc/g++ output into a CompileError at the learner's first error line."""
+    name = os.path.basename(path)
+    pat = re.compile(r"^(.*?)[(:](\d+)[):]?.*?error", re.M)
+    line = None
+    lines = [ln for ln in output.splitlines() if "error" in ln.lower() or ln.strip().startswith("^")]
+    for m in pat.finditer(output):
+        if os.path.basename(m.group(1).strip()) == name or m.group(1).endswith("cuda.cu"):
+            line = int(m.group(2))
+            break
+    msg = f"{name} does not compile" + (f" (first error at line {line})" if line else "") + ":\n"
+    msg += "\n".join(lines[:12]) or output[-2000:]
+    return CompileError(msg, file=path, line=line, compiler_output=output)
+
+
+def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
+    """Compile a kernel-only file for the GPU; return the shared library."""
+    from torch.utils import cpp_extension
+
+    text = f'#line 1 "{path}"\n{source}\n{_cuda_trampolines(launchers)}'
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    key = buildcache.content_key("cuda-v1", text, arch, nvcc_path() or "")
+
+    def build(d: Path) -> None:
+        name = f"cc_{key}"
+        try:
+            cpp_extension.load_inline(
+                name=name, cpp_sources=[""], cuda_sources=[text], no_implicit_headers=True,
+                is_python_module=False, build_directory=str(d), extra_cuda_cflags=["-O3", "-lineinfo"],
+                verbose=False)
+        except TypeError:  # a torch without no_implicit_headers: call nvcc directly, same result
+            _nvcc_shared(text, d / f"{name}.so")
+        except RuntimeError as e:
+            log = str(e)
+            for f in d.glob("*.log"):
+                log += f.read_text(errors="replace")
+            raise _compile_error_from(log, path) from None
+        (d / "library").write_text(f"{name}.so")
+
+    d = buildcache.cached("cuda", key, build)
+    return d / (d / "library").read_text()
+
+
+def _nvcc_shared(text: str, out: Path) -> None:
+    src = out.with_suffix(".cu")
+    src.write_text(text)
+    cmd = [nvcc_path() or "nvcc", "-O3", "-lineinfo", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
+           str(src), "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise _compile_error_from(r.stdout + r.stderr, str(src))
+
+
+class _CudaLibrary:
+    """A built kernel file on the GPU, called through ctypes with device pointers."""
+
+    def __init__(self, so: Path, launchers: list[Launcher], timeout_s: float) -> None:
+        self.lib = ctypes.CDLL(str(so))
+        self.timeout_s = timeout_s
+        self.lib.cc_error_string.restype = ctypes.c_char_p
+        self.entries = {}
+        for la in launchers:
+            fn = getattr(self.lib, f"cc_entry_{la.name}")
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_void_p if p.pointer else getattr(ctypes, SCALAR_CTYPES[p.base])
+                           for p in la.params]
+            self.entries[la.name] = fn
+
+    def call(self, la: Launcher, args: list, sync: bool) -> None:
+        import torch
+
+        cargs = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
+        err = self.entries[la.name](*cargs)
+        if err:
+            msg = self.lib.cc_error_string(err).decode()
+            raise LaunchError(f"{la.name}(): a launch failed with '{msg}' (error {err}). Check the grid and "
+                              "block sizes (at most 1024 threads per block, grid > 0) and the shared memory "
+                              "size.", kernel=la.name)
+        if sync:
+            _wait_gpu(la.name, self.timeout_s)
+
+
+def _wait_gpu(name: str, timeout_s: float) -> None:
+    """Wait for the GPU, turning a hang into KernelTimeout and a sticky error into KernelError."""
+    import torch
+
+    ev = torch.cuda.Event()
+    ev.record()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ev.query():
+            if time.monotonic() > deadline:
+                raise KernelTimeout(
+                    f"{name}(): the GPU was still running after {timeout_s:g} s (an endless loop, or a "
+                    "spin-wait on another block?). The kernel cannot be stopped from this process: restart "
+                    "it (notebook: Kernel > Restart) and run the call on backend='sim' to see where it "
+                    "hangs.", kernel=name)
+            time.sleep(0.0005)
+        torch.cuda.synchronize()
+    except RuntimeError as e:
+        raise KernelError(
+            f"{name}(): the GPU reported '{e}'. The CUDA context is now unusable in this process: restart it "
+            "(notebook: Kernel > Restart). Run the same call with backend='sim' for the file and line.",
+            kernel=name) from None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Modules
+# ----------------------------------------------------------------------------------------------------
+
+
+class Module:
+    """A loaded kernel file. Attributes are its launchers; ``backend`` and ``device`` say where it runs."""
+
+    def __init__(self, source: str, path: str, functions: list[str], *, backend: str = "auto",
+                 check: bool | None = None, timeout_s: float = 10.0) -> None:
+        self.backend = backend_name(backend)
+        self.device = device_for(self.backend)
+        self.path = path
+        self.check = True if check is None else bool(check)
+        self.timeout_s = timeout_s
+        self.sync = True
+        self.torch_route = uses_torch(source)
+        self._fns: dict[str, Any] = {}
+        if self.torch_route:
+            self._load_torch(source, path, functions)
+            return
+        try:
+            self.launchers = {f: launcher(source, f) for f in functions}
+        except SignatureError as e:
+            raise ValueError(f"{os.path.basename(path)}: {e}") from None
+        las = list(self.launchers.values())
+        t0 = time.perf_counter()
+        if self.backend == "cuda":
+            self._lib = _CudaLibrary(_build_cuda(source, path, las), las, timeout_s)
+        else:
+            from cudacourse.sim import SimLibrary
+
+            self._lib = SimLibrary.build(source, path, las, checked=self.check, timeout_s=timeout_s)
+        self.build_s = time.perf_counter() - t0
+
+    def _load_torch(self, source: str, path: str, functions: list[str]) -> None:
+        t0 = time.perf_counter()
+        if self.backend == "cuda":
+            mod = _build_torch_cuda(source, path, functions)
+        else:
+            from cudacourse.sim import build_torch_extension
+
+            mod = build_torch_extension(source, path, functions, checked=self.check)
+        self.build_s = time.perf_counter() - t0
+        for f in functions:
+            self._fns[f] = getattr(mod, f)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("launchers",):
+            raise AttributeError(name)
+        if name in self._fns:
+            return self._fns[name]
+        la = self.__dict__.get("launchers", {}).get(name)
+        if la is None:
+            raise AttributeError(f"{os.path.basename(self.path)} exposes no function '{name}' "
+                                 f"(loaded: {', '.join(self.functions()) or 'none'})")
+
+        def call(*args: Any) -> None:
+            checked = check_args(la, args, self.device)
+            if self.backend == "cuda":
+                self._lib.call(la, checked, self.sync)
+            else:
+                self._lib.call(la.name, checked)
+
+        call.__name__ = name
+        call.__doc__ = f"{la.signature()}  [{os.path.basename(self.path)}:{la.line}, backend={self.backend}]"
+        self._fns[name] = call
+        return call
+
+    def functions(self) -> list[str]:
+        """Names this module exposes."""
+        return sorted(set(self._fns) | set(self.__dict__.get("launchers", {})))
+
+    def close(self) -> None:
+        """Release the simulator worker, if any."""
+        lib = self.__dict__.get("_lib")
+        if lib is not None and hasattr(lib, "close"):
+            lib.close()
+
+    def __repr__(self) -> str:
+        return f"<cudacourse.Module {os.path.basename(self.path)} backend={self.backend} {self.functions()}>"
+
+
+def _torch_declarations(source: str, functions: list[str]) -> str:
+    """C++ declarations of the torch-route functions, taken from their definitions in the .cu file."""
+    found = {name: (prefix, params) for prefix, name, params, _ in find_functions(source)}
+    decls = []
+    for f in functions:
+        if f not in found:
+            raise ValueError(f"no function '{f}' defined at the top level of this file")
+        prefix, params = found[f]
+        decls.append(f"{prefix} {f}({' '.join(params.split())});")
+    return "\n".join(decls)
+
+
+def _build_torch_cuda(source: str, path: str, functions: list[str]) -> Any:
+    from torch.utils import cpp_extension
+
+    key = buildcache.content_key("torch-cuda-v1", source, ",".join(functions))
+    d = buildcache.build_root() / "torch-cuda" / key
+    d.mkdir(parents=True, exist_ok=True)
+    try:
+        return cpp_extension.load_inline(
+            name=f"cc_torch_{key}", cpp_sources=[_torch_declarations(source, functions)],
+            cuda_sources=[f'#line 1 "{path}"\n' + source], functions=functions, build_directory=str(d),
+            extra_cuda_cflags=["-O3"], verbose=False)
+    except RuntimeError as e:
+        raise _compile_error_from(str(e), path) from None
+
+
+def load(source: str | os.PathLike, functions: list[str] | str | None = None, *, backend: str = "auto",
+         check: bool | None = None, timeout_s: float = 10.0) -> Module:
+    """Build a CUDA file (a path, or the source text itself) and return its launchers as a ``Module``.
+
+    ``functions`` names the launchers to expose (default: every launcher in the file). ``check`` selects
+    the simulator's flavour (checked by default; ``False`` is the fast mode) and is ignored on cuda.
+    Raises ``CompileError`` for a file that does not build.
+    """
+    p = Path(source) if isinstance(source, os.PathLike) or (
+        isinstance(source, str) and "\n" not in source and source.endswith((".cu", ".cuh", ".cpp"))) else None
+    if p is not None:
+        if not p.exists():
+            raise FileNotFoundError(f"no such CUDA file: {p}")
+        text, path = p.read_text(), str(p.resolve())
+    else:
+        text, path = str(source), "<source>.cu"
+    if isinstance(functions, str):
+        functions = [functions]
+    if functions is None:
+        if uses_torch(text):
+            functions = [n for pre, n, _, _ in find_functions(text)
+                         if "__global__" not in pre and "__device__" not in pre and "static" not in pre]
+        else:
+            functions = list(find_launchers(text))
+    return Module(text, path, list(functions), backend=backend, check=check, timeout_s=timeout_s)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Lessons
+# ----------------------------------------------------------------------------------------------------
+
+
+def lesson_dir(name: str, impl: str | None = None) -> Path:
+    """Folder whose kernel files ``lesson(name)`` loads.
+
+    ``CUDA_COURSE_SUBMISSION=DIR`` (set by the grader) wins: DIR/lessons/NAME. Otherwise ``impl``
+    (default ``$CUDA_COURSE_IMPL``, else ``student``) picks ``lessons/`` or ``solutions/``.
+    """
+    sub = os.environ.get("CUDA_COURSE_SUBMISSION")
+    if sub:
+        return Path(sub) / "lessons" / name
+    impl = impl or os.environ.get("CUDA_COURSE_IMPL", "student")
+    if impl not in ("student", "solution"):
+        raise ValueError(f"impl must be 'student' or 'solution', got {impl!r}")
+    d = REPO_ROOT / ("solutions" if impl == "solution" else "lessons") / name
+    if not d.is_dir():
+        known = sorted(p.name for p in (REPO_ROOT / "lessons").iterdir() if p.is_dir())
+        raise ValueError(f"no lesson '{name}' (lessons: {', '.join(known)})")
+    return d
+
+
+class Lesson:
+    """The launchers of every kernel file of a lesson, built lazily, rebuilt when a file changes.
+
+    ``m.relu_v1_scalar(...)`` finds the file that defines it, builds it on first use (so a broken file
+    costs only the functions in it) and rebuilds it after an edit, which makes the notebook loop
+    edit -> re-run cell.
+    """
+
+    def __init__(self, name: str, *, impl: str | None = None, backend: str = "auto", check: bool | None = None,
+                 timeout_s: float = 10.0) -> None:
+        self.name = name
+        self.dir = lesson_dir(name, impl)
+        self.backend = backend_name(backend)
+        self.device = device_for(self.backend)
+        self._opts = dict(backend=self.backend, check=check, timeout_s=timeout_s)
+        self._modules: dict[Path, tuple[str, Module]] = {}
+
+    def files(self) -> list[Path]:
+        """The lesson's kernel files."""
+        return sorted(self.dir.glob("*.cu"))
+
+    def _index(self) -> dict[str, Path]:
+        idx: dict[str, Path] = {}
+        for f in self.files():
+            text = f.read_text()
+            names = ([n for pre, n, _, _ in find_functions(text) if "__global__" not in pre
+                      and "__device__" not in pre and "static" not in pre] if uses_torch(text)
+                     else list(find_launchers(text)))
+            for n in names:
+                idx.setdefault(n, f)
+        return idx
+
+    def module(self, file: str | Path) -> Module:
+        """The built module of one kernel file (rebuilt if its content changed)."""
+        f = self.dir / file if not Path(file).is_absolute() else Path(file)
+        text = f.read_text()
+        cached = self._modules.get(f)
+        if cached and cached[0] == text:
+            return cached[1]
+        if cached:
+            cached[1].close()
+        mod = load(f, None, **self._opts)
+        self._modules[f] = (text, mod)
+        return mod
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        idx = self._index()
+        if name not in idx:
+            raise AttributeError(f"lesson {self.name} ({self.dir}) has no launcher '{name}' "
+                                 f"(found: {', '.join(sorted(idx)) or 'none'})")
+        return getattr(self.module(idx[name]), name)
+
+    def functions(self) -> list[str]:
+        """Every launcher of the lesson."""
+        return sorted(self._index())
+
+    def __repr__(self) -> str:
+        return f"<cudacourse.Lesson {self.name} from {self.dir} backend={self.backend}>"
+
+
+_LESSONS: dict[tuple, Lesson] = {}
+
+
+def lesson(name: str, *, impl: str | None = None, backend: str = "auto", check: bool | None = None,
+           timeout_s: float = 10.0) -> Lesson:
+    """The lesson's kernels: ``cc.lesson("02_reduce").reduce_v1_interleaved(x, out, n)``.
+
+    Files come from ``lessons/`` or ``solutions/`` (``impl`` or ``$CUDA_COURSE_IMPL``), or from a
+    submission being graded (``$CUDA_COURSE_SUBMISSION``). Instances are shared per settings, so built
+    modules are reused across calls in one process.
+    """
+    key = (name, str(lesson_dir(name, impl)), backend_name(backend), check, timeout_s)
+    if key not in _LESSONS:
+        _LESSONS[key] = Lesson(name, impl=impl, backend=backend, check=check, timeout_s=timeout_s)
+    return _LESSONS[key]
