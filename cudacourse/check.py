@@ -136,7 +136,8 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
     max_abs = diff[finite & ~ok].max().item() if bool((finite & ~ok).any()) else float("nan")
     rel = diff / ef.abs().clamp_min(1e-30)
     max_rel = rel[finite & ~ok].max().item() if bool((finite & ~ok).any()) else float("nan")
-    lines = [f"{where}: {nbad} of {total} elements differ (shape {tuple(a.shape)}, {str(a.dtype).replace('torch.', '')},"
+    dt = str(a.dtype).replace("torch.", "")
+    lines = [f"{where}: {nbad} of {total} elements differ (shape {tuple(a.shape)}, {dt},"
              f" rtol={rtol:g}, atol={atol:g}); max abs error {_fmt(max_abs)}, max rel error {_fmt(max_rel)}"]
     flat_a, flat_e = af.flatten(), ef.flatten()
     for k in bad[:max_show].tolist():

@@ -19,6 +19,8 @@ Files that include torch headers (the classic ``torch::Tensor`` route of lesson 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import functools
 import numbers
@@ -44,6 +46,17 @@ from cudacourse.source import (
 )
 
 BACKENDS = ("auto", "cuda", "sim")
+_NO_SYNC: contextvars.ContextVar[bool] = contextvars.ContextVar("cudacourse_no_sync", default=False)
+
+
+@contextlib.contextmanager
+def no_sync():  # noqa: ANN201
+    """Inside this block cuda launches return without waiting for the GPU (benchmarks time with events)."""
+    token = _NO_SYNC.set(True)
+    try:
+        yield
+    finally:
+        _NO_SYNC.reset(token)
 REPO_ROOT = buildcache.REPO_ROOT
 
 
@@ -264,7 +277,7 @@ class _CudaLibrary:
             raise LaunchError(f"{la.name}(): a launch failed with '{msg}' (error {err}). Check the grid and "
                               "block sizes (at most 1024 threads per block, grid > 0) and the shared memory "
                               "size.", kernel=la.name)
-        if sync:
+        if sync and not _NO_SYNC.get():
             _wait_gpu(la.name, self.timeout_s)
 
 

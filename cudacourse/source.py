@@ -35,7 +35,7 @@ def mask(src: str) -> str:
                 if src[k] != "\n":
                     out[k] = " "
             i = j
-        elif c == 'R' and i + 1 < n and src[i + 1] == '"' and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")):
+        elif c == "R" and src.startswith('R"', i) and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")):
             m = re.match(r'R"([^(\s]*)\(', src[i:])
             if m:
                 end = src.find(")" + m.group(1) + '"', i + m.end())
@@ -200,9 +200,8 @@ def find_functions(src: str) -> list[tuple[str, str, str, int]]:
             # the generated binding, so it is not offered.
             transparent = bool(re.search(r"\bextern\s+\"C\"\s*$", src[stmt_start:i]))
             if not any(k == "block" for k in depth_kinds):
-                fm = None
-                for fm in _FUNC_RE.finditer(head):
-                    pass
+                calls = list(_FUNC_RE.finditer(head))
+                fm = calls[-1] if calls else None
                 if fm is not None and not transparent:
                     close = _matching_paren(m, stmt_start + fm.end() - 1)
                     if close is not None and m[close + 1:i].strip() in ("", "const"):

@@ -1,0 +1,52 @@
+"""``python -m cudacourse <command>``: grade, doctor, bench, stubs."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: python -m cudacourse <command> [options]
+
+commands:
+  grade    run the graded checks and print the points table (--help for options)
+  doctor   show versions, GPU, chosen backend, and how to fix problems
+  bench    time the lessons' kernels against PyTorch/cuBLAS on a GPU
+  stubs    regenerate lessons/ stubs from solutions/ (--check: fail if they drifted)
+"""
+
+
+def _stubs(argv: list[str]) -> int:
+    from cudacourse import stubs
+
+    if "--check" in argv:
+        bad = stubs.drifted()
+        for p in bad:
+            print(f"drifted: {p} (run `python -m cudacourse stubs`)")
+        return 1 if bad else 0
+    for p in stubs.write_all():
+        print(f"wrote {p}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to the command's own ``main``."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "grade":
+        from cudacourse.grade import main as run
+    elif cmd == "doctor":
+        from cudacourse.doctor import main as run
+    elif cmd == "bench":
+        from cudacourse.bench import main as run
+    elif cmd == "stubs":
+        return _stubs(rest)
+    else:
+        print(f"unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    return run(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
