@@ -1,0 +1,264 @@
+"""The harness's own tests: launcher parsing, argument checking, build cache, checks, doctor, stubs, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import cudacourse as cc
+from cudacourse import buildcache, check, stubs
+from cudacourse.doctor import check_arch_list
+from cudacourse.loader import check_args
+from cudacourse.source import SignatureError, find_launchers, launcher, mask, uses_torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+RELU = textwrap.dedent("""
+    // void not_a_launcher(int n) {}  (a comment)
+    #include <cuda_runtime.h>
+    __global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = fmaxf(x[i], 0.0f);
+    }
+    template <int B> __device__ float helper(float a) { return a; }
+    void relu(const float* x, float* y, int n) {
+        relu_kernel<<<(n + 255) / 256, 256>>>(x, y, n);
+    }
+    static void not_exposed(int n) {}
+""")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Source parsing
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_mask_keeps_offsets_and_hides_comments_and_strings():
+    src = 'int a; // x { y\n/* { */ const char* s = "{ }"; char c = \'{\';\n'
+    m = mask(src)
+    assert len(m) == len(src) and m.count("\n") == src.count("\n")
+    assert "{" not in m
+
+
+def test_find_launchers_only_host_void_functions():
+    found = find_launchers(RELU)
+    assert list(found) == ["relu"]
+    la = found["relu"]
+    assert [p.name for p in la.params] == ["x", "y", "n"]
+    assert la.params[0].const and la.params[0].pointer and la.params[0].dtype == "float32"
+    assert not la.params[2].pointer and la.line == 9
+
+
+def test_unbindable_launcher_is_reported_precisely():
+    with pytest.raises(SignatureError, match="pointers to pointers"):
+        launcher("void f(float** p) {}", "f")
+    with pytest.raises(SignatureError, match="no host launcher 'void g"):
+        launcher("void f(int n) {}", "g")
+
+
+def test_uses_torch_detects_includes_not_comments():
+    assert uses_torch("#include <torch/extension.h>\n")
+    assert not uses_torch("// #include <torch/extension.h>\n#include <cuda_runtime.h>\n")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Argument checking (both backends share it)
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, exc, msg", [
+    ((torch.ones(4, dtype=torch.float64), torch.ones(4), 4), TypeError, "'x' .* expects a float32 tensor, got float64"),
+    ((torch.ones(8)[::2], torch.ones(4), 4), ValueError, "'x' .* contiguous"),
+    ((torch.ones(4), torch.ones(4), 4.0), TypeError, "'n' .* expects an integer"),
+    ((torch.ones(4), torch.ones(4)), TypeError, "takes 3 arguments"),
+    ((torch.ones(4), torch.ones(4), 1 << 40), ValueError, "does not fit in int"),
+    (([1.0], torch.ones(4), 4), TypeError, "'x' .* expects a torch tensor"),
+])
+def test_bad_arguments_name_the_parameter(args, exc, msg):
+    la = launcher(RELU, "relu")
+    with pytest.raises(exc, match=msg):
+        check_args(la, args, torch.device("cpu"))
+
+
+def test_wrong_device_is_rejected():
+    la = launcher(RELU, "relu")
+    with pytest.raises(ValueError, match="on 'cuda'.*move it with .to\\(m.device\\)"):
+        check_args(la, (torch.ones(4), torch.ones(4), 4), torch.device("cuda"))
+
+
+def test_vector_parameters_need_width_and_alignment():
+    la = launcher("void f(const float4* x, int n) {}", "f")
+    check_args(la, (torch.ones(8), 2), torch.device("cpu"))
+    with pytest.raises(ValueError, match="multiple of 4"):
+        check_args(la, (torch.ones(6), 2), torch.device("cpu"))
+    with pytest.raises(ValueError, match="16-byte alignment"):
+        check_args(la, (torch.ones(12)[1:9], 2), torch.device("cpu"))
+
+
+def test_backend_env_is_validated(monkeypatch):
+    monkeypatch.setenv("CUDA_COURSE_BACKEND", "gpu")
+    with pytest.raises(ValueError, match="CUDA_COURSE_BACKEND must be one of"):
+        cc.backend_name()
+    monkeypatch.setenv("CUDA_COURSE_BACKEND", "sim")
+    assert cc.backend_name() == "sim"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Build cache
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_build_cache_recovers_from_a_stale_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_COURSE_BUILD", str(tmp_path))
+    key = buildcache.content_key("x")
+    (tmp_path / "k").mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    import socket
+
+    (tmp_path / "k" / f"{key}.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid}))
+    assert buildcache.stale_locks(tmp_path)
+    calls = []
+    with pytest.warns(UserWarning, match="stale build lock"):
+        d = buildcache.cached("k", key, lambda p: (calls.append(p), (p / "out").write_text("ok")))
+    assert (d / "out").read_text() == "ok" and len(calls) == 1
+    assert buildcache.cached("k", key, lambda p: calls.append(p)) == d and len(calls) == 1  # cached
+    assert not (tmp_path / "k" / f"{key}.lock").exists()
+
+
+def test_failed_build_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_COURSE_BUILD", str(tmp_path))
+
+    def boom(p: Path) -> None:
+        (p / "half").write_text("x")
+        raise RuntimeError("compiler died")
+
+    with pytest.raises(RuntimeError):
+        buildcache.cached("k", "abc", boom)
+    assert not any((tmp_path / "k").iterdir())
+
+
+# ----------------------------------------------------------------------------------------------------
+# check
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_assert_close_reports_unwritten_tail():
+    x = check.randn(100, check.rng("tail"))
+    y = check.poisoned(100)
+    y[:97] = torch.relu(x[:97])
+    with pytest.raises(AssertionError) as e:
+        check.assert_close(y, torch.relu(x), name="y", task="1.1")
+    msg = str(e.value)
+    assert "3 of 100 elements differ" in msg and "never written" in msg and "Only the tail" in msg
+    assert "task 1.1" in msg
+
+
+def test_assert_close_rejects_zeros_and_nan_mismatch():
+    ref = torch.tensor([1.0, 2.0, 3.0])
+    with pytest.raises(AssertionError, match="all zeros"):
+        check.assert_close(torch.zeros(3), ref)
+    with pytest.raises(AssertionError):
+        check.assert_close(torch.tensor([1.0, float("nan"), 3.0]), ref)
+    check.assert_close(torch.tensor([float("nan"), float("inf")]), torch.tensor([float("nan"), float("inf")]))
+    check.assert_close(ref + 1e-7, ref)
+
+
+def test_unchanged_catches_mutation():
+    x = torch.ones(5)
+    with pytest.raises(AssertionError, match="x was modified"):
+        with check.unchanged(x, names=["x"]):
+            x[2] = 0
+
+
+def test_sum_tolerance_catches_a_dropped_element_at_scale():
+    n = 1 << 20
+    rtol, atol = check.sum_tolerance(n)
+    assert atol < 1.0  # a dropped N(0,1) term is an error of ~1
+    assert rtol <= 1e-5
+
+
+def test_seed_comes_from_environment():
+    out = subprocess.run([sys.executable, "-c", "from cudacourse import check; g = check.rng('a'); "
+                          "import torch; print(torch.rand(1, generator=g).item())"],
+                         env={**os.environ, "CUDA_COURSE_SEED": "1234"}, capture_output=True, text=True, check=True)
+    again = subprocess.run([sys.executable, "-c", "from cudacourse import check; g = check.rng('a'); "
+                            "import torch; print(torch.rand(1, generator=g).item())"],
+                           env={**os.environ, "CUDA_COURSE_SEED": "1234"}, capture_output=True, text=True, check=True)
+    assert out.stdout == again.stdout and "CUDA_COURSE_SEED=1234" in out.stdout
+
+
+# ----------------------------------------------------------------------------------------------------
+# doctor, stubs, CLI
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, bad", [("9.0", False), ("8.6;9.0+PTX", False), ("12.0", False), ("9.0a", False),
+                                        ("12.4", True), ("13.0", True), ("sm_90", True), ("90", True)])
+def test_arch_list_check(value, bad):
+    assert bool(check_arch_list(value)) is bad
+
+
+def test_doctor_runs_and_says_the_backend():
+    r = subprocess.run([sys.executable, "-m", "cudacourse", "doctor"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "backend" in r.stdout and "the course can run here" in r.stdout
+
+
+def test_stub_derivation():
+    sol = "a\n  // TODO(task 9.9): x\n  // BEGIN SOLUTION\n  real();\n  // STUB: return 0;\n  // END SOLUTION\nb\n"
+    assert stubs.derive(sol) == "a\n  // TODO(task 9.9): x\n  return 0;\nb\n"
+    with pytest.raises(stubs.MarkerError, match="never closed"):
+        stubs.derive("// BEGIN SOLUTION\nx\n")
+
+
+def test_lessons_are_derived_from_solutions():
+    assert stubs.drifted() == [], "run `python -m cudacourse stubs` and commit lessons/"
+
+
+def test_every_lesson_solution_file_has_a_stub_with_todos():
+    for src, dst in stubs.pairs():
+        if src.suffix == ".cu" and "BEGIN SOLUTION" in src.read_text():
+            assert "TODO(task" in dst.read_text(), f"{dst} has solution blocks but no TODO(task ...) comment"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+@pytest.mark.parametrize("path", sorted(p.relative_to(ROOT) for p in [*ROOT.glob("lessons/*/*.cu"),
+                                                                       *ROOT.glob("solutions/*/*.cu")]), ids=str)
+def test_every_cu_compiles_with_nvcc(path, tmp_path):
+    text = (ROOT / path).read_text()
+    if uses_torch(text):
+        import torch.utils.cpp_extension as ce
+
+        if not torch.version.cuda:
+            pytest.skip("torch-route file: needs a CUDA build of torch for its headers (checked on the GPU machine)")
+        inc = [f"-I{p}" for p in ce.include_paths(device_type="cuda")]
+    else:
+        inc = []
+    r = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90", *inc, "-c", str(ROOT / path), "-o",
+                        str(tmp_path / "x.o")], capture_output=True, text=True)
+    assert r.returncode == 0, f"{path} does not compile with nvcc:\n{r.stderr[-3000:]}"
+
+
+def test_cli_usage_and_unknown_command():
+    r = subprocess.run([sys.executable, "-m", "cudacourse"], capture_output=True, text=True)
+    assert r.returncode == 2 and "commands:" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "cudacourse", "frobnicate"], capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown command" in r.stderr
+
+
+def test_bench_refuses_without_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the bench suite itself covers it")
+    from cudacourse import bench
+
+    with pytest.raises(cc.NeedsGPU, match="timing needs a GPU"):
+        bench.time_kernel(lambda: None)
