@@ -1,0 +1,443 @@
+"""Graded checks of lesson 02 (reductions): lessons/02_reduce/reduce.cu.
+
+Tasks (ids match the TODOs in the kernel file and the rows of the points table):
+  2.1 block tree reduction in shared memory (reduce_v2_sequential)           3 points
+  2.2 warp-shuffle reduction (warp_reduce_sum: warp_sum, reduce_v5)          3 points
+  2.3 whole-vector sum of any length (reduce_v6 atomic, reduce_v7 two-pass)  3 points
+  2.4 row-wise sum, one warp per row (row_sum)                               2 points
+  2.5 row-wise max, one warp per row (row_max)                               2 points
+  2.6 argmax, first index of the maximum like torch.argmax (argmax)          4 points
+  2.7-2.9 speed on a GPU against torch (not graded on the simulator)         2 points each
+
+Sums are compared with a float64 reference under ``check.sum_tolerance(n, magnitude=scale)``, a bound
+that grows like sqrt(n) (README, "How exact is a float sum?"). Maxima and indices must match exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import cudacourse as cc
+from cudacourse import check
+
+LESSON = "02_reduce"
+BLOCK = 256                      # threads per block of the block-level versions (BLOCK in reduce.cu)
+BIG = 2**20 + 7                  # the largest graded length: not a multiple of any block or vector width
+SIZES = [1, 31, 32, 33, 1000, BIG]
+COLS = [1, 7, 1024, 4099]        # row lengths of the row-wise tasks
+V7_WORKSPACE = 1024              # floats of workspace reduce_v7_two_pass needs
+
+
+def _m() -> cc.Lesson:
+    return cc.lesson(LESSON)
+
+
+def _input(name: str, n: int, m: cc.Lesson, scale: float = 1.0, offset: float = 0.0) -> torch.Tensor:
+    g = check.rng(name)
+    x = check.randn((n,), g, "cpu", scale=scale)
+    return (x + offset).to(m.device)
+
+
+def _block_sums(x: torch.Tensor, chunk: int) -> torch.Tensor:
+    """Reference per-block sums (float64) of consecutive chunks, the last one zero-padded."""
+    xd = x.detach().cpu().double()
+    nb = math.ceil(xd.numel() / chunk)
+    pad = torch.zeros(nb * chunk, dtype=torch.float64)
+    pad[: xd.numel()] = xd
+    return pad.view(nb, chunk).sum(1)
+
+
+def _assert_sum(got: torch.Tensor, ref: torch.Tensor, terms: int, scale: float, *, name: str, task: str,
+                hint: str) -> None:
+    rtol, atol = check.sum_tolerance(terms, magnitude=scale)
+    check.assert_close(got, ref.to(got.dtype), name=name, rtol=rtol, atol=atol, task=task, hint=hint)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Worked examples (not graded: they are given complete; these keep them honest)
+# ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version,chunk", [("reduce_v1_interleaved", BLOCK), ("reduce_v1b_strided_index", BLOCK),
+                                           ("reduce_v3_first_add_during_load", 2 * BLOCK),
+                                           ("reduce_v4_warp_unroll_syncwarp", 2 * BLOCK)])
+@pytest.mark.parametrize("n", [1, 33, 5000])
+def test_worked_block_versions(version: str, chunk: int, n: int) -> None:
+    m = _m()
+    x = _input(f"worked-{version}-{n}", n, m)
+    partial = check.poisoned(math.ceil(n / chunk), torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        getattr(m, version)(x, partial, n)
+    _assert_sum(partial, _block_sums(x, chunk), chunk, 1.0, name=f"{version} partial", task="worked example",
+                hint="this kernel is given complete; did an edit change it?")
+
+
+def test_worked_row_sum_thread_per_row() -> None:
+    m = _m()
+    rows, cols = 37, 129
+    x = _input("worked-row-sum", rows * cols, m).view(rows, cols)
+    out = check.poisoned(rows, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.row_sum_v1_thread_per_row(x, out, rows, cols)
+    _assert_sum(out, x.cpu().double().sum(-1), cols, 1.0, name="row_sum_v1_thread_per_row", task="worked example",
+                hint="this kernel is given complete; did an edit change it?")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task 2.1: block tree reduction in shared memory
+# ----------------------------------------------------------------------------------------------------
+
+HINT_21 = ("reduce_v2_sequential_kernel (TODO task 2.1): load x[i] or 0 past the end into s_data, "
+           "__syncthreads(), then for s = blockDim.x/2 down to 1: if (tid < s) s_data[tid] += s_data[tid + s]; "
+           "__syncthreads(); finally thread 0 writes partial[blockIdx.x] = s_data[0].")
+
+
+@pytest.mark.task("2.1")
+@pytest.mark.points(3)
+@pytest.mark.parametrize("n", SIZES)
+def test_block_tree_sequential(n: int) -> None:
+    m = _m()
+    x = _input(f"2.1-n{n}", n, m)
+    partial = check.poisoned(math.ceil(n / BLOCK), torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.reduce_v2_sequential(x, partial, n)
+    _assert_sum(partial, _block_sums(x, BLOCK), BLOCK, 1.0, name="partial", task="2.1", hint=HINT_21)
+
+
+@pytest.mark.task("2.1")
+@pytest.mark.points(3)
+def test_block_tree_sequential_large_magnitudes() -> None:
+    m = _m()
+    n, scale = 3000, 1e30
+    x = _input("2.1-large", n, m, scale=scale)
+    partial = check.poisoned(math.ceil(n / BLOCK), torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.reduce_v2_sequential(x, partial, n)
+    _assert_sum(partial, _block_sums(x, BLOCK), BLOCK, scale, name="partial (values ~1e30)", task="2.1",
+                hint=HINT_21)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task 2.2: warp-shuffle reduction
+# ----------------------------------------------------------------------------------------------------
+
+HINT_22 = ("warp_reduce_sum (TODO task 2.2): for offset = 16, 8, 4, 2, 1: "
+           "v += __shfl_down_sync(FULL_MASK, v, offset); lane 0 then holds the warp's sum.")
+
+
+@pytest.mark.task("2.2")
+@pytest.mark.points(3)
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 2**16 + 7])
+def test_warp_sum(n: int) -> None:
+    m = _m()
+    x = _input(f"2.2-warp-n{n}", n, m)
+    out = check.poisoned(math.ceil(n / 32), torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.warp_sum(x, out, n)
+    _assert_sum(out, _block_sums(x, 32), 32, 1.0, name="warp sums", task="2.2", hint=HINT_22)
+
+
+@pytest.mark.task("2.2")
+@pytest.mark.points(3)
+@pytest.mark.parametrize("n", [1, 33, 1000, BIG])
+def test_block_reduce_warp_shuffle(n: int) -> None:
+    m = _m()
+    x = _input(f"2.2-v5-n{n}", n, m)
+    partial = check.poisoned(math.ceil(n / (2 * BLOCK)), torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.reduce_v5_warp_shuffle(x, partial, n)
+    _assert_sum(partial, _block_sums(x, 2 * BLOCK), 2 * BLOCK, 1.0, name="reduce_v5_warp_shuffle partial",
+                task="2.2", hint=HINT_22 + " reduce_v5 sums each warp with it, then the warps' sums.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task 2.3: the whole vector (multi-block)
+# ----------------------------------------------------------------------------------------------------
+
+HINT_23 = ("task 2.3 has two TODOs: thread_sum_grid_stride (loop i from blockIdx.x * blockDim.x + threadIdx.x "
+           "to n in steps of gridDim.x * blockDim.x, adding x[i]) and, in reduce_v6's kernel, "
+           "`if (threadIdx.x == 0) atomicAdd(out, block_total);`. Both use block_reduce_sum, which needs "
+           "warp_reduce_sum from task 2.2.")
+
+
+def _vector_sum(m: cc.Lesson, version: str, x: torch.Tensor, n: int) -> torch.Tensor:
+    out = check.poisoned(1, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        if version == "reduce_v6_grid_stride_atomic":
+            m.reduce_v6_grid_stride_atomic(x, out, n)
+        else:
+            work = check.poisoned(V7_WORKSPACE, torch.float32, m.device)
+            m.reduce_v7_two_pass(x, work, out, n)
+    return out
+
+
+VERSIONS_23 = ["reduce_v6_grid_stride_atomic", "reduce_v7_two_pass"]
+
+
+@pytest.mark.task("2.3")
+@pytest.mark.points(3)
+@pytest.mark.parametrize("version", VERSIONS_23)
+@pytest.mark.parametrize("n", SIZES)
+def test_vector_sum(version: str, n: int) -> None:
+    m = _m()
+    x = _input(f"2.3-{version}-n{n}", n, m)
+    out = _vector_sum(m, version, x, n)
+    _assert_sum(out, x.cpu().double().sum().view(1), n, 1.0, name=f"{version} sum", task="2.3", hint=HINT_23)
+
+
+@pytest.mark.task("2.3")
+@pytest.mark.points(3)
+@pytest.mark.parametrize("version", VERSIONS_23)
+def test_vector_sum_special_inputs(version: str) -> None:
+    m = _m()
+    # All ones: the sum is an exact integer in float32 (below 2^24), whatever the order.
+    n = 100_003
+    ones = torch.ones(n, device=m.device)
+    out = _vector_sum(m, version, ones, n)
+    check.assert_close(out, torch.tensor([float(n)]), name=f"{version} sum of {n} ones", rtol=0, atol=0,
+                       task="2.3", hint=HINT_23)
+    # Large magnitudes, and a mean far from zero.
+    for scale, offset in ((1e30, 0.0), (1.0, 100.0)):
+        x = _input(f"2.3-{version}-scale{scale:g}-offset{offset:g}", 5001, m, scale=scale, offset=offset)
+        out = _vector_sum(m, version, x, 5001)
+        _assert_sum(out, x.cpu().double().sum().view(1), 5001, max(scale, offset),
+                    name=f"{version} sum (scale {scale:g}, offset {offset:g})", task="2.3", hint=HINT_23)
+    # A view that starts 4 bytes into its storage: not 16-byte aligned, so no float4 loads from it.
+    buf = _input(f"2.3-{version}-unaligned", 4099, m)
+    x = buf[1:]
+    out = _vector_sum(m, version, x, x.numel())
+    _assert_sum(out, x.cpu().double().sum().view(1), x.numel(), 1.0, name=f"{version} sum (unaligned start)",
+                task="2.3", hint=HINT_23 + " Vector (float4) loads need a 16-byte aligned pointer.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tasks 2.4 and 2.5: row-wise sum and max
+# ----------------------------------------------------------------------------------------------------
+
+HINT_24 = ("row_sum_kernel (TODO task 2.4): float acc = 0; for (c = lane; c < cols; c += 32) acc += xr[c]; "
+           "acc = warp_reduce_sum(acc) (task 2.2); if (lane == 0) out[row] = acc.")
+HINT_25 = ("row_max_kernel (TODO task 2.5): start from -INFINITY (not 0), take fmaxf over xr[lane], "
+           "xr[lane + 32], ..., then warp_reduce_max (also task 2.5); lane 0 writes out[row].")
+
+
+def _rows_input(name: str, rows: int, cols: int, m: cc.Lesson, *, scale: float = 1.0,
+                offset: float = 0.0, unaligned: bool = False) -> torch.Tensor:
+    x = _input(name, rows * cols + (1 if unaligned else 0), m, scale=scale, offset=offset)
+    return (x[1:] if unaligned else x).view(rows, cols)
+
+
+ROW_CASES = [(33, c) for c in COLS] + [(1000, 7), (3, 4099)]
+
+
+@pytest.mark.task("2.4")
+@pytest.mark.points(2)
+@pytest.mark.parametrize("rows,cols", ROW_CASES)
+def test_row_sum(rows: int, cols: int) -> None:
+    m = _m()
+    x = _rows_input(f"2.4-{rows}x{cols}", rows, cols, m)
+    out = check.poisoned(rows, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.row_sum(x, out, rows, cols)
+    _assert_sum(out, x.cpu().double().sum(-1), cols, 1.0, name=f"row sums of {rows}x{cols}", task="2.4",
+                hint=HINT_24)
+
+
+@pytest.mark.task("2.4")
+@pytest.mark.points(2)
+@pytest.mark.parametrize("scale,offset,unaligned", [(1e30, 0.0, False), (1.0, 50.0, False), (1.0, 0.0, True)])
+def test_row_sum_special_inputs(scale: float, offset: float, unaligned: bool) -> None:
+    m = _m()
+    rows, cols = 21, 1024
+    x = _rows_input(f"2.4-special-{scale:g}-{offset:g}-{unaligned}", rows, cols, m, scale=scale, offset=offset,
+                    unaligned=unaligned)
+    out = check.poisoned(rows, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.row_sum(x, out, rows, cols)
+    _assert_sum(out, x.cpu().double().sum(-1), cols, max(scale, offset),
+                name=f"row sums (scale {scale:g}, offset {offset:g}, unaligned {unaligned})", task="2.4",
+                hint=HINT_24)
+
+
+def _check_row_max(m: cc.Lesson, x: torch.Tensor, what: str) -> None:
+    rows, cols = x.shape
+    out = check.poisoned(rows, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.row_max(x, out, rows, cols)
+    check.assert_close(out, x.cpu().amax(-1), name=f"row maxima of {what}", rtol=0, atol=0, task="2.5",
+                       hint=HINT_25)
+
+
+@pytest.mark.task("2.5")
+@pytest.mark.points(2)
+@pytest.mark.parametrize("rows,cols", ROW_CASES)
+def test_row_max(rows: int, cols: int) -> None:
+    m = _m()
+    _check_row_max(m, _rows_input(f"2.5-{rows}x{cols}", rows, cols, m), f"{rows}x{cols}")
+
+
+@pytest.mark.task("2.5")
+@pytest.mark.points(2)
+def test_row_max_special_inputs() -> None:
+    m = _m()
+    rows, cols = 19, 1031
+    # Every value negative: a max that starts from 0 returns 0.
+    x = _rows_input("2.5-negative", rows, cols, m)
+    _check_row_max(m, -(x.abs() + 1.0), "all-negative rows")
+    # Huge magnitudes and infinities, and the max sitting in the last column of some rows.
+    x = _rows_input("2.5-huge", rows, cols, m, scale=1e37).clone()
+    x[0] = -float("inf")
+    x[1, -1] = float("inf")
+    x[2, -1] = 3.0e38
+    _check_row_max(m, x, "rows with +-inf and values near the float32 limit")
+    # Ties: values from a small set of integers.
+    g = check.rng("2.5-ties")
+    x = torch.randint(-3, 4, (rows, cols), generator=g).float().to(m.device)
+    _check_row_max(m, x, "rows with many ties")
+    # A view that is not 16-byte aligned.
+    _check_row_max(m, _rows_input("2.5-unaligned", 9, 1024, m, unaligned=True), "an unaligned 9x1024 view")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task 2.6: argmax
+# ----------------------------------------------------------------------------------------------------
+
+HINT_26 = ("task 2.6: argmax_key must order keys like the values (NaN largest, -0.0 == +0.0) and, among equal "
+           "values, give the smaller index the larger key (low 32 bits 0xffffffff - i); warp_reduce_max_key "
+           "keeps the larger key over offsets 16..1; argmax_kernel keeps the max key over a grid-stride loop, "
+           "block_reduce_max_key, then thread 0 atomicMax(best, k).")
+
+
+def _check_argmax(m: cc.Lesson, x: torch.Tensor, what: str) -> None:
+    n = x.numel()
+    out = check.poisoned(1, torch.int64, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.argmax(x, out, n)
+    got, want = int(out.item()), int(torch.argmax(x.cpu()).item())
+    if got == want:
+        return
+    xc = x.cpu()
+    lines = [f"argmax (task 2.6) of {what} (n={n}): yours {got}, expected {want} "
+             f"(x[{want}] = {xc[want].item()!r}, the first index of the maximum, as torch.argmax)."]
+    if got == -1:
+        lines.append("  No key was ever combined into the result (it is still the launcher's 0): did argmax_kernel "
+                     "call atomicMax, and does argmax_key return a nonzero key?")
+    elif got == check.INT_POISON:
+        lines.append("  The output was never written.")
+    elif 0 <= got < n:
+        v = xc[got].item()
+        if v == xc[want].item() or (math.isnan(v) and math.isnan(xc[want].item())):
+            lines.append(f"  x[{got}] is also a maximum, but not the first: among equal values the smaller index "
+                         "must win (its key needs the larger low 32 bits). Note -0.0 == +0.0.")
+        else:
+            lines.append(f"  x[{got}] = {v!r} is not a maximum.")
+    else:
+        lines.append("  That index is outside the vector.")
+    lines.append(f"  Hint: {HINT_26}")
+    raise AssertionError("\n".join(lines))
+
+
+@pytest.mark.task("2.6")
+@pytest.mark.points(4)
+@pytest.mark.parametrize("n", SIZES)
+def test_argmax(n: int) -> None:
+    m = _m()
+    _check_argmax(m, _input(f"2.6-n{n}", n, m), "random values")
+
+
+@pytest.mark.task("2.6")
+@pytest.mark.points(4)
+@pytest.mark.parametrize("n", [33, 1000, 70_001])
+def test_argmax_ties(n: int) -> None:
+    m = _m()
+    g = check.rng(f"2.6-ties-{n}")
+    x = torch.randint(-5, 6, (n,), generator=g).float()        # the max (5) occurs about n/11 times
+    _check_argmax(m, x.to(m.device), "small integers (many ties)")
+    _check_argmax(m, torch.full((n,), -2.5).to(m.device), "a constant vector")
+    y = -(torch.rand(n, generator=g) + 1.0)
+    pos = sorted(torch.randperm(n, generator=g)[:3].tolist())
+    y[pos[1]] = y[pos[2]] = 0.0
+    y[pos[0]] = -0.0                                           # -0.0 equals +0.0: the first zero wins
+    _check_argmax(m, y.to(m.device), "negatives with three zeros, the first one -0.0")
+
+
+@pytest.mark.task("2.6")
+@pytest.mark.points(4)
+def test_argmax_special_values() -> None:
+    m = _m()
+    n = 4099
+    g = check.rng("2.6-special")
+    base = torch.randn(n, generator=g, dtype=torch.float64).float() * 1e38
+    x = base.clone()
+    x[-1] = float("inf")
+    _check_argmax(m, x.to(m.device), "values near the float32 limit, +inf last")
+    x = torch.full((n,), -float("inf"))
+    _check_argmax(m, x.to(m.device), "all -inf")
+    x = base.clone()
+    nan_at = sorted(torch.randperm(n, generator=g)[:2].tolist())
+    x[nan_at] = float("nan")
+    _check_argmax(m, x.to(m.device), f"values with NaN at {nan_at} (torch.argmax returns the first NaN)")
+    x = -(torch.rand(n, generator=g) + 1.0)
+    x[n - 1] = -0.5
+    _check_argmax(m, x.to(m.device), "negative values, the largest at the last index")
+    buf = torch.randn(n + 1, generator=g)
+    _check_argmax(m, buf.to(m.device)[1:], "an unaligned view (starts 4 bytes into its storage)")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Speed (GPU only; "not graded" on the simulator). Ratios are same-run: yours against torch, timed alike.
+# ----------------------------------------------------------------------------------------------------
+
+def _ratio(fn_yours: object, fn_ref: object) -> tuple[float, float, float]:
+    from cudacourse.bench import time_kernel
+
+    yours, ref = time_kernel(fn_yours), time_kernel(fn_ref)
+    return ref / yours, yours, ref
+
+
+@pytest.mark.task("2.7")
+@pytest.mark.points(2)
+@pytest.mark.gpu
+def test_speed_sum() -> None:
+    m = _m()
+    n = 2**28
+    x = torch.randn(n, device=m.device)
+    out = torch.empty(1, device=m.device)
+    m.reduce_v6_grid_stride_atomic(x, out, n)
+    _assert_sum(out, x.double().sum().view(1).cpu(), n, 1.0, name="sum of 2^28", task="2.7", hint=HINT_23)
+    ratio, yours, ref = _ratio(lambda: m.reduce_v6_grid_stride_atomic(x, out, n), lambda: torch.sum(x))
+    gbs = 4 * n / yours / 1e6
+    assert ratio >= 0.9, (f"reduce_v6_grid_stride_atomic on 2^28 floats: {yours:.3f} ms ({gbs:.0f} GB/s), "
+                          f"torch.sum {ref:.3f} ms: {ratio:.2f}x, target >= 0.90x. Hint: few blocks (a few per SM) "
+                          "with a grid-stride loop, 16-byte float4 loads, several independent accumulators.")
+
+
+@pytest.mark.task("2.8")
+@pytest.mark.points(2)
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,cols", [(32768, 4096), (131072, 1024)])
+def test_speed_row_sum(rows: int, cols: int) -> None:
+    m = _m()
+    x = torch.randn(rows, cols, device=m.device)
+    out = torch.empty(rows, device=m.device)
+    m.row_sum(x, out, rows, cols)
+    _assert_sum(out, x.double().sum(-1).cpu(), cols, 1.0, name=f"row sums {rows}x{cols}", task="2.8", hint=HINT_24)
+    ratio, yours, ref = _ratio(lambda: m.row_sum(x, out, rows, cols), lambda: torch.sum(x, dim=-1))
+    assert ratio >= 0.9, (f"row_sum {rows}x{cols}: {yours:.3f} ms, torch.sum(dim=-1) {ref:.3f} ms: {ratio:.2f}x, "
+                          "target >= 0.90x. Hint: float4 loads when cols % 4 == 0, two loads in flight per lane.")
+
+
+@pytest.mark.task("2.9")
+@pytest.mark.points(2)
+@pytest.mark.gpu
+def test_speed_argmax() -> None:
+    m = _m()
+    n = 2**28
+    x = torch.randn(n, device=m.device)
+    out = torch.empty(1, dtype=torch.int64, device=m.device)
+    m.argmax(x, out, n)
+    assert int(out.item()) == int(torch.argmax(x).item()), "argmax of 2^28 values is wrong (see task 2.6)"
+    ratio, yours, ref = _ratio(lambda: m.argmax(x, out, n), lambda: torch.argmax(x))
+    assert ratio >= 0.8, (f"argmax of 2^28: {yours:.3f} ms, torch.argmax {ref:.3f} ms: {ratio:.2f}x, target >= "
+                          "0.80x. Hint: one 64-bit key per element, float4 loads, one atomicMax per block.")
