@@ -148,6 +148,8 @@ class _State:
 
 
 _STATE = pytest.StashKey[_State]()
+_PROP = "cudacourse_record"
+_FINISHED: dict[str, TestRecord] = {}  # nodeid -> record of every finished task test (this process)
 
 
 def lesson_of(path: str | os.PathLike[str]) -> str:
@@ -293,7 +295,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             rec.outcome = "failed"
             rec.message = rec.message or "the test did not run"
         state.emit({"event": "result", **_public(rec)})
+        if rec.task is not None:
+            # Travels with the report to the pytest-xdist controller, which prints the points table.
+            report.user_properties.append((_PROP, json.dumps(_public(rec))))
     return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect finished tests' records (locally, or on the xdist controller from its workers)."""
+    if report.when != "teardown":
+        return
+    for key, value in getattr(report, "user_properties", []):
+        if key == _PROP:
+            d = json.loads(value)
+            _FINISHED[d["nodeid"]] = TestRecord(**d)
 
 
 def _public(rec: TestRecord) -> dict[str, Any]:
@@ -430,7 +445,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     state = config.stash.get(_STATE, None)
     if state is None:
         return
-    recs = [state.records[n] for n in state.order if n in state.records]
+    recs = list(_FINISHED.values())
     tasks = fold_tasks(recs)
     if not tasks:
         return
