@@ -240,7 +240,9 @@ def test_every_cu_compiles_with_nvcc(path, tmp_path):
 
         if not torch.version.cuda:
             pytest.skip("torch-route file: needs a CUDA build of torch for its headers (checked on the GPU machine)")
-        inc = [f"-I{p}" for p in ce.include_paths(device_type="cuda")]
+        import sysconfig
+
+        inc = [f"-I{p}" for p in [*ce.include_paths(device_type="cuda"), sysconfig.get_paths()["include"]]]
     else:
         inc = []
     r = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90", *inc, "-c", str(ROOT / path), "-o",
