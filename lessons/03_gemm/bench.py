@@ -1,0 +1,93 @@
+"""Benchmark cases of lesson 03 (matrix multiplication) for ``python -m cudacourse bench`` (GPU only).
+
+Groups (each compared with its cuBLAS row, timed in the same run; FP32 rows run with TF32 off):
+  sgemm 2048^3 fp32          every version v1-v7 against torch.matmul: the versions table of the README.
+  sgemm 4096^3 fp32          v3-v7; sgemm_v7_tuned has the target 0.8x cuBLAS.
+  sgemm 4092^3 fp32 ragged   not a multiple of any tile (still a multiple of 4, so the float4 paths run);
+                             sgemm_v7_tuned has the target 0.75x.
+  linear 4096x4096->4096     the linear layer of task 3.5 against torch.nn.functional.linear.
+  gemm 4096^3 fp16/bf16 in   the WMMA tensor-core kernels of gemm_wmma.cu against torch.matmul in fp16
+                             (ungraded; torch returns fp16, our kernels write fp32).
+``flops`` is 2*M*N*K; ``bytes`` is A and B read once and C written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from cudacourse.bench import Case
+
+ALL_VERSIONS = ["sgemm_v1_naive", "sgemm_v2_coalesced", "sgemm_v3_shared", "sgemm_v4_1d", "sgemm_v5_2d",
+                "sgemm_v6_vec", "sgemm_v7_tuned"]
+FAST_VERSIONS = ALL_VERSIONS[2:]
+
+
+def fp32_matmul(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> Callable[[], object]:
+    """cuBLAS SGEMM in true FP32: TF32 tensor cores off for the duration of the call."""
+
+    def run() -> object:
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            return torch.matmul(A, B, out=C)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+
+    return run
+
+
+def gemm_group(m: Any, group: str, M: int, N: int, K: int, versions: list[str],
+               targets: dict[str, float] | None = None) -> list[Case]:
+    """Rows of one GEMM shape: cuBLAS (reference) and each version, inputs allocated once."""
+    dev = m.device
+    A, B = torch.randn(M, K, device=dev), torch.randn(K, N, device=dev)
+    C = torch.empty(M, N, device=dev)
+    flops, nbytes = 2 * M * N * K, 4 * (M * K + K * N + M * N)
+    rows = [Case(group, "cuBLAS torch.matmul (TF32 off)", fp32_matmul(A, B, C), bytes=nbytes, flops=flops,
+                 reference=True)]
+    for v in versions:
+        fn = getattr(m, v)
+        rows.append(Case(group, v, lambda fn=fn: fn(A, B, C, M, N, K), bytes=nbytes, flops=flops,
+                         target=(targets or {}).get(v)))
+    return rows
+
+
+def cases(m: Any, quick: bool = False) -> list[Case]:
+    """Benchmark cases for lesson 03 on module ``m`` (``m.device`` is cuda). ``quick``: smaller sizes."""
+    small, big, ragged = (1024, 2048, 2044) if quick else (2048, 4096, 4092)
+    out = gemm_group(m, f"sgemm {small}^3 fp32", small, small, small, ALL_VERSIONS)
+    out += gemm_group(m, f"sgemm {big}^3 fp32", big, big, big, FAST_VERSIONS, {"sgemm_v7_tuned": 0.8})
+    out += gemm_group(m, f"sgemm {ragged}^3 fp32 ragged", ragged, ragged, ragged, ["sgemm_v6_vec", "sgemm_v7_tuned"],
+                      {"sgemm_v7_tuned": 0.75})
+
+    dev, n = m.device, big
+    x, W, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev), torch.randn(n, device=dev)
+    y = torch.empty(n, n, device=dev)
+    flops, nbytes = 2 * n**3, 4 * (3 * n * n + n)
+
+    def ref_linear() -> object:
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            return F.linear(x, W, b)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+
+    group = f"linear {n}x{n}->{n} fp32"
+    out += [Case(group, "F.linear (TF32 off)", ref_linear, bytes=nbytes, flops=flops, reference=True),
+            Case(group, "linear", lambda: m.linear(x, W, b, y, n, n, n), bytes=nbytes, flops=flops)]
+
+    group = f"gemm {n}^3 fp16/bf16 in, tensor cores"
+    Ah, Bh = torch.randn(n, n, device=dev).half(), torch.randn(n, n, device=dev).half()
+    Ab, Bb = Ah.bfloat16(), Bh.bfloat16()
+    Ch, Cf = torch.empty(n, n, device=dev, dtype=torch.half), torch.empty(n, n, device=dev)
+    hbytes = 2 * 2 * n * n + 4 * n * n
+    out += [Case(group, "cuBLAS torch.matmul fp16", lambda: torch.matmul(Ah, Bh, out=Ch), bytes=3 * 2 * n * n,
+                 flops=flops, reference=True),
+            Case(group, "gemm_wmma_fp16", lambda: m.gemm_wmma_fp16(Ah, Bh, Cf, n, n, n), bytes=hbytes, flops=flops),
+            Case(group, "gemm_wmma_bf16", lambda: m.gemm_wmma_bf16(Ab, Bb, Cf, n, n, n), bytes=hbytes, flops=flops)]
+    return out
