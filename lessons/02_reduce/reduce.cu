@@ -43,8 +43,9 @@ static int sm_count() {
     static int count = 0;
     if (count == 0) {
         int dev = 0;
+        cudaDeviceProp prop;
         cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
+        count = cudaGetDeviceProperties(&prop, dev) == cudaSuccess ? prop.multiProcessorCount : 1;
         if (count <= 0) count = 1;
     }
     return count;
@@ -86,7 +87,8 @@ void reduce_v1_interleaved(const float* x, float* partial, int n) {
 // Same pairs as v1, but thread tid handles pair index = 2*s*tid: the busy threads are now contiguous
 // (threads 0..BLOCK/(2s)-1), so whole warps finish early and divergence is gone. New problem: at s=16
 // lanes 0,1,2,... touch s_data[0], s_data[32], s_data[64], ...: all the same shared-memory bank (32 banks
-// of 4 bytes), so the warp's access is split into serial transactions (a 2-way to 16-way bank conflict).
+// of 4 bytes), so the warp's access is split into serial transactions (2-way at s=1, 4-way at s=2,
+// 8-way for s=4..16 with 256 threads: bank conflicts).
 __global__ void reduce_v1b_strided_index_kernel(const float* __restrict__ x, float* __restrict__ partial, int n) {
     __shared__ float s_data[BLOCK];
     const int tid = threadIdx.x;
@@ -239,8 +241,8 @@ __device__ float block_reduce_sum(float v) {
     return v;
 }
 
-// v3's load (two elements per thread), then block_reduce_sum instead of the shared-memory tree: one
-// barrier instead of eight.
+// v3's load (two elements per thread), then block_reduce_sum instead of the shared-memory tree: two
+// barriers instead of nine.
 __global__ void reduce_v5_warp_shuffle_kernel(const float* __restrict__ x, float* __restrict__ partial, int n) {
     const int i = blockIdx.x * (2 * blockDim.x) + threadIdx.x;
     float v = i < n ? x[i] : 0.0f;
