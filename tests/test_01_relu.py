@@ -1,0 +1,436 @@
+"""Graded checks of lesson 01 (ReLU): lessons/01_relu/relu.cu and lessons/01_relu/relu_torch.cu.
+
+Tasks (ids match the TODOs in the kernel files and the rows of the points table):
+  1.1 scalar ReLU, one thread per element, bounds check (relu_v1_scalar)           2 points
+  1.2 grid-stride ReLU, any grid covers any n (relu_v2_grid_stride)                2 points
+  1.3 float4 ReLU with a scalar tail (relu_v3_float4)                              3 points
+  1.4 ReLU backward, wired into a torch.autograd.Function (relu_backward)          2 points
+  1.5 fused bias-add + GELU, tanh approximation (bias_gelu)                        3 points
+  1.6 hand-written torch::Tensor binding (relu_forward in relu_torch.cu)           3 points
+  1.7 speed: relu_v3_float4 at >= 0.85 of the copy bandwidth, 2^28 floats (GPU)    2 points
+
+Every case uses fresh seeded inputs (the seed is printed; replay with --seed), outputs poisoned with NaN
+before the run, inputs checked unchanged after it, and sizes that are not multiples of the block (256)
+or of the vector width (4). ReLU is exact, so its results must match bit for bit; GELU is compared with
+a float64 reference under written-down tolerances.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cudacourse as cc
+from cudacourse import check
+
+LESSON = "01_relu"
+BLOCK = 256                      # kBlock in relu.cu
+BIG = 2**20 + 3                  # the largest graded length: not a multiple of the block or of 4
+SIZES = [1, 31, 32, 33, 1000, BIG]
+EXACT = dict(rtol=0.0, atol=0.0)  # max(x, 0) involves no rounding: any difference is a bug
+
+
+def _m() -> cc.Lesson:
+    return cc.lesson(LESSON)
+
+
+def _input(name: str, n: int, m: cc.Lesson, scale: float = 1.0) -> torch.Tensor:
+    """Random normal values with exact zeros and infinities planted (where n allows), on m.device."""
+    x = check.randn((n,), check.rng(name), "cpu", scale=scale)
+    if n >= 8:
+        x[n // 2] = 0.0
+        x[n // 3] = float("inf")
+        x[n // 5] = float("-inf")
+    return x.to(m.device)
+
+
+def _wrong_device(n: int, m: cc.Lesson) -> torch.Tensor:
+    """A float32 tensor on a device the module does not run on (CPU for the GPU, 'meta' for the simulator)."""
+    return torch.zeros(n, device="cpu" if m.backend == "cuda" else "meta")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Worked examples (not graded: they are given complete; these keep them honest)
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 1000])
+def test_worked_examples(n: int) -> None:
+    m = _m()
+    x = _input(f"worked-{n}", n, m)
+    dy = _input(f"worked-dy-{n}", n, m)
+    hint = "this function is given complete in relu.cu; did an edit change it?"
+    y = check.poisoned(n, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.scale(x, y, 2.5, n)
+    check.assert_close(y, 2.5 * x, name="scale", task="worked example", hint=hint)
+    y = check.poisoned(n, torch.float32, m.device)
+    m.fill(y, 7.0, n, 1)
+    check.assert_close(y, torch.full_like(y, 7.0), name="fill (1 block)", task="worked example", hint=hint)
+    dx = check.poisoned(n, torch.float32, m.device)
+    with check.unchanged(x, dy, names=["x", "dy"]):
+        m.abs_backward(x, dy, dx, n)
+    check.assert_close(dx, dy * torch.sign(x), name="abs_backward", task="worked example", hint=hint)
+    rows, cols = 3, 37
+    xm = check.randn((rows, cols), check.rng(f"worked-bias-{n}"), m.device)
+    b = check.randn((cols,), check.rng(f"worked-b-{n}"), m.device)
+    ym = check.poisoned((rows, cols), torch.float32, m.device)
+    with check.unchanged(xm, b, names=["x", "b"]):
+        m.bias_add(xm, b, ym, rows, cols)
+    check.assert_close(ym, xm + b, name="bias_add", task="worked example", hint=hint)
+
+
+def test_worked_scale_float4() -> None:
+    m = _m()
+    n = 1024
+    x = _input("worked-float4", n, m)
+    y = check.poisoned(n, torch.float32, m.device)
+    m.scale_float4(x, y, -3.0, n)
+    check.assert_close(y, -3.0 * x, name="scale_float4", task="worked example",
+                       hint="scale_float4 is given complete in relu.cu; did an edit change it?")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task 1.1: scalar ReLU
+# ----------------------------------------------------------------------------------------------------
+
+HINT_11 = ("relu_v1_scalar_kernel (TODO task 1.1): i = blockIdx.x * blockDim.x + threadIdx.x; "
+           "if (i < n) y[i] = fmaxf(x[i], 0.0f);")
+
+
+@pytest.mark.task("1.1")
+@pytest.mark.points(2)
+@pytest.mark.parametrize("n", SIZES)
+def test_relu_scalar(n: int) -> None:
+    m = _m()
+    x = _input(f"1.1-n{n}", n, m)
+    y = check.poisoned(n, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.relu_v1_scalar(x, y, n)
+    check.assert_close(y, torch.relu(x), name=f"relu_v1_scalar y (n={n})", task="1.1", hint=HINT_11, **EXACT)
+
+
+@pytest.mark.task("1.1")
+@pytest.mark.points(2)
+@pytest.mark.parametrize("bad", ["dtype", "non-contiguous", "device", "output dtype"])
+def test_relu_scalar_rejects_bad_inputs(bad: str) -> None:
+    """The generated binding refuses tensors a raw float* cannot take, naming the parameter."""
+    m = _m()
+    n = 100
+    x = check.randn((n,), check.rng(f"1.1-bad-{bad}"), m.device)
+    y = check.poisoned(n, torch.float32, m.device)
+    if bad == "dtype":
+        with pytest.raises(TypeError, match=r"parameter 'x'.*float32"):
+            m.relu_v1_scalar(x.double(), y, n)
+    elif bad == "non-contiguous":
+        x2 = check.randn((2 * n,), check.rng("1.1-bad-strided"), m.device)[::2]
+        with pytest.raises(ValueError, match=r"parameter 'x'.*contiguous"):
+            m.relu_v1_scalar(x2, y, n)
+    elif bad == "device":
+        with pytest.raises(ValueError, match=r"parameter 'x'.*expects a tensor on"):
+            m.relu_v1_scalar(_wrong_device(n, m), y, n)
+    else:
+        with pytest.raises(TypeError, match=r"parameter 'y'.*float32"):
+            m.relu_v1_scalar(x, y.half(), n)
+    assert bool(y.isnan().all()), "a rejected call must not run the kernel"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task 1.2: grid-stride ReLU
+# ----------------------------------------------------------------------------------------------------
+
+HINT_12 = ("relu_v2_grid_stride_kernel (TODO task 1.2): for (int i = blockIdx.x * blockDim.x + threadIdx.x; "
+           "i < n; i += gridDim.x * blockDim.x) y[i] = fmaxf(x[i], 0.0f);  Without the loop, a grid of "
+           "B blocks writes only the first B * 256 elements.")
+
+
+@pytest.mark.task("1.2")
+@pytest.mark.points(2)
+@pytest.mark.parametrize("n,blocks", [(1, 1), (31, 1), (33, 1), (1000, 1), (1000, 3), (5000, 2),
+                                      (BIG, 7), (BIG, 0)])
+def test_relu_grid_stride(n: int, blocks: int) -> None:
+    m = _m()
+    x = _input(f"1.2-n{n}-b{blocks}", n, m)
+    y = check.poisoned(n, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.relu_v2_grid_stride(x, y, n, blocks)
+    grid = f"{blocks} blocks" if blocks else "the launcher's own grid"
+    check.assert_close(y, torch.relu(x), name=f"relu_v2_grid_stride y (n={n}, {grid})", task="1.2", hint=HINT_12,
+                       **EXACT)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task 1.3: float4 ReLU with a tail
+# ----------------------------------------------------------------------------------------------------
+
+HINT_13 = ("relu_v3_float4_kernel (TODO task 1.3): thread i loads reinterpret_cast<const float4*>(x)[i] when "
+           "i < n / 4, applies fmaxf to .x .y .z .w and stores the float4 to y; threads i < n % 4 also handle "
+           "the leftover float at index (n / 4) * 4 + i.")
+
+
+@pytest.mark.task("1.3")
+@pytest.mark.points(3)
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 31, 32, 33, 1000, 1001, 1023, BIG])
+def test_relu_float4(n: int) -> None:
+    m = _m()
+    x = _input(f"1.3-n{n}", n, m)
+    y = check.poisoned(n, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]):
+        m.relu_v3_float4(x, y, n)
+    check.assert_close(y, torch.relu(x), name=f"relu_v3_float4 y (n={n}, n % 4 = {n % 4})", task="1.3",
+                       hint=HINT_13, **EXACT)
+
+
+@pytest.mark.task("1.3")
+@pytest.mark.points(3)
+@pytest.mark.parametrize("n", [1001, 4096])
+def test_relu_float4_misaligned_views(n: int) -> None:
+    """x[1:] starts 4 bytes after a 16-byte boundary: the launcher must not use float4 loads on it."""
+    m = _m()
+    xs = _input(f"1.3-misaligned-n{n}", n + 1, m)
+    ys = check.poisoned(n + 1, torch.float32, m.device)
+    x, y = xs[1:], ys[1:]
+    with check.unchanged(xs, names=["x"]):
+        m.relu_v3_float4(x, y, n)
+    check.assert_close(y, torch.relu(x), name=f"relu_v3_float4 on x[1:] (n={n})", task="1.3",
+                       hint="for pointers that are not 16-byte aligned the given launcher falls back to "
+                            "relu_v1_scalar_kernel (task 1.1): keep that check in relu_v3_float4(), and make "
+                            "task 1.1 pass first.", **EXACT)
+    assert bool(ys[0].isnan()), "relu_v3_float4 wrote before the start of y (y[-1] of the view)"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task 1.4: ReLU backward, inside a torch.autograd.Function
+# ----------------------------------------------------------------------------------------------------
+
+HINT_14 = ("relu_backward_kernel (TODO task 1.4): if (i < n) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;  "
+           "(strictly greater: the gradient at x == 0 is 0, as in PyTorch; and 0, not dy * 0, where x <= 0)")
+
+
+class ReLUWithKernel(torch.autograd.Function):
+    """y = relu(x) whose backward pass is the learner's ``relu_backward`` kernel.
+
+    The forward uses torch here so that task 1.4 is graded on its own (the notebook wires the learner's
+    forward kernel in as well).
+    """
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x)
+        return torch.clamp_min(x, 0.0)
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, dy: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        dy = dy.contiguous()
+        dx = check.poisoned(x.shape, torch.float32, x.device)
+        _m().relu_backward(x, dy, dx, x.numel())
+        return dx
+
+
+@pytest.mark.task("1.4")
+@pytest.mark.points(2)
+@pytest.mark.parametrize("n", SIZES)
+def test_relu_backward_kernel(n: int) -> None:
+    m = _m()
+    x = _input(f"1.4-x-n{n}", n, m)
+    dy = check.randn((n,), check.rng(f"1.4-dy-n{n}"), "cpu")
+    if n >= 8:  # Inf / NaN upstream gradients where x <= 0 must still give exactly 0 (as torch does)
+        neg = (x.cpu() <= 0).nonzero().flatten()
+        dy[neg[: 2]] = float("inf")
+        dy[neg[2: 4]] = float("nan")
+    dy = dy.to(m.device)
+    dx = check.poisoned(n, torch.float32, m.device)
+    with check.unchanged(x, dy, names=["x", "dy"]):
+        m.relu_backward(x, dy, dx, n)
+    ref = torch.ops.aten.threshold_backward(dy, x, 0.0)
+    check.assert_close(dx, ref, name=f"relu_backward dx (n={n})", task="1.4", hint=HINT_14, **EXACT)
+
+
+@pytest.mark.task("1.4")
+@pytest.mark.points(2)
+@pytest.mark.parametrize("shape", [(1,), (33,), (17, 61)])
+def test_relu_backward_autograd(shape: tuple[int, ...]) -> None:
+    """Gradients through the autograd.Function match torch.relu's for a random upstream gradient."""
+    m = _m()
+    name = "x".join(map(str, shape))
+    x0 = check.randn(shape, check.rng(f"1.4-auto-x-{name}"), m.device)
+    w = check.randn(shape, check.rng(f"1.4-auto-w-{name}"), m.device)
+    x_ours = x0.clone().requires_grad_(True)
+    x_ref = x0.clone().requires_grad_(True)
+    (ReLUWithKernel.apply(x_ours) * w).sum().backward()
+    (torch.relu(x_ref) * w).sum().backward()
+    check.assert_close(x_ours.grad, x_ref.grad, name=f"x.grad through ReLUWithKernel (shape {shape})", task="1.4",
+                       hint=HINT_14, **EXACT)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task 1.5: fused bias-add + GELU (tanh approximation)
+# ----------------------------------------------------------------------------------------------------
+
+HINT_15 = ("gelu_tanh (TODO task 1.5): 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v))); "
+           "bias_gelu_kernel: if (i < rows * cols) y[i] = gelu_tanh(x[i] + b[i % cols]);")
+# float32 against a float64 reference: tanhf and torch differ by an ulp or two, and 1 + tanh(z) loses
+# relative accuracy for z near -1 (cancellation), so allow 1e-5 relative plus 1e-5 absolute. The erf
+# form of GELU differs from the tanh form by up to ~1e-3 and fails this.
+GELU_TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def _gelu_case(name: str, rows: int, cols: int, m: cc.Lesson, scale: float = 1.0) -> None:
+    x = check.randn((rows, cols), check.rng(f"{name}-x"), m.device, scale=scale)
+    b = check.randn((cols,), check.rng(f"{name}-b"), m.device, scale=scale)
+    y = check.poisoned((rows, cols), torch.float32, m.device)
+    with check.unchanged(x, b, names=["x", "b"]):
+        m.bias_gelu(x, b, y, rows, cols)
+    ref = F.gelu(x.double() + b.double(), approximate="tanh").float()
+    check.assert_close(y, ref, name=f"bias_gelu y ({rows}x{cols}, inputs ~{scale:g})", task="1.5", hint=HINT_15,
+                       **GELU_TOL)
+
+
+@pytest.mark.task("1.5")
+@pytest.mark.points(3)
+@pytest.mark.parametrize("rows,cols", [(1, 1), (1, 31), (3, 33), (257, 31), (64, 1000)])
+def test_bias_gelu(rows: int, cols: int) -> None:
+    _gelu_case(f"1.5-{rows}x{cols}", rows, cols, _m())
+
+
+@pytest.mark.task("1.5")
+@pytest.mark.points(3)
+def test_bias_gelu_large_magnitudes() -> None:
+    """Inputs up to ~+-200: tanh saturates; a tanh built from expf would give Inf / Inf = NaN."""
+    _gelu_case("1.5-large", 33, 65, _m(), scale=50.0)
+
+
+def test_bias_gelu_matches_torch_float32() -> None:
+    """Course check (not graded): the solution also agrees with torch's own float32 GELU."""
+    m = _m()
+    x = check.randn((40, 50), check.rng("1.5-torch32-x"), m.device)
+    b = check.randn((50,), check.rng("1.5-torch32-b"), m.device)
+    y = check.poisoned((40, 50), torch.float32, m.device)
+    m.bias_gelu(x, b, y, 40, 50)
+    check.assert_close(y, F.gelu(x + b, approximate="tanh"), name="bias_gelu vs torch float32", task="1.5",
+                       hint=HINT_15, **GELU_TOL)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task 1.6: hand-written torch::Tensor binding (relu_torch.cu, built with torch headers: one build)
+# ----------------------------------------------------------------------------------------------------
+
+HINT_16 = ("relu_forward (TODO task 1.6, relu_torch.cu): follow scale_forward: TORCH_CHECK is_cuda / float32 / "
+           "contiguous, y = torch::empty_like(x), return y if empty, launch relu_torch_kernel on "
+           "c10::cuda::getCurrentCUDAStream(), C10_CUDA_KERNEL_LAUNCH_CHECK(), return y.")
+
+
+def _expect_rejection(call: object, what: str, words: list[str]) -> None:
+    """``call()`` must raise (TORCH_CHECK raises RuntimeError) with a message containing every word."""
+    try:
+        call()  # type: ignore[operator]
+    except Exception as e:  # noqa: BLE001 - any exception type TORCH_CHECK maps to is acceptable
+        msg = str(e)
+        if "TODO(task 1.6)" in msg:
+            raise AssertionError(f"relu_forward is still the stub: {msg.splitlines()[0]}\n  Hint: {HINT_16}") from None
+        missing = [w for w in words if w.lower() not in msg.lower()]
+        assert not missing, (f"relu_forward rejected {what}, but its message does not say {missing}: "
+                             f"'{msg.splitlines()[0][:200]}'. Say what is wrong, e.g. \"relu_forward: x must be "
+                             f"{words[-1]}\".")
+        return
+    raise AssertionError(f"relu_forward accepted {what}; it must refuse it with TORCH_CHECK (words expected in the "
+                         f"message: {words}). Hint: {HINT_16}")
+
+
+@pytest.mark.task("1.6")
+@pytest.mark.points(3)
+def test_torch_binding_values() -> None:
+    m = _m()
+    for shape in [(1,), (1000,), (3, 5, 7)]:
+        n = 1
+        for s in shape:
+            n *= s
+        x = _input(f"1.6-{shape}", n, m).view(shape)
+        with check.unchanged(x, names=["x"]):
+            y = m.relu_forward(x)
+        assert isinstance(y, torch.Tensor), f"relu_forward must return a tensor, got {type(y).__name__}. {HINT_16}"
+        assert y.data_ptr() != x.data_ptr(), "relu_forward must return a new tensor (torch::empty_like), not x"
+        assert y.shape == x.shape and y.dtype == x.dtype and y.device == x.device, (
+            f"relu_forward returned shape {tuple(y.shape)} {y.dtype} on {y.device}; expected the shape, dtype and "
+            f"device of x ({tuple(x.shape)} {x.dtype} on {x.device}): allocate with torch::empty_like(x)")
+        check.assert_close(y, torch.relu(x), name=f"relu_forward(x) (shape {shape})", task="1.6", hint=HINT_16,
+                           **EXACT)
+    empty = torch.empty(0, device=m.device)
+    y = m.relu_forward(empty)
+    assert y.numel() == 0, "relu_forward of an empty tensor must return an empty tensor (and launch nothing)"
+
+
+@pytest.mark.task("1.6")
+@pytest.mark.points(3)
+def test_torch_binding_rejects_bad_inputs() -> None:
+    m = _m()
+    x = check.randn((64,), check.rng("1.6-bad"), m.device)
+    _expect_rejection(lambda: m.relu_forward(x.double()), "a float64 tensor", ["x", "float32"])
+    _expect_rejection(lambda: m.relu_forward(x.view(8, 8).t()), "a transposed (non-contiguous) tensor",
+                      ["x", "contiguous"])
+    _expect_rejection(lambda: m.relu_forward(_wrong_device(64, m)), "a tensor on the wrong device", ["x", "CUDA"])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task 1.7: speed (GPU only; "not graded" on the simulator)
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.task("1.7")
+@pytest.mark.points(2)
+@pytest.mark.gpu
+def test_relu_float4_speed() -> None:
+    from cudacourse.bench import copy_bandwidth_gbs, time_kernel
+
+    m = _m()
+    n = 2**28
+    x = torch.randn(n, device=m.device)
+    y = torch.full_like(x, float("nan"))
+    m.relu_v3_float4(x, y, n)
+    if not torch.equal(y, torch.relu(x)):
+        bad = (y != torch.relu(x)).nonzero()[0].item()
+        lo = max(0, bad - 4)
+        check.assert_close(y[lo:lo + 1024], torch.relu(x[lo:lo + 1024]), name="relu_v3_float4 on 2^28 floats",
+                           task="1.7", hint=HINT_13, **EXACT)
+    ms = time_kernel(lambda: m.relu_v3_float4(x, y, n))
+    gbs = 2 * 4 * n / ms / 1e6  # one read and one write of each float
+    copy = copy_bandwidth_gbs()
+    assert gbs >= 0.85 * copy, (
+        f"relu_v3_float4 on 2^28 floats: {ms:.3f} ms = {gbs:.0f} GB/s, {gbs / copy:.2f} of the copy bandwidth "
+        f"measured just now ({copy:.0f} GB/s); target >= 0.85. Hint: one float4 load and one float4 store per "
+        "thread, enough threads (n / 4 of them), no extra passes over memory.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Course check (not graded): these tests catch wrong kernels
+# ----------------------------------------------------------------------------------------------------
+
+WRONG_KERNELS = r"""
+__global__ void k_zero(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 0.0f; }
+__global__ void k_copy(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i]; }
+__global__ void k_short(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n - 1) y[i] = fmaxf(x[i], 0.0f); }
+__global__ void k_abs(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = fabsf(x[i]); }
+void relu_zero(const float* x, float* y, int n) { k_zero<<<(n + 255) / 256, 256>>>(x, y, n); }
+void relu_copy(const float* x, float* y, int n) { k_copy<<<(n + 255) / 256, 256>>>(x, y, n); }
+void relu_short(const float* x, float* y, int n) { k_short<<<(n + 255) / 256, 256>>>(x, y, n); }
+void relu_abs(const float* x, float* y, int n) { k_abs<<<(n + 255) / 256, 256>>>(x, y, n); }
+"""
+
+
+def test_wrong_kernels_fail_the_check() -> None:
+    """All zeros, a copy, a missing last element and |x| must each fail the comparison used by the tasks."""
+    m = _m()
+    wrong = cc.load(WRONG_KERNELS, ["relu_zero", "relu_copy", "relu_short", "relu_abs"], backend=m.backend)
+    n = 1000
+    x = _input("wrong-kernels", n, m)
+    for name in ["relu_zero", "relu_copy", "relu_short", "relu_abs"]:
+        y = check.poisoned(n, torch.float32, m.device)
+        getattr(wrong, name)(x, y, n)
+        with pytest.raises(AssertionError):
+            check.assert_close(y, torch.relu(x), name=name, **EXACT)
