@@ -15,7 +15,7 @@ What it does, in order:
    tasks that need it fail, with the reason.
 3. **Collect** the tasks once (``pytest --collect-only`` with the course plugin): a task is every test
    carrying ``@pytest.mark.task(ID)``, public and hidden ones together.
-4. **Run** every task in its own ``pytest`` process (``--jobs`` at a time), in a private copy of the
+4. **Run** the tasks in pytest processes (``--jobs`` at a time), in a private copy of the
    staged folder ("slot") that is restored from its pristine manifest before each task and compared
    after it: a file changed by the submission's code fails that task and is undone. A crash, an
    endless loop, an illegal address or a corrupted CUDA context kills only that process; the test that
@@ -57,7 +57,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -451,6 +450,7 @@ class Settings:
     build_dir: Path
     hidden_feedback: str
     sanitize: bool
+    backend_name: str = "sim"
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
@@ -464,93 +464,130 @@ def _kill_group(proc: subprocess.Popen[Any]) -> None:
         pass
 
 
-def run_task(sub: Submission, task: TaskSpec, st: Settings) -> TaskResult:
-    """Run one task's tests in a private process and fold them into a verdict."""
-    slot = sub.slots.get()
-    try:
-        return _run_task_in(sub, slot, task, st)
-    except Exception as e:  # noqa: BLE001 - one broken task must never stop the grading
-        return TaskResult(task.id, task.lesson, task.title, task.points, 0.0, "fail",
-                          f"the grader could not run this task: {type(e).__name__}: {e}")
-    finally:
-        sub.slots.put(slot)
+@dataclass
+class _Run:
+    """What one pytest process over a group of tasks left behind."""
+
+    collected: dict[str, dict[str, Any]]
+    results: dict[str, dict[str, Any]]
+    culprit: str | None  # the test that was running when the process died or stalled
+    timed_out: bool
+    rc: int
+    output: str
+    tampered: list[str]
+    limit: float
 
 
-def _run_task_in(sub: Submission, slot: Path, task: TaskSpec, st: Settings) -> TaskResult:
+def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: Settings, tag: str) -> _Run:
+    """Run the tests of ``tasks`` in one pytest process in ``slot`` under a progress watchdog.
+
+    The watchdog stops the process when one test case runs longer than ``st.timeout`` (plus
+    ``st.build_timeout`` while a lesson has not built in this slot yet).
+    """
     assert sub.pristine is not None
     restore(slot, sub.pristine, sub.manifest)
-    report = slot.parent / f"{slot.name}-task-{task.lesson}-{task.id}.jsonl"
+    report = slot.parent / f"{slot.name}-{tag}.jsonl"
     report.unlink(missing_ok=True)
-    log = slot.parent / f"{slot.name}-task-{task.lesson}-{task.id}.log"
-    cold = (slot.name, task.lesson) not in sub.warm
-    limit = st.timeout + (st.build_timeout if cold else 0.0)
+    log = slot.parent / f"{slot.name}-{tag}.log"
+    files = sorted({f for t in tasks for f in t.files})
     cmd = [_python(), "-m", "pytest", "-q", "-c", str(slot / "pytest.ini"), "--rootdir", str(slot),
-           "-p", "cudacourse.pytest_plugin", "--cc-task", task.id, "--cc-report", str(report),
-           "-o", "console_output_style=classic", "--tb=short", *task.files]
-    t0 = time.monotonic()
+           "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), "--tb=short", "-p", "no:randomly"]
+    for t in tasks:
+        cmd += ["--cc-task", t.id]
+    cmd += files
     timed_out = False
+    limit = 0.0
     with open(log, "w") as logf:
         proc = subprocess.Popen(cmd, cwd=slot, env=_child_env(slot, st.seed, st.backend, st.build_dir),
                                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-        try:
-            rc = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            rc = proc.wait()
-    elapsed = time.monotonic() - t0
-    # Reap anything the test left running in its session (a forked child of a hostile kernel).
+        size, last = -1, time.monotonic()
+        seen_lessons: set[str] = set()
+        while True:
+            try:
+                rc = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                now_size = report.stat().st_size
+            except OSError:
+                now_size = 0
+            if now_size != size:
+                size, last = now_size, time.monotonic()
+                for e in read_records(report):
+                    if e.get("event") == "result":
+                        seen_lessons.add(e.get("lesson", ""))
+            cold = any((slot.name, t.lesson) not in sub.warm and t.lesson not in seen_lessons for t in tasks)
+            limit = st.timeout + (st.build_timeout if cold else 0.0)
+            if time.monotonic() - last > limit:
+                timed_out = True
+                _kill_group(proc)
+                rc = proc.wait()
+                break
+    # Reap anything the tests left running in their session (a forked child of a hostile kernel).
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    output = log.read_text(errors="replace")
     events = read_records(report)
-    tampered = restore(slot, sub.pristine, sub.manifest)
     collected = {e["nodeid"]: e for e in events if e.get("event") == "collected"}
     results = {e["nodeid"]: e for e in events if e.get("event") == "result"}
+    for e in results.values():
+        sub.warm.add((slot.name, e.get("lesson", "")))
     started = [e["nodeid"] for e in events if e.get("event") == "start"]
-    if collected:
-        sub.warm.add((slot.name, task.lesson))
-    recs: list[TestRecord] = []
-    crash_note = ""
-    if timed_out:
-        crash_note = (f"timed out after {limit:g} s (an endless loop? a kernel or launcher that never returns?); "
-                      "the process was stopped")
-    elif rc < 0 or rc > 5:
-        sig = _SIGNALS.get(-rc, f"signal {-rc}") if rc < 0 else f"exit code {rc}"
-        crash_note = (f"the test process died ({sig}): a crash, e.g. a wild pointer in host code or a corrupted "
-                      "CUDA context")
-    elif rc in (2, 3, 4):
-        crash_note = f"pytest could not run this task's tests (exit code {rc}):\n" + _tail(output, 12)
-    running = next((n for n in reversed(started) if n not in results), None)
-    for nodeid, c in collected.items():
-        r = results.get(nodeid, c)
-        rec = TestRecord(**{k: r[k] for k in ("nodeid", "file", "lesson", "task", "points", "title", "gpu",
-                                               "params", "outcome", "message", "exc_type", "duration")})
-        rec.lesson = task.lesson
-        if nodeid not in results:
-            rec.outcome = "failed"
-            if nodeid == running:
-                rec.message = crash_note or "this case never finished"
-                rec.exc_type = "Timeout" if timed_out else "Crash"
+    culprit = next((n for n in reversed(started) if n not in results), None)
+    tampered = restore(slot, sub.pristine, sub.manifest)
+    return _Run(collected, results, culprit, timed_out, rc, log.read_text(errors="replace"), tampered, limit)
+
+
+def _crash_note(run: _Run) -> str:
+    if run.timed_out:
+        return (f"timed out: one case ran for more than {run.limit:g} s (an endless loop? a kernel or launcher "
+                "that never returns?); the process was stopped")
+    if run.rc < 0 or run.rc > 5:
+        sig = _SIGNALS.get(-run.rc, f"signal {-run.rc}") if run.rc < 0 else f"exit code {run.rc}"
+        return (f"the test process died ({sig}): a crash, e.g. a wild pointer in host code or a corrupted "
+                "CUDA context")
+    if run.rc in (2, 3, 4):
+        return f"pytest could not run this task's tests (exit code {run.rc}):\n" + _tail(run.output, 12)
+    return ""
+
+
+def _records(task: TaskSpec, run: _Run) -> list[TestRecord]:
+    keys = ("nodeid", "file", "lesson", "task", "points", "title", "gpu", "params", "outcome", "message",
+            "exc_type", "duration")
+    out = []
+    for nodeid, c in run.collected.items():
+        if c.get("task") != task.id or c.get("lesson") != task.lesson:
+            continue
+        r = run.results.get(nodeid, c)
+        rec = TestRecord(**{k: r[k] for k in keys})
+        if nodeid not in run.results:
+            rec.outcome = "not-run"
+        out.append(rec)
+    return out
+
+
+def _verdict(sub: Submission, task: TaskSpec, recs: list[TestRecord], st: Settings, note: str = "",
+             culprit: str | None = None, timed_out: bool = False, tampered: list[str] | None = None) -> TaskResult:
+    """Fold a task's records (after its run) into a TaskResult with feedback."""
+    for r in recs:
+        if r.outcome == "not-run":
+            r.outcome = "failed"
+            if r.nodeid == culprit:
+                r.message, r.exc_type = note or "this case never finished", "Timeout" if timed_out else "Crash"
             else:
-                rec.message = "not run: an earlier case of this task " + ("hung" if timed_out else "crashed")
-                rec.exc_type = "NotRun"
-        recs.append(rec)
+                r.message = "not run: an earlier case of this task " + ("hung" if timed_out else "crashed")
+                r.exc_type = "NotRun"
     if not recs:
-        msg = crash_note or ("no test of this task ran:\n" + _tail(output, 12))
-        result = TaskResult(task.id, task.lesson, task.title, task.points, 0.0, "fail", msg)
+        result = TaskResult(task.id, task.lesson, task.title, task.points, 0.0, "fail",
+                            note or "no test of this task ran")
     else:
-        # Keep the running (crashed) case first in the message.
-        recs.sort(key=lambda r: 0 if r.nodeid == running else 1)
+        recs.sort(key=lambda r: 0 if r.nodeid == culprit else (1 if r.exc_type != "NotRun" else 2))
         result = fold_tasks(recs)[0]
         result.title, result.points = task.title, task.points
         result.earned = result.points if result.status == "pass" else 0.0
-        if result.status == "pass" and rc not in (0,):
-            result.status, result.earned = "fail", 0.0
-            result.message = crash_note or f"pytest exited with code {rc}:\n" + _tail(output, 8)
     if tampered:
         result.status, result.earned = "fail", 0.0
         shown = ", ".join(tampered[:5]) + (" ..." if len(tampered) > 5 else "")
@@ -558,10 +595,76 @@ def _run_task_in(sub: Submission, slot: Path, task: TaskSpec, st: Settings) -> T
                           "The changes were undone and the task fails: kernels and launchers must not touch "
                           "files.\n" + result.message).strip()
     if result.status == "fail":
-        result.message = _feedback(result, sub, st, elapsed)
-        if st.sanitize and st.backend != "sim":
-            result.message += sanitizer_report(slot, sub, task, st)
+        result.message = _feedback(result, sub, st)
     return result
+
+
+def run_group(sub: Submission, tasks: list[TaskSpec], st: Settings) -> list[TaskResult]:
+    """Grade ``tasks`` of one submission: together in one process, each failure confirmed alone.
+
+    The group runs in one pytest process. A case that crashes or stalls fails its own task; the tasks
+    not finished yet run again in a fresh process. Every task that failed in company is then graded
+    again in a process of its own, and that verdict counts, so a kernel that corrupts the process (on a
+    GPU: the CUDA context) costs only its own task. If the group changed harness files, every task is
+    graded again alone, so the change is pinned on the task that made it.
+    """
+    final: dict[str, TaskResult] = {}
+    remaining = list(tasks)
+    confirm: list[TaskSpec] = []
+    round_no = 0
+    while remaining:
+        round_no += 1
+        alone = len(remaining) == 1
+        slot = sub.slots.get()
+        try:
+            run = _run_pytest(sub, slot, remaining, st, f"{remaining[0].lesson}-{remaining[0].id}-r{round_no}")
+        finally:
+            sub.slots.put(slot)
+        if run.tampered and not alone:
+            confirm += remaining
+            break
+        note = _crash_note(run)
+        progressed = False
+        nxt = []
+        for t in remaining:
+            recs = _records(t, run)
+            unfinished = [r for r in recs if r.outcome == "not-run"]
+            holds_culprit = any(r.nodeid == run.culprit for r in recs)
+            if holds_culprit or not unfinished or alone or not run.collected:
+                if not recs and not alone and run.collected:
+                    nxt.append(t)  # its tests were not collected in company (should not happen)
+                    continue
+                v = _verdict(sub, t, recs, st, note, run.culprit, run.timed_out, run.tampered if alone else None)
+                if v.status == "fail" and not alone and not (holds_culprit and run.timed_out):
+                    confirm.append(t)
+                else:
+                    final[t.id] = v
+                progressed = True
+            else:
+                nxt.append(t)
+        if not progressed:
+            for t in nxt:
+                final[t.id] = _verdict(sub, t, _records(t, run), st, note, run.culprit, run.timed_out)
+            break
+        remaining = nxt
+    for t in confirm:
+        final[t.id] = run_group(sub, [t], st)[0]
+    out = [final[t.id] for t in tasks if t.id in final]
+    if st.sanitize and st.backend_name == "cuda":
+        for r in out:
+            if r.status == "fail":
+                task = next(t for t in tasks if t.id == r.id)
+                r.message += sanitizer_report(sub, task, st)
+    return out
+
+
+def safe_run_group(sub: Submission, tasks: list[TaskSpec], st: Settings) -> list[TaskResult]:
+    """:func:`run_group`, turning any grader exception into failed tasks (grading goes on)."""
+    try:
+        return run_group(sub, tasks, st)
+    except Exception as e:  # noqa: BLE001 - one broken group must never stop the grading
+        return [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail",
+                           f"the grader could not run this task: {type(e).__name__}: {e}") for t in tasks]
 
 
 def _int_sizes(params: dict[str, Any]) -> list[int]:
@@ -638,7 +741,7 @@ def choose_hints(recs: list[TestRecord], message: str) -> list[str]:
     return [HINTS[k] for k in keys]
 
 
-def _feedback(result: TaskResult, sub: Submission, st: Settings, elapsed: float) -> str:
+def _feedback(result: TaskResult, sub: Submission, st: Settings) -> str:
     msg = result.message
     recs = result.tests
     failed = [r for r in recs if r.outcome == "failed"]
@@ -660,7 +763,7 @@ def _feedback(result: TaskResult, sub: Submission, st: Settings, elapsed: float)
     return msg + ("\n" + "\n".join(hints) if hints else "")
 
 
-def sanitizer_report(slot: Path, sub: Submission, task: TaskSpec, st: Settings) -> str:
+def sanitizer_report(sub: Submission, task: TaskSpec, st: Settings) -> str:
     """Run a failed task once under ``compute-sanitizer`` (GPU runners only) and return its first lines.
 
     Untested in the course's CI (no GPU there); off unless ``--sanitize``.
@@ -669,11 +772,12 @@ def sanitizer_report(slot: Path, sub: Submission, task: TaskSpec, st: Settings) 
     if not tool:
         return "\n(compute-sanitizer not found on PATH: no sanitizer report)"
     assert sub.pristine is not None
-    restore(slot, sub.pristine, sub.manifest)
-    cmd = [tool, "--tool", "memcheck", "--print-limit", "5", _python(), "-m", "pytest", "-q", "-x",
-           "-c", str(slot / "pytest.ini"), "--rootdir", str(slot), "-p", "cudacourse.pytest_plugin",
-           "--cc-task", task.id, *task.files]
+    slot = sub.slots.get()
     try:
+        restore(slot, sub.pristine, sub.manifest)
+        cmd = [tool, "--tool", "memcheck", "--print-limit", "5", _python(), "-m", "pytest", "-q", "-x",
+               "-c", str(slot / "pytest.ini"), "--rootdir", str(slot), "-p", "cudacourse.pytest_plugin",
+               "--cc-task", task.id, *task.files]
         proc = subprocess.run(cmd, cwd=slot, env=_child_env(slot, st.seed, "cuda", st.build_dir),
                               capture_output=True, text=True, timeout=st.timeout * 5 + st.build_timeout,
                               start_new_session=True)
@@ -682,6 +786,7 @@ def sanitizer_report(slot: Path, sub: Submission, task: TaskSpec, st: Settings) 
         return "\n(compute-sanitizer run timed out)"
     finally:
         restore(slot, sub.pristine, sub.manifest)
+        sub.slots.put(slot)
     lines = [ln for ln in out.splitlines() if ln.startswith("=========")]
     return "\ncompute-sanitizer:\n" + "\n".join(lines[:20]) if lines else "\ncompute-sanitizer: no errors reported"
 
@@ -860,7 +965,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=Path, metavar="OUT", help="write the JSON report")
     p.add_argument("--junit", type=Path, metavar="OUT", help="write a JUnit XML report")
     p.add_argument("--markdown", type=Path, metavar="OUT", help="write a Markdown feedback report")
-    p.add_argument("--timeout", type=float, default=180.0, help="seconds per task (default 180)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds one test case may run before its task fails as hung (default 120)")
     p.add_argument("--build-timeout", type=float, default=300.0,
                    help="extra seconds for the first task of a lesson (a cold build; default 300)")
     p.add_argument("--jobs", "-j", type=int, default=0, help="tasks at a time (default: CPU count, at most 8)")
@@ -923,7 +1029,8 @@ def grade(args: argparse.Namespace) -> list[Report]:
     build_dir = Path(os.environ.get("CUDA_COURSE_BUILD") or (work / "build"))
     build_dir.mkdir(parents=True, exist_ok=True)
     st = Settings(lessons, seed, None if args.backend == "auto" else args.backend, args.timeout,
-                  args.build_timeout, build_dir, args.hidden_feedback, args.sanitize)
+                  args.build_timeout, build_dir, args.hidden_feedback, args.sanitize, backend)
+    t_start = time.monotonic()
     try:
         harness = work / "harness"
         stage_harness(harness, lessons, args.hidden, course)
@@ -931,37 +1038,39 @@ def grade(args: argparse.Namespace) -> list[Report]:
         collect_dir = work / "collect"
         shutil.copytree(harness, collect_dir)
         tasks = collect_tasks(collect_dir, lessons, seed, st.backend, build_dir, args.timeout + args.build_timeout)
+        by_lesson: dict[str, list[TaskSpec]] = {}
+        for t in tasks:
+            by_lesson.setdefault(t.lesson, []).append(t)
+        # Groups of tasks that share a process: one per (submission, lesson), split further while
+        # there are fewer groups than jobs.
+        split = max(1, -(-jobs // (len(subs) * len(by_lesson))))
+        groups: list[tuple[int, list[TaskSpec]]] = []
+        for i in range(len(subs)):
+            for lt in by_lesson.values():
+                k = min(split, len(lt))
+                groups += [(i, lt[j::k]) for j in range(k)]
         for i, sub in enumerate(subs):
             base = work / f"sub{i:03d}"
             sub.pristine = base / "pristine"
             shutil.copytree(harness, sub.pristine)
             stage_kernels(sub, sub.pristine, lessons, course)
             sub.manifest = manifest(sub.pristine)
-            for k in range(max(1, min(jobs, len(tasks)))):
+            n_groups = sum(1 for g in groups if g[0] == i)
+            for k in range(max(1, min(jobs, n_groups))):
                 slot = base / f"slot{k}"
                 shutil.copytree(sub.pristine, slot)
                 sub.slots.put(slot)
-        results: dict[int, list[TaskResult | None]] = {i: [None] * len(tasks) for i in range(len(subs))}
-        started = {i: time.monotonic() for i in range(len(subs))}
-        done_at: dict[int, float] = {}
-        lock = threading.Lock()
+        results: dict[int, dict[str, TaskResult]] = {i: {} for i in range(len(subs))}
         with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futs = {}
-            # Interleave lessons' first tasks so cold builds of different slots overlap.
-            for i, sub in enumerate(subs):
-                for j, task in enumerate(tasks):
-                    futs[pool.submit(run_task, sub, task, st)] = (i, j)
+            futs = {pool.submit(safe_run_group, subs[i], g, st): i for i, g in groups}
             for fut in cf.as_completed(futs):
-                i, j = futs[fut]
-                results[i][j] = fut.result()
-                with lock:
-                    if all(r is not None for r in results[i]):
-                        done_at[i] = time.monotonic()
+                for r in fut.result():
+                    results[futs[fut]][f"{r.lesson}/{r.id}"] = r
         reports = []
+        elapsed = time.monotonic() - t_start
         for i, sub in enumerate(subs):
-            rep = Report(backend, device, sub.impl, [r for r in results[i] if r is not None], name=sub.name,
-                         seed=seed, seconds=done_at.get(i, time.monotonic()) - started[i])
-            reports.append(rep)
+            done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
+            reports.append(Report(backend, device, sub.impl, done, name=sub.name, seed=seed, seconds=elapsed))
         return reports
     finally:
         if args.workdir is None:

@@ -398,8 +398,10 @@ def fold_tasks(records: list[TestRecord]) -> list[TaskResult]:
             first = failed[0]
             case = first.nodeid.split("::", 1)[-1]
             msg = f"{case}: {first.message}" if first.message else f"{case}: failed"
+            real = [r for r in failed if r.exc_type != "NotRun"]
             if len(failed) > 1:
-                msg += f"\n({len(failed)} of {len(recs)} cases failed)"
+                msg += f"\n({len(real)} of {len(recs)} cases failed" + (
+                    f", {len(failed) - len(real)} not run)" if len(real) < len(failed) else ")")
         elif ungraded:
             status = "not-graded"
             msg = ungraded[0].message or "not graded"
