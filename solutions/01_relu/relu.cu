@@ -109,10 +109,15 @@ __global__ void relu_v2_grid_stride_kernel(const float* __restrict__ x, float* _
 void relu_v2_grid_stride(const float* x, float* y, int n, int blocks) {
     if (n == 0) return;
     if (blocks <= 0) {
-        int device = 0, sms = 0;
-        cudaGetDevice(&device);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        if (sms <= 0) sms = 1;
+        // Ask the device how many SMs it has, once (querying properties costs far more than a launch).
+        static int sms = 0;
+        if (sms == 0) {
+            int device = 0;
+            cudaDeviceProp prop;
+            cudaGetDevice(&device);
+            cudaGetDeviceProperties(&prop, device);
+            sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+        }
         int needed = ceil_div(n, kBlock);
         blocks = needed < 4 * sms ? needed : 4 * sms;  // 4 blocks of 256 threads per SM: 1024 threads
     }

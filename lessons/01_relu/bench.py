@@ -1,0 +1,61 @@
+"""Benchmark cases of lesson 01 (ReLU) for ``python -m cudacourse bench`` (GPU only).
+
+Groups (each compared with its PyTorch row and with the copy bandwidth measured in the same run):
+  relu 2^28 fp32           torch.relu; relu_v1_scalar, relu_v2_grid_stride (a few blocks per SM),
+                           relu_v3_float4 (target: 0.85 of the copy bandwidth, task 1.7), relu_forward (the
+                           torch::Tensor binding of task 1.6, which allocates its output) and a plain
+                           ``y.copy_(x)`` for comparison: ReLU moves exactly the bytes of a copy.
+  relu backward 2^28 fp32  torch's threshold_backward (what autograd runs for torch.relu); relu_backward.
+  bias+gelu RxC fp32       torch's two kernels ``F.gelu(x + b, approximate="tanh")``; the fused bias_gelu
+                           (target: at least as fast; it moves about half the bytes).
+``bytes`` counts each input read once and each output written once. ``quick`` uses 2^24 elements.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from cudacourse.bench import Case
+
+
+def cases(m: Any, quick: bool = False) -> list[Case]:
+    """Benchmark cases for lesson 01 on module ``m`` (``m.device`` is cuda). ``quick``: smaller sizes."""
+    dev = m.device
+    log_n = 24 if quick else 28
+    n = 2**log_n
+    x = torch.randn(n, device=dev)
+    y = torch.empty_like(x)
+    out: list[Case] = []
+
+    g = f"relu 2^{log_n} fp32"
+    rw = 2 * 4 * n  # read x, write y
+    out.append(Case(g, "torch.relu", lambda: torch.relu(x), bytes=rw, reference=True))
+    out.append(Case(g, "y.copy_(x) (a copy, for comparison)", lambda: y.copy_(x), bytes=rw))
+    out.append(Case(g, "relu_v1_scalar", lambda: m.relu_v1_scalar(x, y, n), bytes=rw))
+    out.append(Case(g, "relu_v2_grid_stride (4 blocks/SM)", lambda: m.relu_v2_grid_stride(x, y, n, 0), bytes=rw))
+    out.append(Case(g, "relu_v3_float4", lambda: m.relu_v3_float4(x, y, n), bytes=rw, target=0.85,
+                    target_of="copy"))
+    out.append(Case(g, "relu_forward (torch::Tensor binding)", lambda: m.relu_forward(x), bytes=rw))
+
+    g = f"relu backward 2^{log_n} fp32"
+    dy = torch.randn(n, device=dev)
+    dx = torch.empty_like(x)
+    rrw = 3 * 4 * n  # read x and dy, write dx
+    out.append(Case(g, "torch threshold_backward", lambda: torch.ops.aten.threshold_backward(dy, x, 0.0),
+                    bytes=rrw, reference=True))
+    out.append(Case(g, "relu_backward", lambda: m.relu_backward(x, dy, dx, n), bytes=rrw))
+
+    rows, cols = (4096, 4096) if quick else (65536, 4096)
+    xm = torch.randn(rows, cols, device=dev)
+    b = torch.randn(cols, device=dev)
+    ym = torch.empty_like(xm)
+    g = f"bias+gelu {rows}x{cols} fp32"
+    gb = 4 * (2 * rows * cols + cols)  # read x and b, write y
+    out.append(Case(g, "torch gelu(x + b) (2 kernels)", lambda: F.gelu(xm + b, approximate="tanh"), bytes=gb,
+                    reference=True))
+    out.append(Case(g, "bias_add (worked example, no GELU)", lambda: m.bias_add(xm, b, ym, rows, cols), bytes=gb))
+    out.append(Case(g, "bias_gelu (fused)", lambda: m.bias_gelu(xm, b, ym, rows, cols), bytes=gb, target=1.0))
+    return out
