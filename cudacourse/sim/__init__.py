@@ -1,0 +1,568 @@
+"""The CPU simulator: learner CUDA C++ runs on the CPU with CUDA semantics, and bugs are diagnosed.
+
+``SimLibrary.build`` rewrites a kernel file (``rewrite.py``), compiles it with g++ against the runtime
+(``runtime/``) into a shared library, content-cached; ``SimLibrary.call`` runs a launcher in an isolated
+worker process on shared-memory copies of the tensors, so a crash, an endless loop or a wild write never
+takes the caller down. Checked mode (the default) compiles the learner's code with g++'s thread-sanitizer
+instrumentation, whose hooks the runtime implements itself to diagnose races, out-of-bounds accesses and
+uninitialised shared-memory reads; fast mode skips the instrumentation.
+
+``build_torch_extension`` serves the classic ``torch::Tensor`` route through ``load_inline``, in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from cudacourse.buildcache import cached, content_key
+from cudacourse.errors import KERNEL_ERROR_CLASSES, CompileError, KernelError, KernelTimeout
+from cudacourse.source import SCALAR_CTYPES, Launcher
+
+from .rewrite import rewrite
+
+__all__ = ["SimLibrary", "build_torch_extension", "rewrite"]
+
+RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
+_WORKER = Path(__file__).resolve().parent / "_worker.py"
+_GAP = 64 * 1024  # unmapped-by-any-buffer bytes between tensors, so overruns land outside every buffer
+
+# ----------------------------------------------------------------------------------------------------
+# Building
+# ----------------------------------------------------------------------------------------------------
+
+_COMMON = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing", "-pthread",
+           "-w"]
+_CHECKED = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-g1"]
+_GXX_VERSION: str | None = None
+
+
+def _gxx_version() -> str:
+    global _GXX_VERSION
+    if _GXX_VERSION is None:
+        _GXX_VERSION = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+    return _GXX_VERSION
+
+
+def _runtime_text() -> str:
+    return "".join((RUNTIME_DIR / n).read_text() for n in ("ccsim.h", "ccsim_rt.cpp", "ccsim_torch.h"))
+
+
+def runtime_object() -> Path:
+    """The compiled runtime (``ccsim_rt.o``, uninstrumented, position-independent), cached."""
+    flags = [*_COMMON, "-Wall"]
+    key = content_key(_runtime_text(), " ".join(flags), _gxx_version())
+
+    def build(d: Path) -> None:
+        r = subprocess.run(["g++", *flags, "-I", str(RUNTIME_DIR), "-c", str(RUNTIME_DIR / "ccsim_rt.cpp"),
+                            "-o", str(d / "ccsim_rt.o")], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError("building the simulator runtime failed:\n" + r.stderr[-4000:])
+
+    return cached("sim-rt", key, build) / "ccsim_rt.o"
+
+
+_DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?P<sev>fatal error|error):\s*(?P<msg>.*)$",
+                      re.M)
+
+
+def _compile_error(stderr: str, path: str) -> CompileError:
+    """A CompileError pointing at the learner's first error line, with the compiler's words."""
+    diags = list(_DIAG_RE.finditer(stderr))
+    mine = [d for d in diags if d.group("file") == path] or diags
+    out = stderr.replace(str(RUNTIME_DIR) + "/", "")
+    if len(out) > 6000:
+        out = out[:6000] + "\n[... more compiler output cut ...]"
+    if not mine:
+        return CompileError(f"{path}: compilation failed:\n{out}", file=path, line=None, compiler_output=out)
+    d = mine[0]
+    line = int(d.group("line"))
+    return CompileError(f"{path}:{line}: error: {d.group('msg')}\n\n{out}", file=path, line=line,
+                        compiler_output=out)
+
+
+def _parse_order(order: str | None) -> tuple[int, int]:
+    order = order or os.environ.get("CUDA_COURSE_SIM_ORDER") or "forward"
+    name, _, seed = order.partition(":")
+    codes = {"forward": 0, "reverse": 1, "shuffle": 2}
+    if name not in codes:
+        raise ValueError(f"thread order must be forward, reverse, shuffle or shuffle:SEED, not {order!r}")
+    return codes[name], int(seed) if seed else 1
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reports: pc -> file:line, error records -> exceptions
+# ----------------------------------------------------------------------------------------------------
+
+
+class _Symbolizer:
+    """Maps program counters (offsets into one built module) to ``file:line``, cached."""
+
+    def __init__(self, lib: Path, learner_path: str) -> None:
+        self.lib = lib
+        self.path = learner_path
+        self.cache: dict[int, tuple[str, int] | None] = {}
+
+    def resolve(self, pcs: list[int]) -> None:
+        todo = sorted({p for p in pcs if p and p not in self.cache})
+        if not todo:
+            return
+        try:
+            out = subprocess.run(["addr2line", "-e", str(self.lib), "-i", "-a",
+                                  *[hex(max(p - 1, 0)) for p in todo]], capture_output=True, text=True,
+                                 timeout=20).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        frames: dict[int, list[tuple[str, int]]] = {}
+        cur = None
+        for ln in out.splitlines():
+            if ln.startswith("0x"):
+                cur = int(ln, 16) + 1
+                frames[cur] = []
+            elif cur is not None:
+                f, _, rest = ln.rpartition(":")
+                num = re.match(r"\d+", rest)
+                if f and num and f != "??":
+                    frames[cur].append((f, int(num.group(0))))
+        for p in todo:
+            fr = frames.get(p, [])
+            mine = [x for x in fr if x[0] == self.path or os.path.basename(x[0]) == os.path.basename(self.path)]
+            self.cache[p] = (mine or fr or [None])[0]
+
+    def where(self, pc: int) -> tuple[str, int] | None:
+        self.resolve([pc])
+        return self.cache.get(pc)
+
+    def text(self, pc: int) -> str:
+        w = self.where(pc)
+        if not w:
+            return "an unknown line"
+        return f"{os.path.basename(w[0])}:{w[1]}"
+
+
+_PC_TOKEN = re.compile(r"@@PC:([0-9a-f]+)@@")
+_SIGNALS = {4: "SIGILL (illegal instruction)", 5: "SIGTRAP", 6: "SIGABRT (abort)", 7: "SIGBUS (bus error)",
+            8: "SIGFPE (arithmetic error, e.g. integer division by zero)", 11: "SIGSEGV (invalid memory access)"}
+
+
+def make_error(rec: dict, sym: _Symbolizer | None, launcher: str, path: str) -> KernelError:
+    """Turn a runtime error record into the matching KernelError subclass with all fields set."""
+    kind = rec.get("kind", "crash")
+    msg = rec.get("message", "")
+    if sym is not None:
+        sym.resolve([int(h, 16) for h in _PC_TOKEN.findall(msg)] + [int(rec.get("pc") or 0)])
+        msg = _PC_TOKEN.sub(lambda mm: sym.text(int(mm.group(1), 16)), msg)
+    file, line = rec.get("file") or None, int(rec.get("line") or 0) or None
+    if line is None and rec.get("pc") and sym is not None:
+        w = sym.where(int(rec["pc"]))
+        if w:
+            file, line = w
+    if file and file.startswith("<"):
+        file = path if file == "<source>" else file
+    kernel = rec.get("kernel") or None
+    block = tuple(rec["block"]) if rec.get("block") else None
+    thread = tuple(rec["thread"]) if rec.get("thread") else None
+    if kind == "crash" and "signal" in rec:
+        sig = _SIGNALS.get(int(rec["signal"]), f"signal {rec['signal']}")
+        loc = f" at {os.path.basename(file)}:{line}" if line and file else ""
+        if rec.get("in_kernel"):
+            head = f"KernelError in {kernel}, block {_t(block)}: thread {_t(thread)} crashed with {sig}{loc}."
+            if rec.get("stack_overflow"):
+                hint = (" It overflowed its stack: large local arrays or deep recursion (each simulated CUDA thread "
+                        "has about 120 KB of stack).")
+            else:
+                hint = (f" Faulting address 0x{int(rec.get('fault_addr', 0)):x}. Look for an out-of-bounds index or "
+                        "a wild pointer; checked mode (check=True) stops such accesses before they happen and names "
+                        "the buffer and index.")
+        else:
+            head = f"KernelError: the host code of launcher {launcher} crashed with {sig}{loc}."
+            hint = " Check host-side pointers (cudaMalloc results, cudaMemcpy sizes and directions)."
+        msg = head + hint
+    elif kind == "exception":
+        msg = f"launcher {launcher} raised an exception: {msg}"
+    if not msg:
+        msg = f"KernelError ({kind}) in launcher {launcher}"
+    cls = KERNEL_ERROR_CLASSES.get(kind, KernelError)
+    err = cls(msg, kernel=kernel, block=block, thread=thread, file=file, line=line, details=rec)
+    if cls is KernelError:
+        err.kind = kind
+    return err
+
+
+def _t(v: tuple | None) -> str:
+    return "(" + ",".join(str(x) for x in v) + ")" if v else "(?)"
+
+
+# ----------------------------------------------------------------------------------------------------
+# The library and its worker
+# ----------------------------------------------------------------------------------------------------
+
+
+class SimLibrary:
+    """A learner's CUDA file built for the simulator; ``call`` runs its launchers in a worker process."""
+
+    def __init__(self, lib: Path, path: str, launchers: list[Launcher], checked: bool, timeout_s: float,
+                 order: tuple[int, int]) -> None:
+        self.lib = lib
+        self.path = path
+        self.launchers = {la.name: la for la in launchers}
+        self.checked = checked
+        self.timeout_s = timeout_s
+        self.order = order
+        self._sym = _Symbolizer(lib, path)
+        self._proc: subprocess.Popen | None = None
+        self._req: int | None = None
+        self._resp: int | None = None
+        self._rbuf = b""
+        self._shm_path: str | None = None
+        self._shm: mmap.mmap | None = None
+        self._shm_size = 0
+        self._log_path: str | None = None
+        self._log_pos = 0
+
+    # ---- building ---------------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, source: str, path: str | None, launchers: list[Launcher], *, checked: bool = True,
+              timeout_s: float = 10.0, order: str | None = None) -> SimLibrary:
+        """Rewrite and compile ``source`` (cached by content and flags) into a simulator library.
+
+        Raises ``CompileError`` (learner's file and line, compiler's words) or ``UnsupportedError``.
+        """
+        path = path or "<source>"
+        text = rewrite(source, path, list(launchers))
+        rt = runtime_object()
+        flags = [*_COMMON, *(_CHECKED if checked else [])]
+        key = content_key(text, " ".join(flags), _runtime_text(), _gxx_version())
+
+        def build(d: Path) -> None:
+            (d / "src.cpp").write_text(text)
+            r = subprocess.run(["g++", *flags, "-I", str(RUNTIME_DIR), "-c", "src.cpp", "-o", "src.o"], cwd=d,
+                               capture_output=True, text=True)
+            if r.returncode:
+                raise _compile_error(r.stderr, path)
+            r = subprocess.run(["g++", "-shared", "-Wl,-Bsymbolic", "-o", "lib.so", "src.o", str(rt), "-pthread",
+                                "-ldl"], cwd=d, capture_output=True, text=True)
+            if r.returncode:
+                raise CompileError(f"{path}: linking failed:\n{r.stderr[-3000:]}", file=path,
+                                   compiler_output=r.stderr)
+
+        folder = cached("sim", key, build)
+        return cls(folder / "lib.so", path, list(launchers), checked, timeout_s, _parse_order(order))
+
+    # ---- the worker -------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        req_r, req_w = os.pipe()
+        resp_r, resp_w = os.pipe()
+        if self._log_path is None:
+            fd, self._log_path = tempfile.mkstemp(prefix="ccsim-out-", suffix=".log")
+            os.close(fd)
+        log = open(self._log_path, "ab")  # noqa: SIM115 - handed to the child
+        self._log_pos = os.path.getsize(self._log_path)
+        env = dict(os.environ)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-S", str(_WORKER), str(self.lib), str(int(self.checked)), str(self.order[0]),
+             str(self.order[1]), str(req_r), str(resp_w)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(req_r, resp_w), env=env,
+            close_fds=True)
+        log.close()
+        os.close(req_r)
+        os.close(resp_w)
+        self._req, self._resp = req_w, resp_r
+        self._rbuf = b""
+        if self._shm_path:
+            self._send({"op": "map", "path": self._shm_path, "size": self._shm_size})
+            self._recv(30.0)
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            try:
+                self._proc.kill()
+            except OSError:
+                pass
+            self._proc.wait()
+        for fd in (self._req, self._resp):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._proc = self._req = self._resp = None
+
+    def _send(self, obj: dict) -> None:
+        assert self._req is not None
+        os.write(self._req, (json.dumps(obj) + "\n").encode())
+
+    def _recv(self, timeout: float) -> dict | None:
+        """One JSON line from the worker; None on timeout; {"eof": True} if it died silently."""
+        assert self._resp is not None
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._rbuf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            r, _, _ = select.select([self._resp], [], [], left)
+            if not r:
+                return None
+            chunk = os.read(self._resp, 65536)
+            if not chunk:
+                return {"eof": True}
+            self._rbuf += chunk
+        line, _, self._rbuf = self._rbuf.partition(b"\n")
+        return json.loads(line.decode(errors="replace"))
+
+    def _ensure_shm(self, size: int) -> None:
+        if self._shm is not None and size <= self._shm_size:
+            return
+        size = max(size, 1 << 20, int(self._shm_size * 1.5))
+        size = (size + 4095) // 4096 * 4096
+        if self._shm is not None:
+            self._shm.close()
+        if self._shm_path:
+            os.unlink(self._shm_path)
+        d = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        fd, self._shm_path = tempfile.mkstemp(prefix="ccsim-", dir=d)
+        os.ftruncate(fd, size)
+        self._shm = mmap.mmap(fd, size)
+        os.close(fd)
+        self._shm_size = size
+        if self._proc is not None:
+            self._send({"op": "map", "path": self._shm_path, "size": size})
+            if self._recv(30.0) is None:
+                self._kill()
+
+    def _flush_log(self) -> None:
+        if not self._log_path:
+            return
+        try:
+            with open(self._log_path, "rb") as f:
+                f.seek(self._log_pos)
+                data = f.read()
+        except OSError:
+            return
+        if data:
+            self._log_pos += len(data)
+            sys.stdout.write(data.decode(errors="replace"))
+            sys.stdout.flush()
+
+    # ---- calling ----------------------------------------------------------------------------------
+
+    def call(self, name: str, args: list) -> None:
+        """Run launcher ``name`` on ``args`` (tensors for pointers, numbers for scalars) in the worker.
+
+        Every pointer argument is copied back into the caller's tensor afterwards. Kernel bugs raise the
+        matching ``KernelError`` subclass; the library stays usable afterwards.
+        """
+        import torch  # the caller already has torch; the worker never imports it
+
+        la = self.launchers.get(name)
+        if la is None:
+            raise KeyError(f"launcher {name!r} was not built into this library (have: {', '.join(self.launchers)})")
+        if len(args) != len(la.params):
+            raise TypeError(f"{la.signature()} takes {len(la.params)} arguments, got {len(args)}")
+        # layout of the pointer arguments in shared memory, page aligned with gaps between them
+        layout: list[tuple[int, Any, int]] = []
+        off = _GAP
+        for p, a in zip(la.params, args):
+            if p.pointer and a is not None:
+                if not isinstance(a, torch.Tensor):
+                    raise TypeError(f"parameter '{p.text}' takes a tensor, got {type(a).__name__}")
+                if not a.is_contiguous():
+                    raise ValueError(f"parameter '{p.text}' needs a contiguous tensor")
+                nbytes = a.numel() * a.element_size()
+                layout.append((off, a, nbytes))
+                off = (off + nbytes + _GAP + 4095) // 4096 * 4096
+            else:
+                layout.append((0, a, 0))
+        self._ensure_shm(off + _GAP)
+        assert self._shm is not None
+        shm = torch.frombuffer(self._shm, dtype=torch.uint8)
+        params = []
+        for p, (o, a, nbytes) in zip(la.params, layout):
+            if p.pointer:
+                if a is None:
+                    params.append({"kind": "ptr", "null": True, "offset": 0, "nbytes": 0, "name": p.name, "elem": 1})
+                    continue
+                if nbytes:
+                    shm[o:o + nbytes].copy_(a.detach().reshape(-1).view(torch.uint8))
+                elem = a.element_size() * (2 if p.base in ("float2", "int2", "double2", "__half2") else
+                                           4 if p.base in ("float4", "int4") else 1)
+                params.append({"kind": "ptr", "offset": o, "nbytes": nbytes, "name": p.name, "elem": elem})
+            else:
+                ctype = SCALAR_CTYPES.get(p.base, "c_int")
+                v = a.item() if hasattr(a, "item") else a
+                v = bool(v) if ctype == "c_bool" else float(v) if ctype in ("c_float", "c_double") else int(v)
+                params.append({"kind": "scalar", "ctype": ctype, "value": v})
+        if self._proc is None or self._proc.poll() is not None:
+            self._kill()
+            self._start()
+        err: KernelError | None = None
+        try:
+            self._send({"op": "call", "name": name, "params": params})
+        except OSError:
+            self._kill()
+            self._start()
+            self._send({"op": "call", "name": name, "params": params})
+        resp = self._recv(self.timeout_s)
+        if resp is None:
+            err = self._timeout(name)
+        elif resp.get("eof"):
+            self._kill()
+            err = KernelError(f"KernelError: the simulator worker died while running launcher {name} (no report; "
+                              "killed by the system, e.g. out of memory?)")
+            err.kind = "crash"
+        elif "error" in resp or resp.get("kind") == "crash":
+            rec = resp.get("error", resp)
+            err = make_error(rec, self._sym, name, self.path)
+            if rec.get("kind") in ("crash",) and "signal" in rec:
+                self._kill()  # the worker exits after a crash report
+        # copy every pointer argument back (even const ones: a kernel writing an input must be visible)
+        for p, (o, a, nbytes) in zip(la.params, layout):
+            if p.pointer and a is not None and nbytes:
+                a.reshape(-1).view(torch.uint8).copy_(shm[o:o + nbytes])
+        del shm
+        self._flush_log()
+        if err is not None:
+            raise err
+
+    def _timeout(self, name: str) -> KernelTimeout:
+        rec: dict = {}
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self._proc.send_signal(signal.SIGUSR1)
+                got = self._recv(1.0)
+                if got and got.get("kind") == "timeout":
+                    rec = got
+            except OSError:
+                pass
+        self._kill()
+        kernel = rec.get("kernel") or None
+        block = tuple(rec["block"]) if rec.get("block") else None
+        thread = tuple(rec["thread"]) if rec.get("thread") else None
+        running = f"; kernel {kernel} was still running" if kernel else ""
+        if block:
+            running += f" (block {_t(block)}, thread {_t(thread)})"
+        line = int(rec.get("line") or 0) or None
+        msg = (f"KernelTimeout: launcher {name} did not finish within {self.timeout_s:g} s{running}. Look for an "
+               "endless loop (a loop counter that never reaches its bound), or a spin-wait on a flag set by another "
+               "thread or block (blocks are not guaranteed to run at the same time). The worker was stopped; the "
+               "next call starts a fresh one.")
+        return KernelTimeout(msg, kernel=kernel, block=block, thread=thread, file=self.path if line else None,
+                             line=line, details=rec)
+
+    def close(self) -> None:
+        """Stop the worker and release the shared memory."""
+        if self._proc is not None and self._proc.poll() is None and self._req is not None:
+            try:
+                self._send({"op": "exit"})
+                self._proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+        if self._shm is not None:
+            try:
+                self._shm.close()
+            except BufferError:
+                pass
+            self._shm = None
+        for p in (self._shm_path, self._log_path):
+            if p:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+        self._shm_path = self._log_path = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def __enter__(self) -> SimLibrary:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------------------------------
+# The classic torch route
+# ----------------------------------------------------------------------------------------------------
+
+
+def build_torch_extension(source: str, path: str | None, functions: list[str], *, checked: bool = True):
+    """Build a ``torch::Tensor``-wrapper .cu file for the simulator with ``load_inline`` (in-process).
+
+    CUDA and c10-cuda headers are replaced by the simulator runtime, ``x.is_cuda()`` holds for CPU
+    tensors, ``data_ptr<T>()`` registers the tensor's bounds for checked mode and a failed launch raises.
+    Returns a module whose functions raise the matching ``KernelError`` subclass for kernel bugs.
+    """
+    import types
+
+    from torch.utils.cpp_extension import load_inline
+
+    path = path or "<source>"
+    text = rewrite(source, path, [], torch=True, entries=False)
+    rt = runtime_object()
+    cflags = ["-O2", "-w", "-fno-strict-aliasing", *(_CHECKED if checked else [])]
+    key = content_key(text, " ".join(cflags), _runtime_text(), _gxx_version(), ",".join(functions))
+    name = "ccsim_ext_" + key
+
+    def build(d: Path) -> None:
+        try:
+            load_inline(name=name, cpp_sources=[text], functions=list(functions), extra_cflags=cflags,
+                        extra_ldflags=[str(rt)], extra_include_paths=[str(RUNTIME_DIR)], build_directory=str(d),
+                        verbose=False)
+        except RuntimeError as e:  # compiler output is in the message
+            raise _compile_error(str(e), path) from None
+
+    folder = cached("sim-torch", key, build)
+    mod = load_inline(name=name, cpp_sources=[text], functions=list(functions), extra_cflags=cflags,
+                      extra_ldflags=[str(rt)], extra_include_paths=[str(RUNTIME_DIR)], build_directory=str(folder),
+                      verbose=False)
+    import ctypes
+
+    so = Path(mod.__file__)
+    cdll = ctypes.CDLL(str(so))
+    cdll.ccsim_api_init.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_int]
+    order, seed = _parse_order(None)
+    cdll.ccsim_api_init(int(checked), order, seed, 2)
+    sym = _Symbolizer(so, path)
+
+    def wrap(fn_name: str):
+        fn = getattr(mod, fn_name)
+
+        def call(*a, **kw):
+            cdll.ccsim_api_begin_call()
+            try:
+                return fn(*a, **kw)
+            except RuntimeError as e:
+                s = str(e)
+                i = s.find("CCSIM_ERROR ")
+                if i < 0:
+                    raise
+                rec = json.loads(s[i + len("CCSIM_ERROR "):].split("\n")[0])
+                raise make_error(rec, sym, fn_name, path) from None
+
+        call.__name__ = fn_name
+        call.__doc__ = fn.__doc__
+        return call
+
+    out = types.ModuleType(name)
+    out.__file__ = str(so)
+    for f in functions:
+        setattr(out, f, wrap(f))
+    out._extension = mod
+    return out

@@ -1,0 +1,95 @@
+"""Isolated worker process of the CPU simulator: loads one built module and runs its launchers.
+
+Started by ``SimLibrary`` as ``python _worker.py LIB CHECKED ORDER SEED REQ_FD RESP_FD``. It imports
+nothing heavy (no torch) so it starts in a few tens of milliseconds. Requests arrive as JSON lines on
+REQ_FD; every answer is one JSON line on RESP_FD. A crash inside the module is reported on RESP_FD by the
+runtime's signal handler (then the process exits), so the parent always learns what happened.
+
+Buffers live in a shared-memory file mapped by both processes; the parent copies tensors in and out.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+import os
+import sys
+
+
+def main() -> None:
+    """Serve requests until the parent closes the request pipe."""
+    lib_path, checked, order, seed, req_fd, resp_fd = sys.argv[1:7]
+    req = os.fdopen(int(req_fd), "r")
+    resp_fd_i = int(resp_fd)
+    lib = ctypes.CDLL(lib_path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    lib.ccsim_api_init.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_int]
+    lib.ccsim_api_init(int(checked), int(order), int(seed), resp_fd_i)
+    lib.ccsim_api_install_signals()
+    lib.ccsim_api_error.restype = ctypes.c_char_p
+    lib.ccsim_rt_register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    base_addr = 0
+    mm = None
+
+    def answer(obj: dict) -> None:
+        data = (json.dumps(obj) + "\n").encode()
+        os.write(resp_fd_i, data)
+
+    for line in req:
+        msg = json.loads(line)
+        op = msg.get("op")
+        if op == "exit":
+            break
+        if op == "map":
+            if mm is not None:
+                mm.close()
+            fd = os.open(msg["path"], os.O_RDWR)
+            mm = mmap.mmap(fd, msg["size"])
+            os.close(fd)
+            base_addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+            answer({"ok": True})
+            continue
+        if op == "call":
+            lib.ccsim_api_begin_call()
+            lib.ccsim_api_clear_buffers()
+            n = len(msg["params"])
+            argv = (ctypes.c_void_p * max(n, 1))()
+            keep = []
+            for k, p in enumerate(msg["params"]):
+                if p["kind"] == "ptr":
+                    addr = base_addr + p["offset"] if p["nbytes"] or p["offset"] else 0
+                    if p.get("null"):
+                        addr = 0
+                    argv[k] = addr
+                    if addr:
+                        lib.ccsim_rt_register(addr, p["nbytes"], p["name"].encode(), p["elem"])
+                else:
+                    ct = getattr(ctypes, p["ctype"])
+                    v = ct(p["value"])
+                    keep.append(v)
+                    argv[k] = ctypes.addressof(v)
+            fn = getattr(lib, "ccsim_entry_" + msg["name"])
+            fn.argtypes = [ctypes.c_void_p]
+            fn.restype = ctypes.c_int
+            rc = fn(argv)
+            sys.stdout.flush()
+            libc_fflush()
+            if rc:
+                err = lib.ccsim_api_error()
+                answer({"error": json.loads(err.decode(errors="replace")) if err else {"kind": "crash"}})
+            else:
+                answer({"ok": True})
+            continue
+        answer({"error": {"kind": "crash", "message": f"unknown request {op!r}"}})
+
+
+def libc_fflush() -> None:
+    """Flush C stdio (kernel printf output) so the parent sees it after each call."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    main()

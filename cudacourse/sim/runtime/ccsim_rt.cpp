@@ -1,0 +1,1304 @@
+// ccsim_rt.cpp - the runtime proper of the CPU CUDA simulator.
+//
+// Compiled once per flags, WITHOUT instrumentation, and linked into every simulated module. It holds
+// the execution model (a pool of OS worker threads running blocks; inside a block every CUDA thread is a
+// fiber), the per-block scheduler (barriers, warp collectives, divergence and deadlock diagnosis), the
+// shared-memory arena with its shadow, the __tsan_* access hooks of checked mode, atomics, the host API,
+// and the error record the Python side turns into KernelError subclasses.
+//
+// Everything here has hidden visibility except the small C API the worker and the generated entry
+// points use, so two loaded modules never resolve each other's hooks.
+#include "ccsim.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <dlfcn.h>
+#include <link.h>
+#include <mutex>
+#include <pthread.h>
+#include <algorithm>
+#include <random>
+#include <sys/mman.h>
+#include <thread>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include <vector>
+
+// The built-in macros are for kernels; the runtime names its own fields.
+#undef threadIdx
+#undef blockIdx
+#undef blockDim
+#undef gridDim
+using namespace ccsim;
+
+#define API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// ===================================================================================================
+// Constants and records
+// ===================================================================================================
+constexpr size_t REGION = CCSIM_REGION_SIZE;    // fiber control block + guard page + stack, aligned
+constexpr size_t PAGE = 4096;
+constexpr size_t STATIC_LIMIT = 48 * 1024;       // CUDA's static shared memory limit per block
+constexpr size_t RZ = 64;                        // red zone between shared arrays
+constexpr size_t ARENA_CAP = 2 * STATIC_LIMIT + 64 * 1024;
+constexpr int MAX_SITES = 4096;
+constexpr int MAX_THREADS = 1024;
+
+enum FState { F_READY, F_BARRIER, F_WARP, F_EXITED, F_ABORTED };
+
+struct Worker;
+
+struct Fiber {
+    ccsim_view v;              // must stay first: the header reads the built-ins from here
+    void* sp;                  // saved stack pointer while switched out
+    Worker* w;
+    int tid, lane, warp;
+    int state;
+    bool fresh;                // context must be (re)initialised before the next resume
+    // what the fiber waits for
+    const char* wfile; int wline; int wop; unsigned wmask; unsigned long long wval; int warg, wwidth;
+    unsigned long long wres;
+    int pred;
+    // warp ordering for the race checker: last collective this lane took part in
+    uint32_t lcs; unsigned lcm;
+#if !defined(__x86_64__)
+    ucontext_t uc;
+#endif
+};
+
+struct Site { uintptr_t base; size_t bytes, elem, d0, d1, d2; int line; const char* name; };
+
+// Shadow of one 4-byte shared-memory word (checked mode).
+enum { SH_INIT = 1, SH_RED = 2, SH_ATOMIC = 4 };
+struct Shadow {
+    uint8_t flags; int16_t arr;
+    uint16_t wt, r1t, r2t;
+    uint32_t we, r1e, r2e;       // barrier epochs
+    uint32_t ws, r1s, r2s;       // warp collective sequence at the access
+    uintptr_t wpc, r1pc, r2pc;
+};
+
+struct Launch {
+    const char* name; const char* file; int line;
+    dim3 g, b; size_t smem;
+    ccsim_body_fn body; void* ctx;
+    unsigned nthreads; unsigned long long nblocks;
+    std::atomic<unsigned long long> next;
+    std::atomic<bool> abort;
+    std::vector<int> order;
+};
+
+struct Worker {
+    int id;
+    std::vector<Fiber*> fibers;
+    void* sched_sp = nullptr;
+#if !defined(__x86_64__)
+    ucontext_t sched_uc;
+#endif
+    unsigned char* arena = nullptr;  // ARENA_CAP bytes
+    Shadow* shadow = nullptr;        // one per word, checked mode only
+    size_t arena_used = 0, hiwater = 0, dyn_off = 0, dyn_bytes = 0, static_bytes = 0;
+    uint64_t gen = 0;
+    std::vector<uint64_t> site_gen;
+    std::vector<int> site_idx;
+    std::vector<Site> sites;         // arrays allocated in the current block; index 0 is the dynamic part
+    uint32_t epoch = 1;
+    uint32_t wseq[MAX_THREADS / 32];
+    dim3 bidx;
+    Launch* L = nullptr;
+    void* altstack = nullptr;
+};
+
+// ===================================================================================================
+// Globals
+// ===================================================================================================
+__thread Fiber* t_fiber __attribute__((tls_model("initial-exec"))) = nullptr;
+__thread Worker* t_worker __attribute__((tls_model("initial-exec"))) = nullptr;
+
+bool g_checked = false;
+int g_order = 0;                   // 0 forward, 1 reverse, 2 shuffle
+unsigned g_seed = 0;
+int g_report_fd = 2;
+uintptr_t g_base = 0;              // load address of this module (for pc -> file:line)
+struct Range { uintptr_t lo, hi; };
+Range g_image[16]; int g_nimage = 0;
+
+struct Buffer { uintptr_t base; size_t bytes; size_t elem; char name[64]; };
+std::mutex g_buf_mu;
+Buffer g_bufs[256]; std::atomic<int> g_nbufs{0};
+
+std::mutex g_err_mu;
+std::atomic<bool> g_has_err{false};
+char g_err[16384];
+int g_last_cuda_error = 0;
+
+Launch* volatile g_cur_launch = nullptr;
+Fiber* volatile g_cur_fiber[64];
+
+// ===================================================================================================
+// Small helpers
+// ===================================================================================================
+inline uintptr_t rel(const void* pc) { return pc ? (uintptr_t)pc - g_base : 0; }
+
+void json_str(std::string& o, const char* s) {
+    o += '"';
+    for (; s && *s; ++s) {
+        if (*s == '"' || *s == '\\') { o += '\\'; o += *s; }
+        else if (*s == '\n') o += "\\n";
+        else if ((unsigned char)*s < 0x20) o += ' ';
+        else o += *s;
+    }
+    o += '"';
+}
+
+dim3 unlinear(unsigned long long i, dim3 d) {
+    return dim3((unsigned)(i % d.x), (unsigned)((i / d.x) % d.y), (unsigned)(i / ((unsigned long long)d.x * d.y)));
+}
+
+std::string tstr(dim3 t) { char b[64]; snprintf(b, sizeof b, "(%u,%u,%u)", t.x, t.y, t.z); return b; }
+
+// pc tokens are resolved to file:line by the Python side (addr2line on this module, cached)
+std::string pctok(uintptr_t pc) { char b[48]; snprintf(b, sizeof b, "@@PC:%lx@@", (unsigned long)pc); return b; }
+
+// Record the first error of a call. kind: race, out-of-bounds, uninitialized-read, barrier, launch,
+// assert, crash. line/file are set when known directly; pc otherwise.
+void set_error(const char* kind, const std::string& msg, const Launch* L, const dim3* block, const dim3* thread,
+               const char* file, int line, uintptr_t pc) {
+    std::lock_guard<std::mutex> lk(g_err_mu);
+    if (g_has_err.load()) return;
+    std::string o = "{\"kind\":";
+    json_str(o, kind);
+    o += ",\"kernel\":"; json_str(o, L ? L->name : "");
+    if (block) o += ",\"block\":[" + std::to_string(block->x) + "," + std::to_string(block->y) + "," + std::to_string(block->z) + "]";
+    if (thread) o += ",\"thread\":[" + std::to_string(thread->x) + "," + std::to_string(thread->y) + "," + std::to_string(thread->z) + "]";
+    if (file) { o += ",\"file\":"; json_str(o, file); }
+    o += ",\"line\":" + std::to_string(line) + ",\"pc\":" + std::to_string(pc) + ",\"message\":";
+    json_str(o, msg.c_str());
+    o += "}";
+    snprintf(g_err, sizeof g_err, "%s", o.c_str());
+    g_has_err.store(true);
+    g_last_cuda_error = strcmp(kind, "launch") == 0 ? cudaErrorInvalidConfiguration : cudaErrorLaunchFailure;
+}
+
+std::string where(const Launch* L, dim3 blk) {
+    return std::string("in ") + L->name + ", block " + tstr(blk);
+}
+
+// ===================================================================================================
+// Fibers: a hand-written x86-64 context switch (callee-saved registers, MXCSR, x87 control word),
+// ucontext elsewhere. Stacks are REGION-aligned so the header finds the control block from %rsp.
+// ===================================================================================================
+#if defined(__x86_64__)
+extern "C" void ccsim_ctx_switch(void** save_sp, void* to_sp);
+extern "C" void ccsim_ctx_start();
+asm(R"(
+    .text
+    .globl ccsim_ctx_switch
+    .hidden ccsim_ctx_switch
+    .type ccsim_ctx_switch, @function
+ccsim_ctx_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size ccsim_ctx_switch, .-ccsim_ctx_switch
+    .globl ccsim_ctx_start
+    .hidden ccsim_ctx_start
+    .type ccsim_ctx_start, @function
+ccsim_ctx_start:
+    movq %r12, %rdi
+    callq *%r13
+    ud2
+    .size ccsim_ctx_start, .-ccsim_ctx_start
+)");
+#endif
+
+void fiber_main(Fiber* f);
+
+void fiber_init_ctx(Fiber* f) {
+    uintptr_t top = (uintptr_t)f + REGION;
+#if defined(__x86_64__)
+    uintptr_t S = top - 16;                       // %rsp after `ret` into ccsim_ctx_start: 16-aligned
+    uint64_t* sp = (uint64_t*)(S - 64);
+    uint32_t csr = 0x1F80; uint16_t cw = 0x037F;
+    std::memcpy(&sp[0], &csr, 4); std::memcpy((char*)&sp[0] + 4, &cw, 2);
+    sp[1] = 0;                                    // r15
+    sp[2] = 0;                                    // r14
+    sp[3] = (uint64_t)(void*)&fiber_main;         // r13: entry
+    sp[4] = (uint64_t)f;                          // r12: argument
+    sp[5] = 0; sp[6] = 0;                         // rbx, rbp
+    sp[7] = (uint64_t)(void*)&ccsim_ctx_start;    // return address
+    f->sp = sp;
+#else
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = (char*)f + 2 * PAGE;
+    f->uc.uc_stack.ss_size = REGION - 2 * PAGE;
+    f->uc.uc_link = nullptr;
+    makecontext(&f->uc, (void (*)())fiber_main, 1, f);
+#endif
+    f->fresh = false;
+}
+
+Fiber* fiber_new(Worker* w, int idx) {
+    size_t len = 2 * REGION;
+    char* raw = (char*)mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) { perror("ccsim: mmap fiber stack"); _exit(70); }
+    uintptr_t a = ((uintptr_t)raw + REGION - 1) & ~(uintptr_t)(REGION - 1);
+    if (a > (uintptr_t)raw) munmap(raw, a - (uintptr_t)raw);
+    uintptr_t end = (uintptr_t)raw + len;
+    if (end > a + REGION) munmap((void*)(a + REGION), end - (a + REGION));
+    mprotect((void*)(a + PAGE), PAGE, PROT_NONE);   // guard page between control block and stack
+    Fiber* f = new ((void*)a) Fiber();
+    f->w = w; f->tid = idx; f->fresh = true;
+    return f;
+}
+
+inline void switch_to_fiber(Worker* w, Fiber* f) {
+    t_fiber = f;
+    g_cur_fiber[w->id & 63] = f;
+#if defined(__x86_64__)
+    ccsim_ctx_switch(&w->sched_sp, f->sp);
+#else
+    swapcontext(&w->sched_uc, &f->uc);
+#endif
+    t_fiber = nullptr;
+    g_cur_fiber[w->id & 63] = nullptr;
+}
+
+inline void yield_to_sched(Fiber* f) {
+#if defined(__x86_64__)
+    ccsim_ctx_switch(&f->sp, f->w->sched_sp);
+#else
+    swapcontext(&f->uc, &f->w->sched_uc);
+#endif
+}
+
+void fiber_main(Fiber* f) {
+    for (;;) {
+        Launch* L = f->w->L;
+        L->body(L->ctx);
+        f->state = F_EXITED;
+        yield_to_sched(f);
+    }
+}
+
+// Stop the calling CUDA thread right here: it never resumes; its block is abandoned.
+[[noreturn]] void fiber_fail(Fiber* f) {
+    f->state = F_ABORTED;
+    f->w->L->abort.store(true);
+    yield_to_sched(f);
+    __builtin_trap();
+}
+
+// ===================================================================================================
+// Error helpers that know about the current thread
+// ===================================================================================================
+[[noreturn]] void fail_here(const char* kind, const std::string& msg, const char* file, int line, uintptr_t pc) {
+    Fiber* f = t_fiber;
+    Worker* w = f->w;
+    set_error(kind, msg, w->L, &w->bidx, &f->v.ti, file, line, pc);
+    fiber_fail(f);
+}
+
+std::string thr(const Fiber* f) { return "thread " + tstr(f->v.ti); }
+std::string thr_of(Worker* w, int tid) { return "thread " + tstr(unlinear((unsigned)tid, w->L->b)); }
+
+// ===================================================================================================
+// Shared memory
+// ===================================================================================================
+void shadow_mark(Worker* w, size_t off, size_t bytes, uint8_t flags, int arr) {
+    if (!g_checked) return;
+    size_t a = off / 4, b = (off + bytes + 3) / 4;
+    for (size_t i = a; i < b && i < ARENA_CAP / 4; ++i) {
+        Shadow& s = w->shadow[i];
+        std::memset(&s, 0, sizeof s);
+        s.flags = flags; s.arr = (int16_t)arr;
+    }
+    if (b * 4 > w->hiwater) w->hiwater = std::min(b * 4, ARENA_CAP);
+}
+
+void block_reset_shared(Worker* w, Launch* L) {
+    w->gen++;
+    w->sites.clear();
+    w->epoch = 1;
+    std::memset(w->wseq, 0, sizeof w->wseq);
+    // dynamic part first: [RZ][dyn][RZ] then static arrays, each followed by a red zone
+    w->dyn_off = RZ;
+    w->dyn_bytes = L->smem;
+    size_t dyn_end = RZ + ((L->smem + 15) & ~(size_t)15);
+    w->arena_used = dyn_end + RZ;
+    w->static_bytes = 0;
+    if (L->smem) std::memset(w->arena + RZ, 0xFF, L->smem);
+    Site d{(uintptr_t)(w->arena + RZ), L->smem, 1, L->smem, 0, 0, 0, "extern __shared__ (dynamic) memory"};
+    w->sites.push_back(d);
+    if (g_checked) {
+        size_t old = w->hiwater;
+        shadow_mark(w, 0, std::max(old, w->arena_used), SH_RED, -1);
+        shadow_mark(w, 0, RZ, SH_RED, 0);
+        shadow_mark(w, RZ, L->smem, 0, 0);
+        shadow_mark(w, RZ + L->smem, w->arena_used - RZ - L->smem, SH_RED, 0);
+    }
+}
+
+std::string launch_cfg(const Launch* L) {
+    char b[200];
+    snprintf(b, sizeof b, "<<<(%u,%u,%u), (%u,%u,%u), %zu>>>", L->g.x, L->g.y, L->g.z, L->b.x, L->b.y, L->b.z, L->smem);
+    return b;
+}
+
+}  // namespace
+
+API void* ccsim_rt_shared(int site, size_t bytes, size_t elem, size_t d0, size_t d1, size_t d2, int line,
+                          const char* name) {
+    Fiber* f = t_fiber;
+    if (!f) { fprintf(stderr, "ccsim: __shared__ variable '%s' used outside a kernel\n", name); abort(); }
+    Worker* w = f->w;
+    if (site < 0 || site >= MAX_SITES) abort();
+    if (w->site_gen[site] == w->gen) return (void*)w->sites[w->site_idx[site]].base;
+    size_t off = (w->arena_used + 15) & ~(size_t)15;
+    if (w->static_bytes + bytes > STATIC_LIMIT || w->static_bytes + bytes + w->dyn_bytes > STATIC_LIMIT ||
+        off + bytes + RZ > ARENA_CAP) {
+        char b[400];
+        snprintf(b, sizeof b,
+                 "LaunchError: %s %s needs %zu bytes of static shared memory (__shared__ %s at line %d, %zu bytes) "
+                 "plus %zu bytes of dynamic shared memory, more than the 48 KB (49152 bytes) a block may use. "
+                 "Use smaller tiles, or fewer/smaller __shared__ arrays.",
+                 w->L->name, launch_cfg(w->L).c_str(), w->static_bytes + bytes, name, line, bytes, w->dyn_bytes);
+        fail_here("launch", b, nullptr, line, 0);
+    }
+    w->static_bytes += bytes;
+    std::memset(w->arena + off, 0xFF, bytes);   // poison: floats read NaN, ints -1
+    Site s{(uintptr_t)(w->arena + off), bytes, elem ? elem : 1, d0, d1, d2, line, name};
+    int idx = (int)w->sites.size();
+    w->sites.push_back(s);
+    w->site_gen[site] = w->gen; w->site_idx[site] = idx;
+    shadow_mark(w, off, bytes, 0, idx);
+    shadow_mark(w, off + bytes, ((off + bytes + 3) & ~(size_t)3) - (off + bytes) + RZ, SH_RED, idx);
+    w->arena_used = off + bytes + RZ;
+    return (void*)s.base;
+}
+
+API void* ccsim_rt_dyn_shared(void) {
+    Fiber* f = t_fiber;
+    if (!f) abort();
+    return f->w->arena + f->w->dyn_off;
+}
+
+namespace {
+
+std::string elem_name(const Site& s, uintptr_t a) {
+    long long idx = ((long long)a - (long long)s.base);
+    idx = idx >= 0 ? idx / (long long)s.elem : -((-idx + (long long)s.elem - 1) / (long long)s.elem);
+    char b[160];
+    if (s.d1 && s.d0 && idx >= 0) {
+        long long inner = (long long)s.d1 * (s.d2 ? (long long)s.d2 : 1);
+        if (s.d2) snprintf(b, sizeof b, "%s[%lld][%lld][%lld]", s.name, idx / inner, (idx % inner) / (long long)s.d2, idx % (long long)s.d2);
+        else snprintf(b, sizeof b, "%s[%lld][%lld]", s.name, idx / inner, idx % inner);
+    } else {
+        snprintf(b, sizeof b, "%s[%lld]", s.name[0] == 'e' && strncmp(s.name, "extern", 6) == 0 ? "extern_shared" : s.name, idx);
+    }
+    return b;
+}
+
+inline bool warp_ordered(Worker* w, int prev_tid, uint32_t prev_seq, const Fiber* f) {
+    if (prev_tid / 32 != f->tid / 32) return false;
+    return f->lcs > prev_seq && ((f->lcm >> (prev_tid & 31)) & 1u);
+    (void)w;
+}
+
+const char* GUIDE_NOTE =
+    " (Per the CUDA Programming Guide threads of a block are only ordered by __syncthreads(), or within a warp "
+    "by __syncwarp()/warp collectives; a real GPU may happen to give the expected value, but the result is undefined.)";
+
+void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
+    Worker* w = f->w;
+    size_t off = a - (uintptr_t)w->arena;
+    size_t w0 = off / 4, w1 = (off + size - 1) / 4;
+    if (w1 >= ARENA_CAP / 4) w1 = ARENA_CAP / 4 - 1;
+    const char* verb = kind == 0 ? "reads" : kind == 1 ? "writes" : "atomically updates";
+    for (size_t i = w0; i <= w1; ++i) {
+        Shadow& s = w->shadow[i];
+        if (s.flags & SH_RED) {
+            std::string msg;
+            if (s.arr >= 0 && s.arr < (int)w->sites.size()) {
+                const Site& st = w->sites[s.arr];
+                bool before = a < st.base;
+                size_t n = st.bytes / st.elem;
+                msg = "OutOfBoundsError " + where(w->L, w->bidx) + ": " + thr(f) + " " + verb + " " + elem_name(st, a) +
+                      " at " + pctok(pc) + ", " + (before ? "before the start of " : "past the end of ") +
+                      (s.arr == 0 ? std::string("the dynamic shared memory (") + std::to_string(st.bytes) + " bytes, the launch's third <<<>>> argument)"
+                                  : std::string("__shared__ ") + st.name + " (" + std::to_string(n) + " elements, declared at line " + std::to_string(st.line) + ")") +
+                      ". Check the index arithmetic and the array size.";
+            } else {
+                msg = "OutOfBoundsError " + where(w->L, w->bidx) + ": " + thr(f) + " " + verb +
+                      " shared memory outside every __shared__ array at " + pctok(pc) + ". Check the index arithmetic.";
+            }
+            fail_here("out-of-bounds", msg, nullptr, 0, pc);
+        }
+    }
+    for (size_t i = w0; i <= w1; ++i) {
+        Shadow& s = w->shadow[i];
+        const Site* st = (s.arr >= 0 && s.arr < (int)w->sites.size()) ? &w->sites[s.arr] : nullptr;
+        uintptr_t wa = (uintptr_t)w->arena + i * 4;
+        std::string ename = st ? elem_name(*st, std::max(wa, a)) : "shared memory";
+        uint32_t E = w->epoch, seq = w->wseq[f->tid / 32];
+        if (kind != 1) {  // read (or atomic read-modify-write)
+            if (!(s.flags & SH_INIT)) {
+                fail_here("uninitialized-read",
+                          "UninitializedReadError " + where(w->L, w->bidx) + ": " + thr(f) + " " + verb + " " + ename +
+                          " at " + pctok(pc) + ", but no thread of this block has written it yet (shared memory starts "
+                          "undefined each block; the simulator fills it with NaN/-1). Make sure every slot that is read "
+                          "was written first, by enough threads (check the loop bounds and the condition guarding the "
+                          "write), with a __syncthreads() in between.", nullptr, 0, pc);
+            }
+            if (kind == 0 && s.we == E && s.wt != f->tid && !warp_ordered(w, s.wt, s.ws, f)) {
+                fail_here("race", "RaceError " + where(w->L, w->bidx) + ": " + thr(f) + " reads " + ename + " at " +
+                          pctok(pc) + " after " + thr_of(w, s.wt) + (s.flags & SH_ATOMIC ? " atomically updated" : " wrote") +
+                          " it at " + pctok(s.wpc) + " with no __syncthreads() between them. Put a __syncthreads() "
+                          "between the write and the read." + GUIDE_NOTE, nullptr, 0, pc);
+            }
+        }
+        if (kind != 0) {  // write (or atomic)
+            bool prev_atomic = (s.flags & SH_ATOMIC) != 0;
+            if ((s.flags & SH_INIT) && s.we == E && s.wt != f->tid && !(kind == 2 && prev_atomic) &&
+                !warp_ordered(w, s.wt, s.ws, f)) {
+                fail_here("race", "RaceError " + where(w->L, w->bidx) + ": " + thr(f) + " " + verb + " " + ename + " at " +
+                          pctok(pc) + " after " + thr_of(w, s.wt) + " wrote it at " + pctok(s.wpc) +
+                          " with no __syncthreads() between them: which value survives depends on thread order. "
+                          "Separate the writes with a __syncthreads(), or let only one thread write." + GUIDE_NOTE, nullptr, 0, pc);
+            }
+            if (kind == 1) {
+                for (int r = 0; r < 2; ++r) {
+                    uint16_t rt = r ? s.r2t : s.r1t; uint32_t re = r ? s.r2e : s.r1e, rs = r ? s.r2s : s.r1s;
+                    uintptr_t rpc = r ? s.r2pc : s.r1pc;
+                    if (re == E && rt != f->tid && !warp_ordered(w, rt, rs, f)) {
+                        fail_here("race", "RaceError " + where(w->L, w->bidx) + ": " + thr(f) + " writes " + ename + " at " +
+                                  pctok(pc) + " after " + thr_of(w, rt) + " read it at " + pctok(rpc) +
+                                  " with no __syncthreads() between them, so the reader may see either value. Put a "
+                                  "__syncthreads() between the read and the write (a buffer reused for a second "
+                                  "reduction needs one before it is overwritten)." + GUIDE_NOTE, nullptr, 0, pc);
+                    }
+                }
+            }
+            s.flags = (uint8_t)((s.flags | SH_INIT) & ~SH_ATOMIC) | (kind == 2 ? SH_ATOMIC : 0);
+            s.wt = (uint16_t)f->tid; s.we = E; s.ws = seq; s.wpc = pc;
+        } else {
+            if (s.r1e != E || s.r1t == f->tid) { s.r1t = (uint16_t)f->tid; s.r1e = E; s.r1s = seq; s.r1pc = pc; }
+            else { s.r2t = (uint16_t)f->tid; s.r2e = E; s.r2s = seq; s.r2pc = pc; }
+        }
+    }
+}
+
+// ===================================================================================================
+// The access check of checked mode
+// ===================================================================================================
+const Buffer* nearest_buffer(uintptr_t a, long long* dist) {
+    const Buffer* best = nullptr; long long bd = LLONG_MAX;
+    int n = g_nbufs.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) {
+        const Buffer& b = g_bufs[i];
+        if (!b.base) continue;
+        long long d = a < b.base ? (long long)(b.base - a) : (long long)(a - (b.base + b.bytes)) + 1;
+        if (d < bd) { bd = d; best = &b; }
+    }
+    *dist = bd;
+    return best;
+}
+
+void global_bad(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
+    Worker* w = f->w;
+    const char* verb = kind == 0 ? "reads" : kind == 1 ? "writes" : "atomically updates";
+    long long dist = 0;
+    const Buffer* b = nearest_buffer(a, &dist);
+    if (b && dist <= (long long)(1 << 20)) {
+        size_t el = b->elem ? b->elem : 1;
+        long long idx = a >= b->base ? (long long)((a - b->base) / el) : -(long long)((b->base - a + el - 1) / el);
+        size_t n = b->bytes / el;
+        bool past = a >= b->base;
+        char m[700];
+        snprintf(m, sizeof m,
+                 "OutOfBoundsError %s: %s %s %s[%lld] at %s, %s %s (%zu element%s). %s",
+                 where(w->L, w->bidx).c_str(), thr(f).c_str(), verb, b->name, idx, pctok(pc).c_str(),
+                 past ? "past the end of" : "before the start of", b->name, n, n == 1 ? "" : "s",
+                 past ? "The grid has more threads than elements: guard the access with a bounds check such as "
+                        "if (i < n), and check the index arithmetic."
+                      : "Check the index arithmetic (a negative index or offset).");
+        fail_here("out-of-bounds", m, nullptr, 0, pc);
+    }
+    char m[600];
+    snprintf(m, sizeof m,
+             "KernelError %s: %s %s %u bytes at address 0x%lx at %s, which is not in any buffer passed to the "
+             "launcher, any cudaMalloc allocation, shared memory or the thread's own locals (an invalid/wild "
+             "pointer: check pointer arithmetic, uninitialised pointers and host pointers passed to a kernel).",
+             where(w->L, w->bidx).c_str(), thr(f).c_str(), verb, size, (unsigned long)a, pctok(pc).c_str());
+    fail_here("crash", m, nullptr, 0, pc);
+}
+
+Range g_host_stack{0, 0};
+
+__attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int kind, void* pc) {
+    Fiber* f = t_fiber;
+    if (!f) return;
+    if (a - (uintptr_t)f < REGION) return;                    // own stack and control block
+    Worker* w = f->w;
+    if (a - (uintptr_t)w->arena < ARENA_CAP) { shared_access(f, a, size, kind, (uintptr_t)pc - g_base); return; }
+    int n = g_nbufs.load(std::memory_order_relaxed);
+    for (int i = 0; i < n; ++i) {
+        const Buffer& b = g_bufs[i];
+        if (a - b.base < b.bytes) {
+            if (a + size <= b.base + b.bytes) return;
+            break;
+        }
+    }
+    for (int i = 0; i < g_nimage; ++i) if (a - g_image[i].lo < g_image[i].hi - g_image[i].lo) return;
+    if (a - g_host_stack.lo < g_host_stack.hi - g_host_stack.lo) return;   // the launcher's locals and argument copies
+    global_bad(f, a, size, kind, (uintptr_t)pc - g_base);
+}
+
+}  // namespace
+
+// ===================================================================================================
+// __tsan_* hooks (g++ -fsanitize=thread without the TSan runtime calls these around every access)
+// ===================================================================================================
+#define HOOK extern "C" __attribute__((visibility("hidden"), used))
+#define RA __builtin_return_address(0)
+HOOK void __tsan_init() {}
+HOOK void __tsan_func_entry(void*) {}
+HOOK void __tsan_func_exit() {}
+HOOK void __tsan_ignore_thread_begin() {}
+HOOK void __tsan_ignore_thread_end() {}
+#define RW(N) \
+    HOOK void __tsan_read##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 0, RA); } \
+    HOOK void __tsan_write##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 1, RA); } \
+    HOOK void __tsan_unaligned_read##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 0, RA); } \
+    HOOK void __tsan_unaligned_write##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 1, RA); } \
+    HOOK void __tsan_volatile_read##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 0, RA); } \
+    HOOK void __tsan_volatile_write##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 1, RA); } \
+    HOOK void __tsan_read##N##_pc(void* a, void* pc) { if (t_fiber) check((uintptr_t)a, N, 0, pc); } \
+    HOOK void __tsan_write##N##_pc(void* a, void* pc) { if (t_fiber) check((uintptr_t)a, N, 1, pc); }
+RW(1) RW(2) RW(4) RW(8) RW(16)
+HOOK void __tsan_read_range(void* a, unsigned long n) { if (t_fiber && n) check((uintptr_t)a, (unsigned)n, 0, RA); }
+HOOK void __tsan_write_range(void* a, unsigned long n) { if (t_fiber && n) check((uintptr_t)a, (unsigned)n, 1, RA); }
+HOOK void __tsan_vptr_update(void**, void*) {}
+HOOK void __tsan_vptr_read(void**) {}
+
+// Atomic hooks must perform the atomic (instrumented code hands the whole operation to us).
+#define ATOMIC_HOOKS(N, T)                                                                                    \
+    HOOK T __tsan_atomic##N##_load(const volatile T* a, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 0, RA); return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+    HOOK void __tsan_atomic##N##_store(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+    HOOK T __tsan_atomic##N##_exchange(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
+    HOOK T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
+    HOOK T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
+    HOOK T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
+    HOOK T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); } \
+    HOOK T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
+    HOOK T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST); } \
+    HOOK int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
+    HOOK int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
+    HOOK T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); return c; }
+ATOMIC_HOOKS(8, uint8_t)
+ATOMIC_HOOKS(16, uint16_t)
+ATOMIC_HOOKS(32, uint32_t)
+ATOMIC_HOOKS(64, uint64_t)
+HOOK void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+HOOK void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+
+// Device-side assert(): glibc's assert calls __assert_fail; inside a kernel it becomes a KernelError.
+extern "C" __attribute__((visibility("hidden"), noreturn)) void __assert_fail(const char* expr, const char* file,
+                                                                              unsigned int line, const char* func) noexcept {
+    Fiber* f = t_fiber;
+    if (f) {
+        Worker* w = f->w;
+        std::string m = "KernelError " + where(w->L, w->bidx) + ": " + thr(f) + " failed assert(" + expr + ") at " +
+                        file + ":" + std::to_string(line) + ". Look at why the asserted condition is false for this thread.";
+        set_error("assert", m, w->L, &w->bidx, &f->v.ti, file, (int)line, 0);
+        fiber_fail(f);
+    }
+    char b[1024];
+    int n = snprintf(b, sizeof b, "{\"kind\":\"assert\",\"file\":\"%s\",\"line\":%u,\"message\":\"assert(%s) failed in host code at %s:%u (%s)\"}\n",
+                     file, line, "...", file, line, func);
+    if (write(g_report_fd, b, (size_t)n) < 0) {}
+    _exit(4);
+}
+
+// ===================================================================================================
+// Scheduler
+// ===================================================================================================
+namespace {
+
+const char* op_name(int op) {
+    static const char* n[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
+                              "__ballot_sync", "__any_sync", "__all_sync", "__activemask", "__reduce_add_sync",
+                              "__reduce_min_sync", "__reduce_max_sync", "__match_any_sync"};
+    return op >= 0 && op <= 12 ? n[op] : "warp operation";
+}
+
+std::string at_line(const char* file, int line) {
+    (void)file;
+    return "line " + std::to_string(line);
+}
+
+// Complete every warp collective whose lanes have all arrived. Returns 1 if any completed, -1 on error.
+int complete_warp_ops(Worker* w, unsigned n) {
+    Launch* L = w->L;
+    int progressed = 0;
+    unsigned nwarps = (n + 31) / 32;
+    for (unsigned wi = 0; wi < nwarps; ++wi) {
+        unsigned lanes = std::min(32u, n - wi * 32);
+        for (unsigned li = 0; li < lanes; ++li) {
+            Fiber* f = w->fibers[wi * 32 + li];
+            if (f->state != F_WARP) continue;
+            unsigned m = f->wmask;
+            unsigned existing = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u);
+            if (!((m >> li) & 1u)) {
+                set_error("barrier", "BarrierError " + where(L, w->bidx) + ": " + thr(f) + " calls " + op_name(f->wop) +
+                          " at " + at_line(f->wfile, f->wline) + " with mask 0x" + [&] { char b[16]; snprintf(b, 16, "%08x", m); return std::string(b); }() +
+                          " that does not include its own lane " + std::to_string(li) + ". The mask must name every lane that "
+                          "executes the call, including the caller.", L, &w->bidx, &f->v.ti, f->wfile, f->wline, 0);
+                return -1;
+            }
+            unsigned group = m & existing;
+            bool ready = true;
+            for (unsigned lj = 0; lj < lanes; ++lj) {
+                if (!((group >> lj) & 1u)) continue;
+                Fiber* g = w->fibers[wi * 32 + lj];
+                if (g->state == F_EXITED) {
+                    char b[16]; snprintf(b, 16, "%08x", m);
+                    set_error("barrier", "BarrierError " + where(L, w->bidx) + ": " + thr(f) + " (lane " + std::to_string(li) +
+                              ") calls " + op_name(f->wop) + " at " + at_line(f->wfile, f->wline) + " with mask 0x" + b +
+                              ", but lane " + std::to_string(lj) + " (" + thr(g) + ") named in the mask has already exited. "
+                              "Every lane in the mask must reach the same call: use a mask of the lanes that really "
+                              "take this branch (e.g. __ballot_sync/__activemask), or move the call out of the if. "
+                              "(Undefined per the CUDA Programming Guide, even where a GPU seems to work.)",
+                              L, &w->bidx, &f->v.ti, f->wfile, f->wline, 0);
+                    return -1;
+                }
+                if (g->state != F_WARP) { ready = false; break; }
+            }
+            if (!ready) continue;
+            // all lanes of the group wait at a warp operation: they must agree on the operation and mask
+            for (unsigned lj = 0; lj < lanes; ++lj) {
+                if (!((group >> lj) & 1u)) continue;
+                Fiber* g = w->fibers[wi * 32 + lj];
+                if (g->wop != f->wop || g->wmask != f->wmask) {
+                    set_error("barrier", "BarrierError " + where(L, w->bidx) + ": lanes of warp " + std::to_string(wi) +
+                              " meet at different warp operations: " + thr(f) + " at " + op_name(f->wop) + " (" +
+                              at_line(f->wfile, f->wline) + "), " + thr(g) + " at " + op_name(g->wop) + " (" +
+                              at_line(g->wfile, g->wline) + "). The lanes named in a mask must all execute the same call.",
+                              L, &w->bidx, &f->v.ti, f->wfile, f->wline, 0);
+                    return -1;
+                }
+            }
+            uint32_t seq = ++w->wseq[wi];
+            unsigned ballot = 0; unsigned long long sum = 0;
+            for (unsigned lj = 0; lj < lanes; ++lj)
+                if ((group >> lj) & 1u) {
+                    Fiber* g = w->fibers[wi * 32 + lj];
+                    if (g->wval) ballot |= 1u << lj;
+                    sum += g->wval;
+                }
+            for (unsigned lj = 0; lj < lanes; ++lj) {
+                if (!((group >> lj) & 1u)) continue;
+                Fiber* g = w->fibers[wi * 32 + lj];
+                int width = g->wwidth <= 0 || g->wwidth > 32 ? 32 : g->wwidth;
+                int lane = (int)lj, seg = lane & ~(width - 1);
+                int src = lane;
+                switch (g->wop) {
+                    case W_SHFL: src = seg + (g->warg & (width - 1)); break;
+                    case W_UP: src = lane - g->warg; if (src < seg) src = lane; break;
+                    case W_DOWN: src = lane + g->warg; if (src >= seg + width) src = lane; break;
+                    case W_XOR: src = lane ^ g->warg; if (src >= seg + width) src = lane; break;
+                    default: break;
+                }
+                unsigned long long res = g->wval;
+                switch (g->wop) {
+                    case W_SHFL: case W_UP: case W_DOWN: case W_XOR:
+                        if (src >= 0 && src < (int)lanes && ((group >> src) & 1u)) res = w->fibers[wi * 32 + src]->wval;
+                        else res = g->wval;  // a non-participating source: undefined on a GPU; keep own value
+                        break;
+                    case W_BALLOT: res = ballot; break;
+                    case W_ANY: res = ballot != 0; break;
+                    case W_ALL: res = ballot == group; break;
+                    case W_RADD: res = (unsigned)sum; break;
+                    case W_MATCH: {
+                        unsigned mm = 0;
+                        for (unsigned lk = 0; lk < lanes; ++lk)
+                            if (((group >> lk) & 1u) && w->fibers[wi * 32 + lk]->wval == g->wval) mm |= 1u << lk;
+                        res = mm; break;
+                    }
+                    default: res = 0; break;
+                }
+                g->wres = res;
+                g->lcs = seq; g->lcm = group;
+                g->state = F_READY;
+            }
+            progressed = 1;
+        }
+    }
+    return progressed;
+}
+
+bool run_block(Worker* w, Launch* L, unsigned long long bl) {
+    unsigned n = L->nthreads;
+    while (w->fibers.size() < n) w->fibers.push_back(fiber_new(w, (int)w->fibers.size()));
+    w->L = L;
+    w->bidx = unlinear(bl, L->g);
+    block_reset_shared(w, L);
+    for (unsigned i = 0; i < n; ++i) {
+        Fiber* f = w->fibers[i];
+        if (f->fresh || f->state != F_EXITED) fiber_init_ctx(f);
+        f->v.ti = unlinear(i, L->b);
+        f->v.bi = w->bidx; f->v.bd = L->b; f->v.gd = L->g;
+        f->tid = (int)i; f->lane = (int)(i & 31); f->warp = (int)(i >> 5);
+        f->state = F_READY; f->lcs = 0; f->lcm = 0;
+    }
+    const int* order = L->order.data();
+    for (;;) {
+        for (unsigned k = 0; k < n; ++k) {
+            Fiber* f = w->fibers[order[k]];
+            if (f->state != F_READY) continue;
+            switch_to_fiber(w, f);
+            if (f->state == F_ABORTED || L->abort.load(std::memory_order_relaxed)) {
+                for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
+                return false;
+            }
+        }
+        int r = complete_warp_ops(w, n);
+        if (r < 0) { for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true; L->abort.store(true); return false; }
+        if (r > 0) continue;
+        unsigned exited = 0, atbar = 0, atwarp = 0;
+        Fiber *fe = nullptr, *fb = nullptr, *fw = nullptr;
+        for (unsigned i = 0; i < n; ++i) {
+            Fiber* f = w->fibers[i];
+            if (f->state == F_EXITED) { exited++; if (!fe) fe = f; }
+            else if (f->state == F_BARRIER) { atbar++; if (!fb) fb = f; }
+            else if (f->state == F_WARP) { atwarp++; if (!fw) fw = f; }
+        }
+        if (exited == n) return true;
+        std::string msg;
+        Fiber* who = nullptr;
+        if (atwarp) {
+            who = fw;
+            // name a lane of its mask that is not there
+            std::string other;
+            unsigned lanes = std::min(32u, n - (unsigned)fw->warp * 32);
+            for (unsigned lj = 0; lj < lanes; ++lj) {
+                if (!((fw->wmask >> lj) & 1u)) continue;
+                Fiber* g = w->fibers[fw->warp * 32 + lj];
+                if (g->state == F_BARRIER) { other = thr(g) + " (lane " + std::to_string(lj) + ") waits at __syncthreads() at " + at_line(g->wfile, g->wline); break; }
+            }
+            msg = "BarrierError " + where(L, w->bidx) + ": deadlock. " + thr(fw) + " waits in " + op_name(fw->wop) + " at " +
+                  at_line(fw->wfile, fw->wline) + " for lanes of its mask" + (other.empty() ? "" : ", but " + other) +
+                  ". Warp operations and __syncthreads() must be reached by every thread they name.";
+        } else if (exited) {
+            who = fe;
+            msg = "BarrierError " + where(L, w->bidx) + ": " + thr(fb) + " waits at __syncthreads() at " + at_line(fb->wfile, fb->wline) +
+                  ", but " + std::to_string(exited) + " thread(s) of the block, e.g. " + thr(fe) + ", already exited (returned) "
+                  "without reaching it. Do not return before a __syncthreads(): keep every thread running to the barrier "
+                  "and guard only the memory accesses (e.g. if (i < n) ...). (Undefined per the CUDA Programming Guide; "
+                  "real GPUs often seem to work, then hang or give wrong results.)";
+            set_error("barrier", msg, L, &w->bidx, &fe->v.ti, fb->wfile, fb->wline, 0);
+            for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
+            L->abort.store(true);
+            return false;
+        } else {
+            // every live thread waits at a barrier: same call site, then release
+            bool same = true; Fiber* odd = nullptr;
+            for (unsigned i = 0; i < n; ++i) {
+                Fiber* f = w->fibers[i];
+                if (f->wline != fb->wline || f->wop != fb->wop || (f->wfile != fb->wfile && strcmp(f->wfile, fb->wfile))) { same = false; odd = f; break; }
+            }
+            if (same) {
+                int cnt = 0;
+                for (unsigned i = 0; i < n; ++i) cnt += w->fibers[i]->pred != 0;
+                for (unsigned i = 0; i < n; ++i) {
+                    Fiber* f = w->fibers[i];
+                    f->wres = f->wop == 1 ? (unsigned long long)cnt : f->wop == 2 ? (cnt == (int)n) : f->wop == 3 ? (cnt > 0) : 0;
+                    f->state = F_READY;
+                }
+                w->epoch++;
+                continue;
+            }
+            who = fb;
+            msg = "BarrierError " + where(L, w->bidx) + ": threads wait at different __syncthreads() calls: " + thr(fb) + " at " +
+                  at_line(fb->wfile, fb->wline) + ", " + thr(odd) + " at " + at_line(odd->wfile, odd->wline) +
+                  ". A __syncthreads() inside if/else branches that threads take differently is a divergent barrier: "
+                  "move one __syncthreads() out of the branches so every thread reaches the same call. (Undefined per the "
+                  "CUDA Programming Guide.)";
+        }
+        set_error("barrier", msg, L, &w->bidx, &who->v.ti, who->wfile, who->wline, 0);
+        for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
+        L->abort.store(true);
+        return false;
+    }
+}
+
+// ===================================================================================================
+// The worker pool
+// ===================================================================================================
+std::mutex g_pool_mu, g_launch_mu;
+std::condition_variable g_pool_cv, g_done_cv;
+uint64_t g_pool_gen = 0;
+int g_pool_active = 0;
+std::vector<std::thread> g_pool;
+int g_nworkers = 0;
+std::atomic<int> g_worker_ids{0};
+
+void sig_handler(int sig, siginfo_t* si, void* uc);
+
+Worker* my_worker() {
+    Worker* w = t_worker;
+    if (w) return w;
+    w = new Worker();
+    w->id = g_worker_ids.fetch_add(1);
+    w->arena = (unsigned char*)aligned_alloc(64, ARENA_CAP);
+    std::memset(w->arena, 0xFF, ARENA_CAP);
+    w->shadow = (Shadow*)calloc(ARENA_CAP / 4, sizeof(Shadow));
+    for (size_t i = 0; i < ARENA_CAP / 4; ++i) { w->shadow[i].flags = SH_RED; w->shadow[i].arr = -1; }
+    w->hiwater = 0;
+    w->site_gen.assign(MAX_SITES, 0);
+    w->site_idx.assign(MAX_SITES, 0);
+    // an alternate signal stack so a fiber's stack overflow can still be reported
+    stack_t ss; ss.ss_sp = malloc(64 * 1024); ss.ss_size = 64 * 1024; ss.ss_flags = 0;
+    sigaltstack(&ss, nullptr);
+    t_worker = w;
+    return w;
+}
+
+void run_blocks(Worker* w, Launch* L) {
+    for (;;) {
+        if (L->abort.load(std::memory_order_relaxed)) break;
+        unsigned long long b = L->next.fetch_add(1);
+        if (b >= L->nblocks) break;
+        if (!run_block(w, L, b)) break;
+    }
+}
+
+void pool_main() {
+    Worker* w = my_worker();
+    uint64_t seen = 0;
+    for (;;) {
+        Launch* L;
+        {
+            std::unique_lock<std::mutex> lk(g_pool_mu);
+            g_pool_cv.wait(lk, [&] { return g_pool_gen != seen; });
+            seen = g_pool_gen;
+            L = g_cur_launch;
+        }
+        run_blocks(w, L);
+        {
+            std::lock_guard<std::mutex> lk(g_pool_mu);
+            if (--g_pool_active == 0) g_done_cv.notify_all();
+        }
+    }
+}
+
+void init_once() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const char* e = getenv("CCSIM_WORKERS");
+        int n = e ? atoi(e) : (int)std::thread::hardware_concurrency();
+        if (n < 1) n = 1;
+        if (n > 32) n = 32;
+        g_nworkers = n;
+        for (int i = 1; i < n; ++i) { g_pool.emplace_back(pool_main); g_pool.back().detach(); }
+    });
+}
+
+std::string validate(const Launch* L) {
+    const dim3 &g = L->g, &b = L->b;
+    char m[600];
+    unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
+    const char* why = nullptr; char wb[200];
+    if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) why = "a grid or block dimension is 0 (an empty launch is an error in CUDA; check the grid size arithmetic, e.g. (n + 255) / 256)";
+    else if (nt > 1024) { snprintf(wb, sizeof wb, "the block has %llu threads, more than the 1024 a block may have", nt); why = wb; }
+    else if (b.x > 1024 || b.y > 1024 || b.z > 64) { snprintf(wb, sizeof wb, "block dimensions are limited to (1024, 1024, 64)"); why = wb; }
+    else if (g.x > 2147483647u || g.y > 65535 || g.z > 65535) { snprintf(wb, sizeof wb, "grid dimensions are limited to (2^31-1, 65535, 65535) (a negative size converted to unsigned?)"); why = wb; }
+    else if (L->smem > STATIC_LIMIT) { snprintf(wb, sizeof wb, "the launch asks for %zu bytes of dynamic shared memory, more than 48 KB (49152 bytes)", L->smem); why = wb; }
+    if (!why) return "";
+    snprintf(m, sizeof m, "LaunchError: %s%s at %s:%d: invalid configuration: %s.", L->name, launch_cfg(L).c_str(),
+             L->file, L->line, why);
+    return m;
+}
+
+}  // namespace
+
+// ===================================================================================================
+// C API
+// ===================================================================================================
+API int ccsim_rt_launch(const char* name, const char* file, int line, const dim3* g, const dim3* b, size_t smem,
+                        ccsim_body_fn body, void* ctx) {
+    if (g_has_err.load()) return 1;  // errors are sticky until the call ends
+    if (t_fiber) {
+        Fiber* f = t_fiber;
+        fail_here("launch", std::string("LaunchError: kernel ") + name + " launched from inside a kernel (dynamic parallelism) is not supported by the simulator.", file, line, 0);
+        (void)f;
+    }
+    init_once();
+    std::lock_guard<std::mutex> guard(g_launch_mu);
+    Launch L;
+    L.name = name; L.file = file; L.line = line; L.g = *g; L.b = *b; L.smem = smem; L.body = body; L.ctx = ctx;
+    L.nthreads = b->x * b->y * b->z;
+    L.nblocks = (unsigned long long)g->x * g->y * g->z;
+    L.next.store(0); L.abort.store(false);
+    std::string bad = validate(&L);
+    if (!bad.empty()) { set_error("launch", bad, &L, nullptr, nullptr, file, line, 0); return 1; }
+    L.order.resize(L.nthreads);
+    for (unsigned i = 0; i < L.nthreads; ++i) L.order[i] = g_order == 1 ? (int)(L.nthreads - 1 - i) : (int)i;
+    if (g_order == 2) { std::mt19937 rng(g_seed); std::shuffle(L.order.begin(), L.order.end(), rng); }
+    // the launcher's stack holds the argument copies the kernel reads
+    {
+        static __thread uintptr_t lo = 0, hi = 0;
+        if (!hi) {
+            pthread_attr_t at; void* a; size_t s;
+            if (pthread_getattr_np(pthread_self(), &at) == 0) {
+                pthread_attr_getstack(&at, &a, &s); lo = (uintptr_t)a; hi = lo + s; pthread_attr_destroy(&at);
+            }
+        }
+        g_host_stack.lo = lo; g_host_stack.hi = hi;
+    }
+    Worker* w = my_worker();
+    int helpers = L.nblocks > 1 ? g_nworkers - 1 : 0;
+    g_cur_launch = &L;
+    if (helpers) {
+        std::lock_guard<std::mutex> lk(g_pool_mu);
+        g_pool_active = helpers;
+        g_pool_gen++;
+        g_pool_cv.notify_all();
+    }
+    run_blocks(w, &L);
+    if (helpers) {
+        std::unique_lock<std::mutex> lk(g_pool_mu);
+        g_done_cv.wait(lk, [] { return g_pool_active == 0; });
+    }
+    g_cur_launch = nullptr;
+    fflush(stdout);
+    return g_has_err.load() ? 1 : 0;
+}
+
+API const char* ccsim_rt_error_json(void) { return g_has_err.load() ? g_err : ""; }
+
+API void ccsim_rt_syncthreads(const char* file, int line) {
+    Fiber* f = t_fiber;
+    if (!f) return;
+    f->wfile = file; f->wline = line; f->wop = 0; f->pred = 0;
+    f->state = F_BARRIER;
+    yield_to_sched(f);
+}
+
+API int ccsim_rt_syncthreads_op(int op, int pred, const char* file, int line) {
+    Fiber* f = t_fiber;
+    if (!f) return pred;
+    f->wfile = file; f->wline = line; f->wop = op; f->pred = pred;
+    f->state = F_BARRIER;
+    yield_to_sched(f);
+    return (int)f->wres;
+}
+
+API unsigned long long ccsim_rt_warp(int op, unsigned mask, unsigned long long value, int arg, int width,
+                                     const char* file, int line) {
+    Fiber* f = t_fiber;
+    if (!f) return value;
+    if (op == W_ACTIVE) {
+        // approximation: the live (not exited) lanes of the warp
+        Worker* w = f->w; unsigned m = 0, n = w->L->nthreads;
+        for (unsigned l = 0; l < 32; ++l) {
+            unsigned t = (unsigned)f->warp * 32 + l;
+            if (t < n && w->fibers[t]->state != F_EXITED) m |= 1u << l;
+        }
+        return m;
+    }
+    if (width <= 0 || width > 32 || (width & (width - 1))) {
+        fail_here("barrier", "BarrierError " + where(f->w->L, f->w->bidx) + ": " + thr(f) + " calls " + op_name(op) +
+                  " with width " + std::to_string(width) + "; width must be a power of two between 1 and 32.", file, line, 0);
+    }
+    f->wfile = file; f->wline = line; f->wop = op; f->wmask = mask; f->wval = value; f->warg = arg; f->wwidth = width;
+    f->state = F_WARP;
+    yield_to_sched(f);
+    return f->wres;
+}
+
+API void ccsim_rt_threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+API void ccsim_rt_trap(const char* file, int line) {
+    Fiber* f = t_fiber;
+    if (f) fail_here("assert", "KernelError " + where(f->w->L, f->w->bidx) + ": " + thr(f) + " executed __trap() at " + file + ":" + std::to_string(line) + ".", file, line, 0);
+    abort();
+}
+
+API void ccsim_rt_register(const void* p, size_t bytes, const char* name, size_t elem) {
+    if (!p) return;
+    std::lock_guard<std::mutex> lk(g_buf_mu);
+    int n = g_nbufs.load();
+    for (int i = 0; i < n; ++i)
+        if (g_bufs[i].base == (uintptr_t)p) {   // re-registration updates in place
+            g_bufs[i].bytes = bytes; g_bufs[i].elem = elem;
+            snprintf(g_bufs[i].name, sizeof g_bufs[i].name, "%s", name ? name : "buffer");
+            return;
+        }
+    int slot = n < 256 ? n : (int)(((uintptr_t)p >> 6) % 256);
+    Buffer& b = g_bufs[slot];
+    b.base = (uintptr_t)p; b.bytes = bytes; b.elem = elem ? elem : 1;
+    snprintf(b.name, sizeof b.name, "%s", name ? name : "buffer");
+    if (n < 256) g_nbufs.store(n + 1, std::memory_order_release);
+}
+
+static void unregister(const void* p) {
+    std::lock_guard<std::mutex> lk(g_buf_mu);
+    int n = g_nbufs.load();
+    for (int i = 0; i < n; ++i) if (g_bufs[i].base == (uintptr_t)p) { g_bufs[i].base = 0; g_bufs[i].bytes = 0; }
+}
+
+// ---- atomics ---------------------------------------------------------------------------------------
+template <class T> static T int_atomic(int op, T* p, T v, T cmp, void* pc) {
+    if (t_fiber && g_checked) check((uintptr_t)p, sizeof(T), 2, pc);
+    switch (op) {
+        case A_ADD: return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+        case A_SUB: return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST);
+        case A_EXCH: return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
+        case A_AND: return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST);
+        case A_OR: return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST);
+        case A_XOR: return __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST);
+        case A_CAS: { T c = cmp; __atomic_compare_exchange_n(p, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); return c; }
+        default: break;
+    }
+    T old = __atomic_load_n(p, __ATOMIC_SEQ_CST), nv;
+    do {
+        switch (op) {
+            case A_MIN: nv = v < old ? v : old; break;
+            case A_MAX: nv = v > old ? v : old; break;
+            case A_INC: nv = old >= v ? 0 : old + 1; break;           // CUDA: ((old >= val) ? 0 : (old+1))
+            case A_DEC: nv = (old == 0 || old > v) ? v : old - 1; break;  // CUDA: ((old == 0) | (old > val)) ? val : (old-1)
+            default: nv = old; break;
+        }
+    } while (!__atomic_compare_exchange_n(p, &old, nv, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    return old;
+}
+template <class F, class U> static F float_atomic(int op, F* p, F v, void* pc) {
+    if (t_fiber && g_checked) check((uintptr_t)p, sizeof(F), 2, pc);
+    U* q = (U*)p;
+    U old = __atomic_load_n(q, __ATOMIC_SEQ_CST), nb;
+    do {
+        F o; std::memcpy(&o, &old, sizeof o);
+        F n = op == A_ADD ? o + v : op == A_SUB ? o - v : op == A_EXCH ? v : op == A_MAX ? (v > o ? v : o) : (v < o ? v : o);
+        std::memcpy(&nb, &n, sizeof nb);
+    } while (!__atomic_compare_exchange_n(q, &old, nb, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    F o; std::memcpy(&o, &old, sizeof o);
+    return o;
+}
+API int ccsim_atomic_i32(int op, int* p, int v, int c) { return int_atomic<int>(op, p, v, c, RA); }
+API unsigned ccsim_atomic_u32(int op, unsigned* p, unsigned v, unsigned c) { return int_atomic<unsigned>(op, p, v, c, RA); }
+API unsigned long long ccsim_atomic_u64(int op, unsigned long long* p, unsigned long long v, unsigned long long c) { return int_atomic<unsigned long long>(op, p, v, c, RA); }
+API long long ccsim_atomic_i64(int op, long long* p, long long v, long long c) { return int_atomic<long long>(op, p, v, c, RA); }
+API float ccsim_atomic_f32(int op, float* p, float v) { return float_atomic<float, uint32_t>(op, p, v, RA); }
+API double ccsim_atomic_f64(int op, double* p, double v) { return float_atomic<double, uint64_t>(op, p, v, RA); }
+
+// ---- host API --------------------------------------------------------------------------------------
+API cudaError_t ccsim_cudaMalloc(void** p, size_t n, int line) {
+    // a gap of unregistered memory on both sides makes small overruns land outside every buffer
+    size_t gap = 4096;
+    char* raw = (char*)malloc(n + 2 * gap + 16);
+    if (!raw) return (cudaError_t)(g_last_cuda_error = cudaErrorMemoryAllocation);
+    char* base = raw + gap;
+    std::memcpy(base - 16, &raw, sizeof raw);
+    std::memset(base, 0xFF, n);  // like the harness's poison: unwritten outputs read as NaN
+    char name[64]; snprintf(name, sizeof name, "cudaMalloc buffer (line %d)", line);
+    ccsim_rt_register(base, n, name, 1);
+    *p = base;
+    return cudaSuccess;
+}
+API cudaError_t cudaFree(void* p) {
+    if (!p) return cudaSuccess;
+    unregister(p);
+    char* raw; std::memcpy(&raw, (char*)p - 16, sizeof raw);
+    free(raw);
+    return cudaSuccess;
+}
+API cudaError_t cudaMallocHost(void** p, size_t n) { *p = malloc(n); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+API cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
+API cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { if (n) std::memmove(d, s, n); return cudaSuccess; }
+API cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) { return cudaMemcpy(d, s, n, k); }
+API cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
+API cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t) { return cudaMemset(d, v, n); }
+API cudaError_t cudaDeviceSynchronize(void) { return g_has_err.load() ? cudaErrorLaunchFailure : cudaSuccess; }
+API cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+API cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaDeviceSynchronize(); }
+API cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = nullptr; return cudaSuccess; }
+API cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = nullptr; return cudaSuccess; }
+API cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+API cudaError_t cudaGetLastError(void) { cudaError_t e = (cudaError_t)g_last_cuda_error; g_last_cuda_error = 0; return e; }
+API cudaError_t cudaPeekAtLastError(void) { return (cudaError_t)g_last_cuda_error; }
+API const char* cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "cudaSuccess";
+        case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+        case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+        case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+        case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+        default: return "cudaErrorUnknown";
+    }
+}
+API const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+        case cudaErrorLaunchFailure: return "unspecified launch failure";
+        default: return "unknown error";
+    }
+}
+static double now_ms() { timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
+API cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new ccsim_event{0}; return cudaSuccess; }
+API cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { if (e) e->t = now_ms(); return cudaSuccess; }
+API cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+API cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->t - a->t); return cudaSuccess; }
+API cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+API cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+API cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+API cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+API cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+    std::memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "cudacourse CPU simulator");
+    p->totalGlobalMem = 8ull << 30; p->sharedMemPerBlock = STATIC_LIMIT; p->regsPerBlock = 65536; p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024; p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
+    p->multiProcessorCount = g_nworkers ? g_nworkers : 1; p->major = 8; p->minor = 0; p->clockRate = 1000000;
+    p->sharedMemPerMultiprocessor = 100 * 1024; p->maxThreadsPerMultiProcessor = 2048; p->totalConstMem = 65536;
+    return cudaSuccess;
+}
+
+// ---- worker-facing API -----------------------------------------------------------------------------
+namespace {
+int phdr_cb(struct dl_phdr_info* info, size_t, void*) {
+    if (info->dlpi_addr != g_base) return 0;
+    for (int i = 0; i < info->dlpi_phnum && g_nimage < 16; ++i) {
+        const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+        if (ph.p_type != PT_LOAD) continue;
+        g_image[g_nimage].lo = g_base + ph.p_vaddr;
+        g_image[g_nimage].hi = g_base + ph.p_vaddr + ph.p_memsz;
+        g_nimage++;
+    }
+    return 1;
+}
+
+void append_num(char*& p, unsigned long long v) {
+    char t[24]; int n = 0;
+    do { t[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    while (n) *p++ = t[--n];
+}
+void append_str(char*& p, const char* s, char* end) { while (s && *s && p < end - 8) { char c = *s++; if (c == '"' || c == '\\') c = '\''; *p++ = c; } }
+
+// Crash and status reports are written from signal handlers: async-signal-safe formatting only.
+void write_where(char*& p, char* end, Fiber* f) {
+    Launch* L = f ? f->w->L : g_cur_launch;
+    append_str(p, ",\"kernel\":\"", end); append_str(p, L ? L->name : "", end); append_str(p, "\"", end);
+    if (f) {
+        append_str(p, ",\"block\":[", end); append_num(p, f->w->bidx.x); *p++ = ','; append_num(p, f->w->bidx.y); *p++ = ','; append_num(p, f->w->bidx.z);
+        append_str(p, "],\"thread\":[", end); append_num(p, f->v.ti.x); *p++ = ','; append_num(p, f->v.ti.y); *p++ = ','; append_num(p, f->v.ti.z);
+        *p++ = ']';
+    }
+}
+
+void sig_handler(int sig, siginfo_t* si, void* ucv) {
+    char buf[2048]; char* p = buf; char* end = buf + sizeof buf;
+    Fiber* f = t_fiber;
+    uintptr_t pc = 0;
+#if defined(__x86_64__)
+    pc = (uintptr_t)((ucontext_t*)ucv)->uc_mcontext.gregs[REG_RIP];
+#endif
+    (void)ucv;
+    uintptr_t addr = (uintptr_t)si->si_addr;
+    bool overflow = f && addr >= (uintptr_t)f + PAGE && addr < (uintptr_t)f + 2 * PAGE;
+    append_str(p, "{\"kind\":\"crash\",\"signal\":", end); append_num(p, (unsigned)sig);
+    append_str(p, ",\"fault_addr\":", end); append_num(p, addr);
+    append_str(p, ",\"pc\":", end); append_num(p, pc >= g_base ? pc - g_base : 0);
+    append_str(p, ",\"in_kernel\":", end); append_str(p, f ? "true" : "false", end);
+    append_str(p, ",\"stack_overflow\":", end); append_str(p, overflow ? "true" : "false", end);
+    write_where(p, end, f);
+    append_str(p, "}\n", end);
+    if (write(g_report_fd, buf, (size_t)(p - buf)) < 0) {}
+    _exit(3);
+}
+
+void status_handler(int, siginfo_t*, void*) {
+    // timeout: say which kernel and which threads were running
+    char buf[2048]; char* p = buf; char* end = buf + sizeof buf;
+    Fiber* f = nullptr;
+    for (int i = 0; i < 64 && !f; ++i) f = g_cur_fiber[i];
+    append_str(p, "{\"kind\":\"timeout\"", end);
+    write_where(p, end, f);
+    if (f && (f->state == F_BARRIER || f->state == F_WARP)) { append_str(p, ",\"line\":", end); append_num(p, (unsigned)f->wline); }
+    append_str(p, "}\n", end);
+    if (write(g_report_fd, buf, (size_t)(p - buf)) < 0) {}
+}
+}  // namespace
+
+API void ccsim_api_init(int checked, int order, unsigned seed, int report_fd) {
+    g_checked = checked != 0;
+    g_order = order; g_seed = seed;
+    if (report_fd >= 0) g_report_fd = report_fd;
+    Dl_info di;
+    if (dladdr((void*)&ccsim_api_init, &di)) g_base = (uintptr_t)di.dli_fbase;
+    g_nimage = 0;
+    dl_iterate_phdr(phdr_cb, nullptr);
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+    init_once();
+}
+
+API void ccsim_api_install_signals(void) {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = sig_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, nullptr); sigaction(SIGBUS, &sa, nullptr); sigaction(SIGFPE, &sa, nullptr);
+    sigaction(SIGILL, &sa, nullptr); sigaction(SIGABRT, &sa, nullptr); sigaction(SIGTRAP, &sa, nullptr);
+    struct sigaction su;
+    std::memset(&su, 0, sizeof su);
+    su.sa_sigaction = status_handler;
+    su.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigaction(SIGUSR1, &su, nullptr);
+    my_worker();  // alternate signal stack on the calling thread
+}
+
+API void ccsim_api_begin_call(void) {
+    std::lock_guard<std::mutex> lk(g_err_mu);
+    g_has_err.store(false);
+    g_err[0] = 0;
+    g_last_cuda_error = 0;
+}
+
+API void ccsim_api_clear_buffers(void) {
+    std::lock_guard<std::mutex> lk(g_buf_mu);
+    int n = g_nbufs.load();
+    int keep = 0;
+    for (int i = 0; i < n; ++i)   // cudaMalloc allocations outlive a call; the tensors passed in do not
+        if (g_bufs[i].base && strncmp(g_bufs[i].name, "cudaMalloc", 10) == 0) g_bufs[keep++] = g_bufs[i];
+    g_nbufs.store(keep);
+}
+
+API const char* ccsim_api_error(void) { return ccsim_rt_error_json(); }
+API void ccsim_api_set_error(const char* kind, const char* msg) { set_error(kind, msg, nullptr, nullptr, nullptr, nullptr, 0, 0); }
+API unsigned long ccsim_api_base(void) { return (unsigned long)g_base; }
