@@ -104,22 +104,25 @@ __global__ void relu_v2_grid_stride_kernel(const float* __restrict__ x, float* _
     // END SOLUTION
 }
 
-// Contract: like relu_v1_scalar, but launches `blocks` blocks whatever n is (blocks <= 0: a grid of a
-// few blocks per SM, capped by what n needs). Every element must still be written.
+// Contract: like relu_v1_scalar, but launches `blocks` blocks whatever n is (blocks <= 0: just enough
+// blocks to fill the GPU, capped by what n needs). Every element must still be written.
 void relu_v2_grid_stride(const float* x, float* y, int n, int blocks) {
     if (n == 0) return;
     if (blocks <= 0) {
-        // Ask the device how many SMs it has, once (querying properties costs far more than a launch).
-        static int sms = 0;
-        if (sms == 0) {
+        // Enough blocks to fill every SM with as many threads as it can hold (2048 per SM on compute
+        // capability 8.0 and 9.0, 1536 on 8.6/8.9), and no more than n needs. Asked once: querying
+        // the device costs far more than a launch.
+        static int full_grid = 0;
+        if (full_grid == 0) {
             int device = 0;
             cudaDeviceProp prop;
             cudaGetDevice(&device);
             cudaGetDeviceProperties(&prop, device);
-            sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+            int per_sm = prop.maxThreadsPerMultiProcessor / kBlock;
+            full_grid = (prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1) * (per_sm > 0 ? per_sm : 1);
         }
         int needed = ceil_div(n, kBlock);
-        blocks = needed < 4 * sms ? needed : 4 * sms;  // 4 blocks of 256 threads per SM: 1024 threads
+        blocks = needed < full_grid ? needed : full_grid;
     }
     relu_v2_grid_stride_kernel<<<blocks, kBlock>>>(x, y, n);
 }
