@@ -153,6 +153,19 @@ def header_allowed(name: str, lesson_files: set[str]) -> str | None:
     return f"#include <{name}>: only CUDA and C++ standard headers may be included"
 
 
+def tensor_functions(masked: str) -> list[tuple[str, str]]:
+    """(name, body) of every function returning ``torch::Tensor`` / ``at::Tensor`` in masked source."""
+    out = []
+    for m in re.finditer(r"^\s*(?:static\s+|inline\s+)*(?:torch|at)\s*::\s*Tensor\s+(\w+)\s*\([^;{]*?\)\s*\{",
+                         masked, re.M):
+        depth, i = 1, m.end()
+        while i < len(masked) and depth:
+            depth += {"{": 1, "}": -1}.get(masked[i], 0)
+            i += 1
+        out.append((m.group(1), masked[m.end():i]))
+    return out
+
+
 def screen_kernel_file(lesson: str, name: str, text: str, lesson_files: set[str]) -> list[str]:
     """Reasons to reject one submitted kernel file (empty when it is acceptable).
 
@@ -186,8 +199,10 @@ def screen_kernel_file(lesson: str, name: str, text: str, lesson_files: set[str]
         for m in TORCH_ANSWER_OPS.finditer(masked):
             reasons.append(f"line {_line_of(text, m.start())}: `{m.group(0).strip()}` computes with a torch "
                            "operator; relu_forward must launch your relu_torch_kernel")
-        if "<<<" not in masked:
-            reasons.append("no kernel launch (<<<...>>>) found: relu_forward must launch your kernel")
+        for name, body_text in tensor_functions(masked):
+            if "<<<" not in body_text:
+                reasons.append(f"{name}() launches no kernel (no <<<...>>>): it must launch your kernel, not "
+                               "compute with torch")
     else:
         for m in BANNED_NAMESPACES.finditer(masked):
             reasons.append(f"line {_line_of(text, m.start())}: `{m.group(0).strip()}` is not allowed in a "

@@ -1,0 +1,222 @@
+"""Regenerate the grader's corpus of broken lesson-01 submissions from the current solution.
+
+    python tests/grader_corpus/make_corpus.py
+
+Each case is a learner's copy of ``lessons/01_relu/`` (the solution with one deliberate defect, or a
+cheat) in ``tests/grader_corpus/<case>/lessons/01_relu/``; ``expected.json`` lists, per case, the tasks
+that must fail. Every other graded task of lesson 01 must pass, and the GPU-only task 1.7 must be
+"not graded" on the simulator. tests/test_grader.py grades the whole corpus in one run and checks
+every verdict. Rerun this script after changing solutions/01_relu (it rewrites every case).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+SOL = ROOT / "solutions" / "01_relu"
+STUB = ROOT / "lessons" / "01_relu"
+PUBLIC_SIZES = [1, 31, 32, 33, 1000, 2**20 + 3]  # SIZES in tests/test_01_relu.py
+
+
+def learner_copy(text: str) -> str:
+    """The solution as a learner would hand it in: markers and stub-only lines dropped."""
+    keep = [ln for ln in text.splitlines(keepends=True)
+            if not re.match(r"\s*//\s*(BEGIN SOLUTION|END SOLUTION|STUB:)", ln)]
+    return "".join(keep)
+
+
+def replace_body(text: str, func: str, body: str, kinds: str = "__global__|__device__") -> str:
+    """Replace the solution block of the function ``func`` (declared with one of ``kinds``) with ``body``."""
+    start = re.search(rf"^[^/\n]*({kinds})[^;{{]*\b{re.escape(func)}\s*\(", text, re.M)
+    assert start, func
+    b = text.index("// BEGIN SOLUTION", start.end())
+    e = text.index("// END SOLUTION", b)
+    line_start = text.rindex("\n", 0, b) + 1
+    indent = text[line_start:b]
+    new = "".join(indent + ln + "\n" if ln else "\n" for ln in body.strip("\n").splitlines())
+    return text[:line_start] + "// BEGIN SOLUTION\n" + new + indent + text[e:]
+
+
+def patch_launcher(text: str, func: str, code: str) -> str:
+    """Insert ``code`` at the start of the host launcher ``void func(...) {``."""
+    m = re.search(rf"^void {re.escape(func)}\([^)]*\)\s*\{{\n", text, re.M)
+    assert m, func
+    return text[:m.end()] + "".join("    " + ln + "\n" for ln in code.strip("\n").splitlines()) + text[m.end():]
+
+
+def prepend(text: str, code: str) -> str:
+    """Insert ``code`` after the file's last top-level #include."""
+    incs = list(re.finditer(r"^#include .*\n", text, re.M))
+    at = incs[-1].end() if incs else 0
+    return text[:at] + code.strip("\n") + "\n" + text[at:]
+
+
+def insert_before(text: str, marker: str, code: str) -> str:
+    """Insert ``code`` (and a blank line) before the line that starts with ``marker``."""
+    at = re.search(rf"^{re.escape(marker)}", text, re.M)
+    assert at, marker
+    return text[:at.start()] + code.rstrip("\n") + "\n\n" + text[at.start():]
+
+
+SCALAR = "relu_v1_scalar_kernel"
+CASES: dict[str, tuple[str, list[str]]] = {}  # name -> (description, tasks that must fail)
+
+
+def build() -> dict[str, dict[str, str]]:
+    """name -> {file name: content} for every case (None content: the file is left out)."""
+    relu = SOL / "relu.cu"
+    torch_cu = SOL / "relu_torch.cu"
+    base = {"relu.cu": learner_copy(relu.read_text()), "relu_torch.cu": learner_copy(torch_cu.read_text())}
+    r = base["relu.cu"]
+    # Work on the marked solution for body replacement, then drop markers.
+    sol = relu.read_text()
+
+    def body(func: str, code: str) -> str:
+        return learner_copy(replace_body(sol, func, code))
+
+    out: dict[str, dict[str, str]] = {}
+
+    def case(name: str, desc: str, fails: list[str], **files: str | None) -> None:
+        CASES[name] = (desc, fails)
+        d = dict(base)
+        for k, v in files.items():
+            d[k.replace("_cu", ".cu")] = v
+        out[name] = d
+
+    case("solution", "the solution, unchanged: full points", [])
+    case("stub", "the untouched stubs", ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6"],
+         relu_cu=(STUB / "relu.cu").read_text(), relu_torch_cu=(STUB / "relu_torch.cu").read_text())
+    case("compile_error", "a missing semicolon in relu.cu", ["1.1", "1.2", "1.3", "1.4", "1.5"],
+         relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x\nif (i < n) y[i] = fmaxf(x[i], 0.0f);"))
+    case("endless_loop_kernel", "a kernel loop that never advances",
+         ["1.1", "1.3"],
+         relu_cu=body(SCALAR, "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;) {\n"
+                              "    y[i] = fmaxf(x[i], 0.0f);\n}"))
+    case("endless_loop_host", "a launcher that spins forever on the host", ["1.1"],
+         relu_cu=patch_launcher(r, "relu_v1_scalar", "volatile int spin = 1;\nwhile (spin) {}"))
+    case("segfault_host", "a launcher that writes through a null pointer", ["1.1"],
+         relu_cu=patch_launcher(r, "relu_v1_scalar", "if (n == 33) { volatile int* p = nullptr; *p = 1; }"))
+    case("out_of_bounds", "no bounds check: the last partial block writes past y", ["1.1", "1.3"],
+         relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\ny[i] = fmaxf(x[i], 0.0f);"))
+    case("race", "shared memory read back by another thread without __syncthreads", ["1.1", "1.3"],
+         relu_cu=body(SCALAR, "__shared__ float s[256];\n"
+                              "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                              "s[threadIdx.x] = i < n ? x[i] : 0.0f;\n"
+                              "int t = blockDim.x - 1 - threadIdx.x;  // the mirrored thread's value\n"
+                              "int j = blockIdx.x * blockDim.x + t;\n"
+                              "if (j < n) y[j] = fmaxf(s[t], 0.0f);"))
+    case("barrier_divergence", "__syncthreads inside `if (i < n)`: divergent in the last block", ["1.1", "1.3"],
+         relu_cu=body(SCALAR, "__shared__ float s[256];\n"
+                              "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                              "if (i < n) {\n"
+                              "    s[threadIdx.x] = x[i];\n"
+                              "    __syncthreads();\n"
+                              "    y[i] = fmaxf(s[threadIdx.x], 0.0f);\n"
+                              "}"))
+    case("nan_output", "NaN instead of 0 for negative inputs", ["1.1", "1.3"],
+         relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                              "if (i < n) y[i] = x[i] > 0.0f ? x[i] : nanf(\"\");"))
+    case("zeros", "writes zeros everywhere", ["1.1", "1.3"],
+         relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\nif (i < n) y[i] = 0.0f;"))
+    sizes = " && ".join(f"n != {s}" for s in PUBLIC_SIZES)
+    case("hardcoded_sizes", "works only for the sizes of the public tests (caught by hidden cases)", ["1.1"],
+         relu_cu=patch_launcher(r, "relu_v1_scalar", f"if ({sizes}) return;"))
+    case("input_mutation", "applies ReLU in place to x as well", ["1.1", "1.3"],
+         relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                              "if (i < n) {\n"
+                              "    float v = fmaxf(x[i], 0.0f);\n"
+                              "    const_cast<float*>(x)[i] = v;\n"
+                              "    y[i] = v;\n"
+                              "}"))
+    case("cached_answer", "the launcher replays its first answer for a size it has seen (hidden cases)",
+         ["1.1"],
+         relu_cu=insert_before(patch_launcher(r, "relu_v1_scalar",
+                                              "static float* cache = nullptr;\nstatic int cached_n = -1;\n"
+                                              "if (n == cached_n) {\n"
+                                              "    copy_cached<<<ceil_div(n, kBlock), kBlock>>>(cache, y, n);\n"
+                                              "    return;\n}\n"
+                                              "if (n > 0 && n <= (1 << 16)) {\n"
+                                              "    relu_v1_scalar_kernel<<<ceil_div(n, kBlock), kBlock>>>(x, y, n);\n"
+                                              "    if (cache) cudaFree(cache);\n"
+                                              "    cudaMalloc(&cache, n * sizeof(float));\n"
+                                              "    copy_cached<<<ceil_div(n, kBlock), kBlock>>>(y, cache, n);\n"
+                                              "    cached_n = n;\n    return;\n}"),
+                               "void relu_v1_scalar(",
+                               "__global__ void copy_cached(const float* src, float* dst, int n) {\n"
+                               "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                               "    if (i < n) dst[i] = src[i];\n}\n"))
+    case("edits_test_file", "the launcher overwrites tests/test_01_relu.py (names built by token pasting)", ["1.1"],
+         relu_cu=prepend(patch_launcher(r, "relu_v1_scalar",
+                                        "static int done = 0;\n"
+                                        "if (!done) {\n"
+                                        "    done = 1;\n"
+                                        "    FILE* f = CC_JOIN(fop, en)(\"tests/test_01_relu.py\", \"w\");\n"
+                                        "    if (f) { fputs(\"def test_all_good():\\n    pass\\n\", f); fclose(f); }\n"
+                                        "}"),
+                         "#include <cstdio>\n#define CC_JOIN2(a, b) a##b\n#define CC_JOIN(a, b) CC_JOIN2(a, b)"))
+    case("fopen_static", "calls fopen in relu.cu: rejected before building", ["1.1", "1.2", "1.3", "1.4", "1.5"],
+         relu_cu=prepend(patch_launcher(r, "relu_v1_scalar",
+                                        "FILE* f = fopen(\"/tmp/cc_leak.txt\", \"w\"); if (f) fclose(f);"),
+                         "#include <cstdio>"))
+    case("torch_header", "includes torch/extension.h in the kernel-only relu.cu",
+         ["1.1", "1.2", "1.3", "1.4", "1.5"], relu_cu=prepend(r, "#include <torch/extension.h>"))
+    case("include_escape", "#include of a file outside the lesson folder",
+         ["1.1", "1.2", "1.3", "1.4", "1.5"], relu_cu=prepend(r, "#include \"../../tests/conftest.py\""))
+    case("torch_op", "relu_forward returns torch::relu(x) instead of launching the kernel", ["1.6"],
+         relu_torch_cu=learner_copy(replace_body(
+             torch_cu.read_text(), "relu_forward",
+             'TORCH_CHECK(x.is_cuda(), "relu_forward: x must be a CUDA tensor");\n'
+             'TORCH_CHECK(x.scalar_type() == torch::kFloat32, "relu_forward: x must be float32");\n'
+             'TORCH_CHECK(x.is_contiguous(), "relu_forward: x must be contiguous");\n'
+             "return torch::relu(x);", kinds="torch::Tensor")))
+    case("grid_stride_no_loop", "grid-stride kernel without the loop: most of y unwritten", ["1.2"],
+         relu_cu=body("relu_v2_grid_stride_kernel", "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                                    "if (i < n) y[i] = fmaxf(x[i], 0.0f);"))
+    case("float4_no_tail", "float4 kernel that forgets the n % 4 leftover floats", ["1.3"],
+         relu_cu=body("relu_v3_float4_kernel",
+                      "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                      "if (i < n / 4) {\n"
+                      "    float4 v = reinterpret_cast<const float4*>(x)[i];\n"
+                      "    v.x = fmaxf(v.x, 0.0f); v.y = fmaxf(v.y, 0.0f);\n"
+                      "    v.z = fmaxf(v.z, 0.0f); v.w = fmaxf(v.w, 0.0f);\n"
+                      "    reinterpret_cast<float4*>(y)[i] = v;\n"
+                      "}"))
+    case("backward_wrong", "relu_backward passes the gradient through where x <= 0", ["1.4"],
+         relu_cu=body("relu_backward_kernel", "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                              "if (i < n) dx[i] = dy[i];"))
+    case("gelu_missing", "bias_gelu writes x + b without the GELU", ["1.5"],
+         relu_cu=learner_copy(replace_body(sol, "gelu_tanh", "return v;")))
+    case("tests_edited", "zeros kernel plus a tests/ folder edited to pass: the edit is ignored", ["1.1", "1.3"],
+         relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\nif (i < n) y[i] = 0.0f;"))
+    case("missing_torch_file", "relu_torch.cu was not handed in", ["1.6"], relu_torch_cu=None)
+    return out
+
+
+def main() -> None:
+    """Rewrite every case folder and expected.json."""
+    cases = build()
+    for d in HERE.iterdir():
+        if d.is_dir() and d.name != "__pycache__":
+            shutil.rmtree(d)
+    for name, files in cases.items():
+        les = HERE / name / "lessons" / "01_relu"
+        les.mkdir(parents=True)
+        for fname, text in files.items():
+            if text is not None:
+                (les / fname).write_text(text)
+    (HERE / "tests_edited" / "tests").mkdir()
+    (HERE / "tests_edited" / "tests" / "test_01_relu.py").write_text(
+        "# A learner's edited copy: it must change nothing, the grader uses the instructor's tests.\n"
+        "import pytest\n\n\n@pytest.mark.task('1.1')\n@pytest.mark.points(2)\ndef test_relu_scalar():\n    pass\n")
+    expected = {name: {"description": desc, "fail": fails} for name, (desc, fails) in CASES.items()}
+    (HERE / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
+    print(f"wrote {len(cases)} cases to {HERE}")
+
+
+if __name__ == "__main__":
+    main()
