@@ -100,8 +100,9 @@ constexpr int T3 = 32;  // tile edge: a 32x32 block of threads computes a 32x32 
 
 __global__ void sgemm_v3_shared_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                        float* __restrict__ C, int M, int N, int K) {
-    __shared__ float As[T3][T3];  // As[r][k] = A[blockRow + r, k0 + k]
-    __shared__ float Bs[T3][T3];  // Bs[k][c] = B[k0 + k, blockCol + c]
+    __shared__ float As[T3][T3];
+    __shared__ float Bs[T3][T3];
+    // As[r][k] holds A[blockRow + r, k0 + k]; Bs[k][c] holds B[k0 + k, blockCol + c].
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int row = blockIdx.y * T3 + ty;  // this thread's element of C
     const int col = blockIdx.x * T3 + tx;
@@ -247,8 +248,9 @@ template <bool Vec>
 __global__ void __launch_bounds__(THREADS6)
 sgemm_v6_vec_kernel(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
                     int M, int N, int K) {
-    __shared__ __align__(16) float As[BK6][BM6];  // transposed: As[k][m] = A[rowBase + m, k0 + k]
+    __shared__ __align__(16) float As[BK6][BM6];
     __shared__ __align__(16) float Bs[BK6][BN6];
+    // As is transposed: As[k][m] holds A[rowBase + m, k0 + k].
     const int tid = threadIdx.x;
     const int trow = tid / (BN6 / TN6), tcol = tid % (BN6 / TN6);
     const int rowBase = blockIdx.y * BM6, colBase = blockIdx.x * BN6;
@@ -433,8 +435,9 @@ constexpr int TL = 32;
 __global__ void linear_kernel(const float* __restrict__ x, const float* __restrict__ W,
                               const float* __restrict__ bias, float* __restrict__ y,
                               int batch, int in_features, int out_features) {
-    __shared__ float Xs[TL][TL];      // Xs[r][k] = x[rowBase + r, k0 + k]
-    __shared__ float Ws[TL][TL + 1];  // Ws[k][n] = W[colBase + n, k0 + k]: W^T, padded by one column
+    __shared__ float Xs[TL][TL];
+    __shared__ float Ws[TL][TL + 1];
+    // Xs[r][k] holds x[rowBase + r, k0 + k]; Ws[k][n] holds W[colBase + n, k0 + k] (W^T), padded by one column.
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int row = blockIdx.y * TL + ty;  // batch index of this thread's output
     const int col = blockIdx.x * TL + tx;  // output feature of this thread's output
