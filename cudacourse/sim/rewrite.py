@@ -274,6 +274,8 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
             if m[s - 1] == "\n" and _in_preprocessor_line(m, s - 2 if s >= 2 else 0) and m[s - 2] != "\n":
                 break
             s -= 1
+        while s < i and m[s] in " \t\r\n":
+            s += 1
         e = m.find(";", i)
         if e < 0:
             raise _err(CompileError, "__shared__ declaration without ';'", path, line_of(source, i))

@@ -411,6 +411,7 @@ std::string elem_name(const Site& s, uintptr_t a) {
     long long idx = ((long long)a - (long long)s.base);
     idx = idx >= 0 ? idx / (long long)s.elem : -((-idx + (long long)s.elem - 1) / (long long)s.elem);
     char b[160];
+    if (s.d0 == 0 && s.bytes == s.elem && idx == 0) return s.name;  // a scalar __shared__ variable
     if (s.d1 && s.d0 && idx >= 0) {
         long long inner = (long long)s.d1 * (s.d2 ? (long long)s.d2 : 1);
         if (s.d2) snprintf(b, sizeof b, "%s[%lld][%lld][%lld]", s.name, idx / inner, (idx % inner) / (long long)s.d2, idx % (long long)s.d2);
@@ -1209,15 +1210,16 @@ void append_num(char*& p, unsigned long long v) {
     do { t[n++] = (char)('0' + v % 10); v /= 10; } while (v);
     while (n) *p++ = t[--n];
 }
-void append_str(char*& p, const char* s, char* end) { while (s && *s && p < end - 8) { char c = *s++; if (c == '"' || c == '\\') c = '\''; *p++ = c; } }
+void append_raw(char*& p, const char* s, char* end) { while (s && *s && p < end - 8) *p++ = *s++; }
+void append_str(char*& p, const char* s, char* end) { while (s && *s && p < end - 8) { char c = *s++; if (c == '"' || c == '\\' || (unsigned char)c < 0x20) c = '\''; *p++ = c; } }
 
 // Crash and status reports are written from signal handlers: async-signal-safe formatting only.
 void write_where(char*& p, char* end, Fiber* f) {
     Launch* L = f ? f->w->L : g_cur_launch;
-    append_str(p, ",\"kernel\":\"", end); append_str(p, L ? L->name : "", end); append_str(p, "\"", end);
+    append_raw(p, ",\"kernel\":\"", end); append_str(p, L ? L->name : "", end); append_raw(p, "\"", end);
     if (f) {
-        append_str(p, ",\"block\":[", end); append_num(p, f->w->bidx.x); *p++ = ','; append_num(p, f->w->bidx.y); *p++ = ','; append_num(p, f->w->bidx.z);
-        append_str(p, "],\"thread\":[", end); append_num(p, f->v.ti.x); *p++ = ','; append_num(p, f->v.ti.y); *p++ = ','; append_num(p, f->v.ti.z);
+        append_raw(p, ",\"block\":[", end); append_num(p, f->w->bidx.x); *p++ = ','; append_num(p, f->w->bidx.y); *p++ = ','; append_num(p, f->w->bidx.z);
+        append_raw(p, "],\"thread\":[", end); append_num(p, f->v.ti.x); *p++ = ','; append_num(p, f->v.ti.y); *p++ = ','; append_num(p, f->v.ti.z);
         *p++ = ']';
     }
 }
@@ -1232,13 +1234,13 @@ void sig_handler(int sig, siginfo_t* si, void* ucv) {
     (void)ucv;
     uintptr_t addr = (uintptr_t)si->si_addr;
     bool overflow = f && addr >= (uintptr_t)f + PAGE && addr < (uintptr_t)f + 2 * PAGE;
-    append_str(p, "{\"kind\":\"crash\",\"signal\":", end); append_num(p, (unsigned)sig);
-    append_str(p, ",\"fault_addr\":", end); append_num(p, addr);
-    append_str(p, ",\"pc\":", end); append_num(p, pc >= g_base ? pc - g_base : 0);
-    append_str(p, ",\"in_kernel\":", end); append_str(p, f ? "true" : "false", end);
-    append_str(p, ",\"stack_overflow\":", end); append_str(p, overflow ? "true" : "false", end);
+    append_raw(p, "{\"kind\":\"crash\",\"signal\":", end); append_num(p, (unsigned)sig);
+    append_raw(p, ",\"fault_addr\":", end); append_num(p, addr);
+    append_raw(p, ",\"pc\":", end); append_num(p, pc >= g_base ? pc - g_base : 0);
+    append_raw(p, ",\"in_kernel\":", end); append_str(p, f ? "true" : "false", end);
+    append_raw(p, ",\"stack_overflow\":", end); append_str(p, overflow ? "true" : "false", end);
     write_where(p, end, f);
-    append_str(p, "}\n", end);
+    append_raw(p, "}\n", end);
     if (write(g_report_fd, buf, (size_t)(p - buf)) < 0) {}
     _exit(3);
 }
@@ -1248,10 +1250,10 @@ void status_handler(int, siginfo_t*, void*) {
     char buf[2048]; char* p = buf; char* end = buf + sizeof buf;
     Fiber* f = nullptr;
     for (int i = 0; i < 64 && !f; ++i) f = g_cur_fiber[i];
-    append_str(p, "{\"kind\":\"timeout\"", end);
+    append_raw(p, "{\"kind\":\"timeout\"", end);
     write_where(p, end, f);
-    if (f && (f->state == F_BARRIER || f->state == F_WARP)) { append_str(p, ",\"line\":", end); append_num(p, (unsigned)f->wline); }
-    append_str(p, "}\n", end);
+    if (f && (f->state == F_BARRIER || f->state == F_WARP)) { append_raw(p, ",\"line\":", end); append_num(p, (unsigned)f->wline); }
+    append_raw(p, "}\n", end);
     if (write(g_report_fd, buf, (size_t)(p - buf)) < 0) {}
 }
 }  // namespace

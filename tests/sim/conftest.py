@@ -1,0 +1,38 @@
+"""Shared fixtures of the simulator tests: build helpers that reuse the content-keyed build cache."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from cudacourse.sim import SimLibrary  # noqa: E402
+from cudacourse.source import find_launchers  # noqa: E402
+
+
+def build(src: str, name: str = "test.cu", *, checked: bool = True, order: str | None = None,
+          timeout_s: float = 10.0) -> SimLibrary:
+    """Build every launcher of ``src`` for the simulator."""
+    return SimLibrary.build(src, name, list(find_launchers(src).values()), checked=checked, order=order,
+                            timeout_s=timeout_s)
+
+
+@pytest.fixture
+def sim():
+    """A factory like ``build`` whose libraries are closed after the test."""
+    libs: list[SimLibrary] = []
+
+    def make(src: str, name: str = "test.cu", **kw) -> SimLibrary:
+        lib = build(src, name, **kw)
+        libs.append(lib)
+        return lib
+
+    yield make
+    for lib in libs:
+        lib.close()
