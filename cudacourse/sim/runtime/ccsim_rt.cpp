@@ -65,6 +65,7 @@ struct Fiber {
     int pred;
     // warp ordering for the race checker: last collective this lane took part in
     uint32_t lcs; unsigned lcm;
+    uint32_t exit_seq;         // warp collective sequence when the thread exited (for __activemask)
 #if !defined(__x86_64__)
     ucontext_t uc;
 #endif
@@ -298,6 +299,7 @@ void fiber_main(Fiber* f) {
     for (;;) {
         Launch* L = f->w->L;
         L->body(L->ctx);
+        f->exit_seq = f->w->wseq[f->warp];
         f->state = F_EXITED;
         yield_to_sched(f);
     }
@@ -1026,7 +1028,10 @@ API unsigned long long ccsim_rt_warp(int op, unsigned mask, unsigned long long v
         Worker* w = f->w; unsigned m = 0, n = w->L->nthreads;
         for (unsigned l = 0; l < 32; ++l) {
             unsigned t = (unsigned)f->warp * 32 + l;
-            if (t < n && w->fibers[t]->state != F_EXITED) m |= 1u << l;
+            if (t >= n) continue;
+            Fiber* g = w->fibers[t];
+            // live lanes, plus lanes that passed this lane's last warp sync with it and exited since
+            if (g->state != F_EXITED || (f->lcs > 0 && g->exit_seq >= f->lcs && ((f->lcm >> l) & 1u))) m |= 1u << l;
         }
         return m;
     }
