@@ -228,7 +228,7 @@ def _rows_input(name: str, rows: int, cols: int, m: cc.Lesson, *, scale: float =
     return (x[1:] if unaligned else x).view(rows, cols)
 
 
-ROW_CASES = [(33, c) for c in COLS] + [(1000, 7), (3, 4099)]
+ROW_CASES = [(33, c) for c in COLS] + [(1000, 7), (3, 4099), (5, 4100), (40, 100)]  # 4100, 100: float4 tails
 
 
 @pytest.mark.task("2.4")
@@ -368,7 +368,7 @@ def test_argmax_special_values() -> None:
     m = _m()
     n = 4099
     g = check.rng("2.6-special")
-    base = torch.randn(n, generator=g, dtype=torch.float64).float() * 1e38
+    base = torch.randn(n, generator=g, dtype=torch.float64).float() * 1e37   # finite: |x| < 3.4e38
     x = base.clone()
     x[-1] = float("inf")
     _check_argmax(m, x.to(m.device), "values near the float32 limit, +inf last")
@@ -378,6 +378,8 @@ def test_argmax_special_values() -> None:
     nan_at = sorted(torch.randperm(n, generator=g)[:2].tolist())
     x[nan_at] = float("nan")
     _check_argmax(m, x.to(m.device), f"values with NaN at {nan_at} (torch.argmax returns the first NaN)")
+    x[nan_at[0]] = -float("nan")                               # a NaN with its sign bit set is still a NaN
+    _check_argmax(m, x.to(m.device), f"values with a negative-signed NaN at {nan_at[0]} and a NaN at {nan_at[1]}")
     x = -(torch.rand(n, generator=g) + 1.0)
     x[n - 1] = -0.5
     _check_argmax(m, x.to(m.device), "negative values, the largest at the last index")
