@@ -41,7 +41,7 @@ _GAP = 64 * 1024  # unmapped-by-any-buffer bytes between tensors, so overruns la
 # Building
 # ----------------------------------------------------------------------------------------------------
 
-_COMMON = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing", "-pthread",
+_COMMON = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing", "-fno-finite-loops", "-pthread",
            "-w"]
 _CHECKED = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-g1"]
 _GXX_VERSION: str | None = None

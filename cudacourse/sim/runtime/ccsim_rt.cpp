@@ -1239,6 +1239,11 @@ void sig_handler(int sig, siginfo_t* si, void* ucv) {
     (void)ucv;
     uintptr_t addr = (uintptr_t)si->si_addr;
     bool overflow = f && addr >= (uintptr_t)f + PAGE && addr < (uintptr_t)f + 2 * PAGE;
+#if defined(__x86_64__)
+    // a frame larger than the guard page skips it: the stack pointer itself has left the stack
+    uintptr_t rsp = (uintptr_t)((ucontext_t*)ucv)->uc_mcontext.gregs[REG_RSP];
+    if (f && (rsp < (uintptr_t)f + 2 * PAGE || rsp > (uintptr_t)f + REGION)) overflow = true;
+#endif
     append_raw(p, "{\"kind\":\"crash\",\"signal\":", end); append_num(p, (unsigned)sig);
     append_raw(p, ",\"fault_addr\":", end); append_num(p, addr);
     append_raw(p, ",\"pc\":", end); append_num(p, pc >= g_base ? pc - g_base : 0);
