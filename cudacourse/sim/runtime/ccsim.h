@@ -82,16 +82,11 @@ float ccsim_atomic_f32(int op, float* p, float v);
 double ccsim_atomic_f64(int op, double* p, double v);
 }
 
+// The running CUDA thread's built-ins; set by the runtime at every fiber switch. (Initial-exec TLS: one
+// %fs-relative load; checked mode exempts this one slot from the access checks.)
+extern "C" __thread ccsim_view* ccsim_cur_view __attribute__((tls_model("initial-exec")));
 namespace ccsim {
-static inline ccsim_view* self() {
-    uintptr_t sp;
-#if defined(__x86_64__)
-    asm volatile("mov %%rsp, %0" : "=r"(sp));
-#else
-    sp = (uintptr_t)__builtin_frame_address(0);
-#endif
-    return (ccsim_view*)(sp & ~(uintptr_t)(CCSIM_REGION_SIZE - 1));
-}
+static inline ccsim_view* self() { return ccsim_cur_view; }
 }  // namespace ccsim
 
 // ---------------------------------------------------------------------------------------------------

@@ -40,7 +40,8 @@ namespace {
 // ===================================================================================================
 // Constants and records
 // ===================================================================================================
-constexpr size_t REGION = CCSIM_REGION_SIZE;    // fiber control block + guard page + stack, aligned
+constexpr size_t REGION = CCSIM_REGION_SIZE;    // per fiber: control block pages, guard page, stack
+constexpr size_t STACK_LO = 3 * 4096;            // the stack starts above the control block and guard page
 constexpr size_t PAGE = 4096;
 constexpr size_t STATIC_LIMIT = 48 * 1024;       // CUDA's static shared memory limit per block
 constexpr size_t RZ = 64;                        // red zone between shared arrays
@@ -55,6 +56,7 @@ struct Worker;
 struct Fiber {
     ccsim_view v;              // must stay first: the header reads the built-ins from here
     void* sp;                  // saved stack pointer while switched out
+    uintptr_t base;            // start of this fiber's region (control block, guard page, stack)
     Worker* w;
     int tid, lane, warp;
     int state;
@@ -118,6 +120,10 @@ struct Worker {
 // Globals
 // ===================================================================================================
 __thread Fiber* t_fiber __attribute__((tls_model("initial-exec"))) = nullptr;
+}  // namespace
+extern "C" __attribute__((visibility("hidden"))) __thread ccsim_view* ccsim_cur_view
+    __attribute__((tls_model("initial-exec"))) = nullptr;
+namespace {
 __thread Worker* t_worker __attribute__((tls_model("initial-exec"))) = nullptr;
 
 bool g_checked = false;
@@ -191,7 +197,8 @@ std::string where(const Launch* L, dim3 blk) {
 
 // ===================================================================================================
 // Fibers: a hand-written x86-64 context switch (callee-saved registers, MXCSR, x87 control word),
-// ucontext elsewhere. Stacks are REGION-aligned so the header finds the control block from %rsp.
+// ucontext elsewhere. Control blocks and stack tops are 'coloured' (offset by idx*64 bytes) so that the
+// fibers of a block do not all map to the same cache set (page-aligned ones did, and thrashed L1/L2).
 // ===================================================================================================
 #if defined(__x86_64__)
 extern "C" void ccsim_ctx_switch(void** save_sp, void* to_sp);
@@ -238,7 +245,7 @@ ccsim_ctx_start:
 void fiber_main(Fiber* f);
 
 void fiber_init_ctx(Fiber* f) {
-    uintptr_t top = (uintptr_t)f + REGION;
+    uintptr_t top = f->base + REGION - (uintptr_t)(f->tid % 64) * 64;
 #if defined(__x86_64__)
     uintptr_t S = top - 16;                       // %rsp after `ret` into ccsim_ctx_start: 16-aligned
     uint64_t* sp = (uint64_t*)(S - 64);
@@ -253,8 +260,8 @@ void fiber_init_ctx(Fiber* f) {
     f->sp = sp;
 #else
     getcontext(&f->uc);
-    f->uc.uc_stack.ss_sp = (char*)f + 2 * PAGE;
-    f->uc.uc_stack.ss_size = REGION - 2 * PAGE;
+    f->uc.uc_stack.ss_sp = (char*)f->base + STACK_LO;
+    f->uc.uc_stack.ss_size = REGION - STACK_LO - 4096;
     f->uc.uc_link = nullptr;
     makecontext(&f->uc, (void (*)())fiber_main, 1, f);
 #endif
@@ -262,21 +269,20 @@ void fiber_init_ctx(Fiber* f) {
 }
 
 Fiber* fiber_new(Worker* w, int idx) {
-    size_t len = 2 * REGION;
-    char* raw = (char*)mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    char* raw = (char*)mmap(nullptr, REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) { perror("ccsim: mmap fiber stack"); _exit(70); }
-    uintptr_t a = ((uintptr_t)raw + REGION - 1) & ~(uintptr_t)(REGION - 1);
-    if (a > (uintptr_t)raw) munmap(raw, a - (uintptr_t)raw);
-    uintptr_t end = (uintptr_t)raw + len;
-    if (end > a + REGION) munmap((void*)(a + REGION), end - (a + REGION));
-    mprotect((void*)(a + PAGE), PAGE, PROT_NONE);   // guard page between control block and stack
-    Fiber* f = new ((void*)a) Fiber();
+    uintptr_t a = (uintptr_t)raw;
+    mprotect((void*)(a + 2 * PAGE), PAGE, PROT_NONE);   // guard page between control block and stack
+    static_assert(sizeof(Fiber) + 63 * 64 <= 2 * PAGE, "fiber control block too large for its colour range");
+    Fiber* f = new ((void*)(a + (uintptr_t)(idx % 64) * 64)) Fiber();
+    f->base = a;
     f->w = w; f->tid = idx; f->fresh = true;
     return f;
 }
 
 inline void switch_to_fiber(Worker* w, Fiber* f) {
     t_fiber = f;
+    ccsim_cur_view = &f->v;
     g_cur_fiber[w->id & 63] = f;
 #if defined(__x86_64__)
     ccsim_ctx_switch(&w->sched_sp, f->sp);
@@ -284,6 +290,7 @@ inline void switch_to_fiber(Worker* w, Fiber* f) {
     swapcontext(&w->sched_uc, &f->uc);
 #endif
     t_fiber = nullptr;
+    ccsim_cur_view = nullptr;
     g_cur_fiber[w->id & 63] = nullptr;
 }
 
@@ -464,7 +471,9 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
         Shadow& s = w->shadow[i];
         const Site* st = (s.arr >= 0 && s.arr < (int)w->sites.size()) ? &w->sites[s.arr] : nullptr;
         uintptr_t wa = (uintptr_t)w->arena + i * 4;
-        std::string ename = st ? elem_name(*st, std::max(wa, a)) : "shared memory";
+        // names are only built for a report (building them per access made checked mode crawl)
+        auto ename_of = [&]() -> std::string { return st ? elem_name(*st, std::max(wa, a)) : "shared memory"; };
+#define ename ename_of()
         uint32_t E = w->epoch, seq = w->wseq[f->tid / 32];
         if (kind != 1) {  // read (or atomic read-modify-write)
             if (!(s.flags & SH_INIT)) {
@@ -511,6 +520,7 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
             else { s.r2t = (uint16_t)f->tid; s.r2e = E; s.r2s = seq; s.r2pc = pc; }
         }
     }
+#undef ename
 }
 
 // ===================================================================================================
@@ -563,7 +573,8 @@ Range g_host_stack{0, 0};
 __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int kind, void* pc) {
     Fiber* f = t_fiber;
     if (!f) return;
-    if (a - (uintptr_t)f < REGION) return;                    // own stack and control block
+    if (a - f->base < REGION) return;                         // own stack and control block
+    if (a == (uintptr_t)&ccsim_cur_view) return;              // the built-ins' TLS slot
     Worker* w = f->w;
     if (a - (uintptr_t)w->arena < ARENA_CAP) { shared_access(f, a, size, kind, (uintptr_t)pc - g_base); return; }
     int n = g_nbufs.load(std::memory_order_relaxed);
@@ -1238,11 +1249,11 @@ void sig_handler(int sig, siginfo_t* si, void* ucv) {
 #endif
     (void)ucv;
     uintptr_t addr = (uintptr_t)si->si_addr;
-    bool overflow = f && addr >= (uintptr_t)f + PAGE && addr < (uintptr_t)f + 2 * PAGE;
+    bool overflow = f && addr >= f->base + 2 * PAGE && addr < f->base + STACK_LO;
 #if defined(__x86_64__)
     // a frame larger than the guard page skips it: the stack pointer itself has left the stack
     uintptr_t rsp = (uintptr_t)((ucontext_t*)ucv)->uc_mcontext.gregs[REG_RSP];
-    if (f && (rsp < (uintptr_t)f + 2 * PAGE || rsp > (uintptr_t)f + REGION)) overflow = true;
+    if (f && (rsp < f->base + STACK_LO || rsp > f->base + REGION)) overflow = true;
 #endif
     append_raw(p, "{\"kind\":\"crash\",\"signal\":", end); append_num(p, (unsigned)sig);
     append_raw(p, ",\"fault_addr\":", end); append_num(p, addr);
