@@ -10,6 +10,7 @@
 //   softmax_v2_warp_per_row    worked   one warp per row, online max/sum, shuffles only: short rows
 //   softmax                    task 4.1 one block per row, online softmax, any row length
 //   layernorm                  task 4.2 one block per row, shifted sums in one pass, weight and bias
+//                                       (the solutions read float4s when cols % 4 == 0; scalar code passes too)
 //   rmsnorm                    task 4.3 one block per row, mean of squares, weight
 // Worked helpers, complete: warp_sum, warp_max, block_sum, MaxSum and its combine, block_maxsum.
 //
@@ -29,6 +30,10 @@ static inline int row_threads(int cols) {
     t = (t + 31) / 32 * 32;
     return t < 32 ? 32 : (t > 1024 ? 1024 : t);
 }
+
+// True when p is 16-byte aligned, so it can be read as float4 (fresh tensors always are; a view that
+// starts at an odd offset is not).
+__device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // ----------------------------------------------------------------------------------------------------
 // Worked helpers: warp and block reductions

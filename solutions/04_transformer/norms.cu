@@ -10,6 +10,7 @@
 //   softmax_v2_warp_per_row    worked   one warp per row, online max/sum, shuffles only: short rows
 //   softmax                    task 4.1 one block per row, online softmax, any row length
 //   layernorm                  task 4.2 one block per row, shifted sums in one pass, weight and bias
+//                                       (the solutions read float4s when cols % 4 == 0; scalar code passes too)
 //   rmsnorm                    task 4.3 one block per row, mean of squares, weight
 // Worked helpers, complete: warp_sum, warp_max, block_sum, MaxSum and its combine, block_maxsum.
 //
@@ -29,6 +30,10 @@ static inline int row_threads(int cols) {
     t = (t + 31) / 32 * 32;
     return t < 32 ? 32 : (t > 1024 ? 1024 : t);
 }
+
+// True when p is 16-byte aligned, so it can be read as float4 (fresh tensors always are; a view that
+// starts at an odd offset is not).
+__device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // ----------------------------------------------------------------------------------------------------
 // Worked helpers: warp and block reductions
@@ -180,7 +185,7 @@ __global__ void softmax_kernel(const float* __restrict__ x, float* __restrict__ 
     // block_maxsum (it has barriers): no early return before it.
     // BEGIN SOLUTION
     MaxSum t = {-INFINITY, 0.0f};
-    const bool vec = (cols & 3) == 0;  // rows start 16-byte aligned: read float4s (fewer instructions)
+    const bool vec = (cols & 3) == 0 && aligned16(x) && aligned16(y);  // then every row is float4-aligned
     if (vec) {
         const float4* x4 = reinterpret_cast<const float4*>(xr);
         for (int j = threadIdx.x; j < cols / 4; j += blockDim.x) {
@@ -238,18 +243,41 @@ __global__ void layernorm_kernel(const float* __restrict__ x, const float* __res
     // BEGIN SOLUTION
     const float K = xr[0];
     float s1 = 0.0f, s2 = 0.0f;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        const float d = xr[j] - K;
-        s1 += d;
-        s2 = fmaf(d, d, s2);
+    const bool vec = (cols & 3) == 0 && aligned16(x) && aligned16(y) && aligned16(w) && aligned16(b);
+    if (vec) {  // the same loops, four floats at a time
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
+        for (int j = threadIdx.x; j < cols / 4; j += blockDim.x) {
+            const float4 v = x4[j];
+            const float d0 = v.x - K, d1 = v.y - K, d2 = v.z - K, d3 = v.w - K;
+            s1 += (d0 + d1) + (d2 + d3);
+            s2 = fmaf(d0, d0, fmaf(d1, d1, fmaf(d2, d2, fmaf(d3, d3, s2))));
+        }
+    } else {
+        for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+            const float d = xr[j] - K;
+            s1 += d;
+            s2 = fmaf(d, d, s2);
+        }
     }
     s1 = block_sum(s1, scratch);
     s2 = block_sum(s2, scratch);
     const float dm = s1 / cols;
     const float var = fmaxf(s2 / cols - dm * dm, 0.0f);
     const float rstd = rsqrtf(var + eps);
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        yr[j] = fmaf(((xr[j] - K) - dm) * rstd, w[j], b[j]);
+    if (vec) {
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
+        const float4* w4 = reinterpret_cast<const float4*>(w);
+        const float4* b4 = reinterpret_cast<const float4*>(b);
+        float4* y4 = reinterpret_cast<float4*>(yr);
+        for (int j = threadIdx.x; j < cols / 4; j += blockDim.x) {
+            const float4 v = x4[j], ww = w4[j], bb = b4[j];
+            y4[j] = make_float4(fmaf(((v.x - K) - dm) * rstd, ww.x, bb.x), fmaf(((v.y - K) - dm) * rstd, ww.y, bb.y),
+                                fmaf(((v.z - K) - dm) * rstd, ww.z, bb.z), fmaf(((v.w - K) - dm) * rstd, ww.w, bb.w));
+        }
+    } else {
+        for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+            yr[j] = fmaf(((xr[j] - K) - dm) * rstd, w[j], b[j]);
+        }
     }
     // END SOLUTION
 }
@@ -273,11 +301,29 @@ __global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restr
     // TODO(task 4.3): sum x * x over the row with block_sum, r = rsqrtf(sum / cols + eps), then write
     // yr[j] = xr[j] * r * w[j] (~7 lines). Hint: layernorm_kernel without the mean and the bias.
     // BEGIN SOLUTION
+    const bool vec = (cols & 3) == 0 && aligned16(x) && aligned16(y) && aligned16(w);
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
     float ss = 0.0f;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) ss = fmaf(xr[j], xr[j], ss);
+    if (vec) {
+        for (int j = threadIdx.x; j < cols / 4; j += blockDim.x) {
+            const float4 v = x4[j];
+            ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
+        }
+    } else {
+        for (int j = threadIdx.x; j < cols; j += blockDim.x) ss = fmaf(xr[j], xr[j], ss);
+    }
     ss = block_sum(ss, scratch);
     const float r = rsqrtf(ss / cols + eps);
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = xr[j] * r * w[j];
+    if (vec) {
+        const float4* w4 = reinterpret_cast<const float4*>(w);
+        float4* y4 = reinterpret_cast<float4*>(yr);
+        for (int j = threadIdx.x; j < cols / 4; j += blockDim.x) {
+            const float4 v = x4[j], ww = w4[j];
+            y4[j] = make_float4(v.x * r * ww.x, v.y * r * ww.y, v.z * r * ww.z, v.w * r * ww.w);
+        }
+    } else {
+        for (int j = threadIdx.x; j < cols; j += blockDim.x) yr[j] = xr[j] * r * w[j];
+    }
     // END SOLUTION
 }
 
