@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+from dataclasses import dataclass
 from types import ModuleType
 
 import pytest
@@ -67,8 +68,15 @@ def _assert_guard(full: torch.Tensor, n: int, name: str, task: str) -> None:
 
 
 def _decoder() -> ModuleType:
-    """decoder.py of the lesson folder cc.lesson loads from (yours, the solutions, or a submission)."""
+    """The learner's decoder.py (task 4.9), from the folder cc.lesson loads kernels from.
+
+    Only the capstone tests import it: everything they compare with (weights, kernel wrappers, the
+    PyTorch reference) is defined in this file, so an edited decoder.py cannot change the verdict.
+    """
     path = _m().dir / "decoder.py"
+    if not path.exists():
+        raise AssertionError(f"task 4.9: {path} not found. The capstone is written in decoder.py, next to the "
+                             "kernel files of lesson 04.")
     name = f"cc_decoder_{abs(hash(str(path)))}"
     if name in sys.modules:
         return sys.modules[name]
@@ -77,6 +85,21 @@ def _decoder() -> ModuleType:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod
+
+
+def _rope_tables(T: int, d: int, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (T, d/2), float64: angle(t, i) = t * theta^(-2i/d)."""
+    freq = theta ** (-torch.arange(0, d // 2, dtype=torch.float64) * 2 / d)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * freq[None, :]
+    return ang.cos(), ang.sin()
+
+
+def _rope_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE of x (B, T, H, d) with tables (T, d/2)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -234,9 +257,9 @@ def test_embedding_rejects_out_of_range_ids() -> None:
     want = table.cpu()[ids.cpu().long().clamp(0, vocab - 1)]
     want[bad_pos] = 0.0
     check.assert_close(out, want, name="embedding rows (bad ids give zero rows)", task="4.4", hint=EMB_HINT)
-    # The wrapper the decoder uses turns the flags into an error naming the first bad position.
+    # The decoder's wrapper (decoder.embed, given code) turns the flags into an error; the same here.
     with pytest.raises(IndexError, match=r"token id 30 at position 3 is out of range"):
-        _decoder().embed(m, ids, table)
+        _Kernels(m, None, None).embed(ids, table)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -250,11 +273,10 @@ def test_embedding_rejects_out_of_range_ids() -> None:
                                                        (2, 33, 4, 1, 80)])
 def test_rope(B: int, T: int, Hq: int, Hk: int, d: int) -> None:
     m = _m()
-    dec = _decoder()
     g = check.rng(f"rope-{B}-{T}-{Hq}-{Hk}-{d}")
     q = check.randn((B * T, Hq * d), g, m.device)
     k = check.randn((B * T, Hk * d), g, m.device)
-    cos64, sin64 = dec.reference_rope_tables(T, d, 10000.0)
+    cos64, sin64 = _rope_tables(T, d)
     cos, sin = cos64.float().to(m.device), sin64.float().to(m.device)
     qf, qo = _guarded(q.numel(), m)
     kf, ko = _guarded(k.numel(), m)
@@ -264,7 +286,7 @@ def test_rope(B: int, T: int, Hq: int, Hk: int, d: int) -> None:
     hint = ("TODO(task 4.5) in layers.cu: pair i with i + d/2 inside each head; the position is t = "
             "(token row) % T, the same for every head of the token; q and k may have different head counts.")
     for name, x, out, H in (("q_out", q, qo, Hq), ("k_out", k, ko, Hk)):
-        ref = dec.reference_rope(x.cpu().double().view(B, T, H, d), c, s).reshape(B * T, H * d).float()
+        ref = _rope_ref(x.cpu().double().view(B, T, H, d), c, s).reshape(B * T, H * d).float()
         check.assert_close(out.view(B * T, H * d), ref, name=f"rope {name}", rtol=1e-5, atol=1e-6, task="4.5",
                            hint=hint)
     _assert_guard(qf, q.numel(), "rope q_out", "4.5")
@@ -407,53 +429,188 @@ def test_attention_flash_head_dim_16_and_gpu_sizes() -> None:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _counting_kernels(dec: ModuleType) -> object:
-    """The decoder's Kernels on your lessons, counting how often each op is called."""
-    base = dec.Kernels.from_lessons()
-    counts: dict[str, int] = {}
-
-    class Counting(dec.Kernels):  # type: ignore[name-defined, misc]
-        pass
-
-    k = Counting(base.m4, base.m3, base.m2)
-    for op in ("rmsnorm", "linear", "rope", "attention", "swiglu", "add", "argmax", "embed"):
-        fn = getattr(k, op)
-
-        def wrapped(*a: object, _fn=fn, _op=op) -> object:  # noqa: ANN001
-            counts[_op] = counts.get(_op, 0) + 1
-            return _fn(*a)
-
-        setattr(k, op, wrapped)
-    k.counts = counts  # type: ignore[attr-defined]
-    return k
+# The instructor's side of the capstone: the model's shape, its weights, the kernel wrappers handed to
+# the learner's code (they count every call) and a float64 PyTorch reference. decoder.py holds the same
+# given code for the learner; these copies are what the verdict relies on.
 
 
-def _capstone_cfg(dec: ModuleType, m: cc.Lesson) -> object:
-    return dec.Config.tiny() if m.backend == "sim" else dec.Config.gpu()
+@dataclass(frozen=True)
+class _Cfg:
+    vocab: int = 64
+    dim: int = 32
+    n_heads: int = 2
+    hidden: int = 64
+    n_layers: int = 2
+    eps: float = 1e-5
+    theta: float = 10000.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+
+SIM_CFG = _Cfg()
+GPU_CFG = _Cfg(vocab=4096, dim=1024, n_heads=16, hidden=2816, n_layers=2)
+
+
+def _init_weights(cfg: _Cfg, seed: int, device: object) -> dict:
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape: int, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * scale + shift).float().to(device)
+
+    d, hd = cfg.dim, cfg.hidden
+    layers = [{"attn_norm": rnd(d, scale=0.1, shift=1.0),
+               "wq": rnd(d, d, scale=d**-0.5), "wk": rnd(d, d, scale=d**-0.5),
+               "wv": rnd(d, d, scale=d**-0.5), "wo": rnd(d, d, scale=d**-0.5),
+               "mlp_norm": rnd(d, scale=0.1, shift=1.0),
+               "w_gate": rnd(hd, d, scale=d**-0.5), "w_up": rnd(hd, d, scale=d**-0.5),
+               "w_down": rnd(d, hd, scale=hd**-0.5)} for _ in range(cfg.n_layers)]
+    return {"tok_emb": rnd(cfg.vocab, d), "layers": layers, "norm": rnd(d, scale=0.1, shift=1.0),
+            "lm_head": rnd(cfg.vocab, d, scale=3 * d**-0.5)}
+
+
+class _Kernels:
+    """The interface decoder.py's code calls (same methods as decoder.Kernels), counting each call."""
+
+    def __init__(self, m4: object, m3: object, m2: object) -> None:
+        self.m4, self.m3, self.m2 = m4, m3, m2
+        self.device = m4.device  # type: ignore[attr-defined]
+        self.counts: dict[str, int] = {}
+
+    def _n(self, op: str) -> None:
+        self.counts[op] = self.counts.get(op, 0) + 1
+
+    def _empty(self, *shape: int) -> torch.Tensor:
+        return torch.empty(shape, dtype=torch.float32, device=self.device)
+
+    def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        self._n("rmsnorm")
+        y = self._empty(*x.shape)
+        self.m4.rmsnorm(x, w, y, x.shape[0], x.shape[1], eps)
+        return y
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        self._n("linear")
+        y = self._empty(x.shape[0], w.shape[0])
+        self.m3.linear(x, w, torch.zeros(w.shape[0], device=self.device), y, x.shape[0], w.shape[1], w.shape[0])
+        return y
+
+    def rope_tables(self, T: int, d: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+        self._n("rope_tables")
+        c, s = self._empty(T, d // 2), self._empty(T, d // 2)
+        self.m4.rope_tables(c, s, T, d, theta)
+        return c, s
+
+    def rope(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, B: int, T: int,
+             H: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self._n("rope")
+        qo, ko = self._empty(*q.shape), self._empty(*k.shape)
+        self.m4.rope(q, k, cos, sin, qo, ko, B, T, H, H, d)
+        return qo, ko
+
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, B: int, T: int, H: int,
+                  d: int) -> torch.Tensor:
+        self._n("attention")
+        o = self._empty(*q.shape)
+        self.m4.attention_flash(q, k, v, o, B, H, T, d, 1.0 / math.sqrt(d), 1)
+        return o
+
+    def swiglu(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        self._n("swiglu")
+        out = self._empty(*gate.shape)
+        self.m4.swiglu(gate, up, out, gate.numel())
+        return out
+
+    def add(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        self._n("add")
+        out = self._empty(*a.shape)
+        self.m4.add(a, b, out, a.numel())
+        return out
+
+    def embed(self, ids: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        self._n("embed")
+        ids = ids.to(torch.int32).to(self.device).contiguous()
+        n, (vocab, dim) = ids.numel(), table.shape
+        out, bad = self._empty(n, dim), torch.empty(n, dtype=torch.int32, device=self.device)
+        self.m4.embedding(ids, table, out, bad, n, vocab, dim)
+        flags = bad.cpu()
+        if bool((flags != 0).any()):
+            i = int((flags != 0).nonzero()[0])
+            raise IndexError(f"token id {int(ids.flatten()[i])} at position {i} is out of range for an embedding "
+                             f"table of {vocab} rows (valid ids: 0..{vocab - 1})")
+        return out
+
+    def argmax(self, x: torch.Tensor) -> int:
+        self._n("argmax")
+        x = x.contiguous().clone()
+        out = torch.empty(1, dtype=torch.int64, device=self.device)
+        self.m2.argmax(x, out, x.numel())
+        return int(out.item())
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _block_ref(x: torch.Tensor, w: dict, cfg: _Cfg, B: int, T: int) -> torch.Tensor:
+    w = {n: t.cpu().double() for n, t in w.items()}
+    x = x.cpu().double()
+    H, hd = cfg.n_heads, cfg.head_dim
+    h = _rms(x, w["attn_norm"], cfg.eps)
+    q, k, v = (h @ w[n].T for n in ("wq", "wk", "wv"))
+    cos, sin = _rope_tables(T, hd, cfg.theta)
+    q = _rope_ref(q.reshape(B, T, H, hd), cos, sin).transpose(1, 2)
+    k = _rope_ref(k.reshape(B, T, H, hd), cos, sin).transpose(1, 2)
+    a = F.scaled_dot_product_attention(q, k, v.reshape(B, T, H, hd).transpose(1, 2), is_causal=True)
+    x = x + a.transpose(1, 2).reshape(B * T, cfg.dim) @ w["wo"].T
+    h = _rms(x, w["mlp_norm"], cfg.eps)
+    return x + (F.silu(h @ w["w_gate"].T) * (h @ w["w_up"].T)) @ w["w_down"].T
+
+
+def _generate_ref(weights: dict, cfg: _Cfg, prompt: list[int], n_new: int) -> tuple[list[int], float]:
+    """Greedy tokens of the float64 reference, and the smallest top-2 logit gap over the steps."""
+    tokens, gap = list(prompt), math.inf
+    for _ in range(n_new):
+        x = weights["tok_emb"].cpu().double()[torch.tensor(tokens)]
+        for w in weights["layers"]:
+            x = _block_ref(x, w, cfg, 1, len(tokens))
+        logits = (_rms(x, weights["norm"].cpu().double(), cfg.eps) @ weights["lm_head"].cpu().double().T)[-1]
+        top = torch.topk(logits, 2).values
+        gap = min(gap, float(top[0] - top[1]))
+        tokens.append(int(logits.argmax()))
+    return tokens[len(prompt):], gap
+
+
+def _capstone(m: cc.Lesson) -> tuple[ModuleType, _Cfg, _Kernels]:
+    dec = _decoder()
+    k = _Kernels(m, cc.lesson("03_gemm"), cc.lesson("02_reduce"))
+    return dec, (SIM_CFG if m.backend == "sim" else GPU_CFG), k
+
+
+BLOCK_CALLS = {"rmsnorm": 2, "linear": 7, "rope": 1, "attention": 1, "swiglu": 1, "add": 2}
 
 
 @pytest.mark.task("4.9")
 @pytest.mark.points(5)
 def test_decoder_block_matches_pytorch() -> None:
     m = _m()
-    dec = _decoder()
-    cfg = _capstone_cfg(dec, m)
+    dec, cfg, k = _capstone(m)
     g = check.rng("decoder-block")
-    seed = int(torch.randint(0, 1 << 30, (1,), generator=g))
-    weights = dec.init_weights(cfg, seed, m.device)
+    weights = _init_weights(cfg, int(torch.randint(0, 1 << 30, (1,), generator=g)), m.device)
     B, T = (2, 13) if m.backend == "sim" else (4, 200)
     x = check.randn((B * T, cfg.dim), g, m.device)
-    k = _counting_kernels(dec)
     cos, sin = k.rope_tables(T, cfg.head_dim, cfg.theta)
+    k.counts.clear()
     with check.unchanged(x, names=["x"]):
         y = dec.decoder_block(k, x, weights["layers"][0], cfg, B, T, cos, sin)
-    want = {"rmsnorm": 2, "linear": 7, "rope": 1, "attention": 1, "swiglu": 1, "add": 2}
-    got = {op: k.counts.get(op, 0) for op in want}
-    assert got == want, (f"decoder_block (task 4.9) must be built from the kernels of k: expected calls {want}, "
-                         f"got {got}. Use k.rmsnorm, k.linear, k.rope, k.attention, k.swiglu and k.add for every "
-                         "step, no torch arithmetic.")
-    ref = dec.reference_block(x, weights["layers"][0], cfg, B, T).float()
-    check.assert_close(y.view(B * T, cfg.dim), ref, name="decoder block output", rtol=1e-4, atol=1e-4, task="4.9",
+    got = {op: k.counts.get(op, 0) for op in BLOCK_CALLS}
+    assert got == BLOCK_CALLS, (
+        f"decoder_block (task 4.9) must be built from the kernels of k: expected calls {BLOCK_CALLS}, got {got}. "
+        "Use k.rmsnorm, k.linear, k.rope, k.attention, k.swiglu and k.add for every step, no torch arithmetic.")
+    ref = _block_ref(x, weights["layers"][0], cfg, B, T).float()
+    check.assert_close(torch.as_tensor(y).reshape(B * T, cfg.dim), ref,
+                       name="decoder block output", rtol=1e-4, atol=1e-4, task="4.9",
                        hint="Follow the docstring of decoder_block step by step; compare each intermediate with "
                             "the matching line of reference_block in decoder.py.")
 
@@ -462,26 +619,29 @@ def test_decoder_block_matches_pytorch() -> None:
 @pytest.mark.points(5)
 def test_greedy_tokens_match_pytorch() -> None:
     m = _m()
-    dec = _decoder()
-    cfg = _capstone_cfg(dec, m)
+    dec, cfg, k = _capstone(m)
     g = check.rng("decoder-generate")
     prompt = [int(t) for t in torch.randint(0, cfg.vocab, (5,), generator=g)]
     seed0 = int(torch.randint(0, 1 << 30, (1,), generator=g))
     # Greedy decoding is only well defined when no step is a near-tie: move to the next seed if the
     # reference's best and second-best logits are ever closer than 1e-3 (float32 error is ~1e-5).
     for seed in range(seed0, seed0 + 20):  # noqa: B007 (the seed found is used below)
-        weights = dec.init_weights(cfg, seed, m.device)
-        want, gap = dec.reference_generate(weights, cfg, prompt, 8)
+        weights = _init_weights(cfg, seed, m.device)
+        want, gap = _generate_ref(weights, cfg, prompt, 8)
         if gap > 1e-3:
             break
     print(f"[capstone] model seed {seed}, prompt {prompt}, reference tokens {want}, smallest top-2 gap {gap:.3g}")
-    k = _counting_kernels(dec)
-    got = dec.generate(k, weights, cfg, prompt, 8)
-    assert list(got) == want, (f"greedy tokens (task 4.9): yours {list(got)}, PyTorch {want} (prompt {prompt}, model "
-                               f"seed {seed}). If test_decoder_block_matches_pytorch passes, check generate: feed "
-                               "the prompt plus every new token, take the logits of the LAST position.")
-    assert k.counts.get("argmax", 0) == 8, (f"generate (task 4.9) must pick each token with k.argmax (lesson 02's "
-                                            f"kernel): {k.counts.get('argmax', 0)} calls for 8 tokens.")
+    got = [int(t) for t in dec.generate(k, weights, cfg, prompt, 8)]
+    assert got == want, (f"greedy tokens (task 4.9): yours {got}, PyTorch {want} (prompt {prompt}, model seed {seed}). "
+                         "If test_decoder_block_matches_pytorch passes, check generate: feed the prompt plus every "
+                         "new token, take the logits of the LAST position.")
+    per_step = {op: n * cfg.n_layers for op, n in BLOCK_CALLS.items()}
+    per_step.update(linear=7 * cfg.n_layers + 1, rmsnorm=2 * cfg.n_layers + 1, embed=1, argmax=1)
+    want_calls = {op: 8 * n for op, n in per_step.items()}
+    got_calls = {op: k.counts.get(op, 0) for op in want_calls}
+    assert got_calls == want_calls, (
+        f"generate (task 4.9) must run every step on your kernels, one forward pass per new token, and pick each "
+        f"token with k.argmax (lesson 02): expected calls {want_calls}, got {got_calls}.")
 
 
 # ----------------------------------------------------------------------------------------------------
