@@ -91,5 +91,18 @@ def libc_fflush() -> None:
         pass
 
 
+def die_with_parent() -> None:
+    """Ask Linux to kill this worker when its parent dies (a killed notebook or pytest leaves no orphans)."""
+    try:
+        ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
+
+
 if __name__ == "__main__":
+    die_with_parent()
     main()
+    libc_fflush()
+    # Skip interpreter teardown: the runtime's pool threads are blocked waiting for work, and joining them
+    # from C++ static destructors can hang forever, leaving an orphan that holds the parent's pipes open.
+    os._exit(0)
