@@ -346,10 +346,6 @@ ATTN_CASES = [
 ATTN_GPU_CASES = [(2, 4, 1000, 64, True), (1, 8, 2049, 64, False), (2, 2, 777, 80, True), (1, 4, 513, 32, False)]
 
 
-def _attn_cases(m: cc.Lesson, cases: list) -> list:
-    return cases + (ATTN_GPU_CASES if m.backend == "cuda" else [])
-
-
 # Outputs are convex combinations of v rows (size ~1); scores carry ~sqrt(d) * eps rounding, far below.
 ATTN_RTOL, ATTN_ATOL = 1e-4, 2e-5
 
@@ -382,6 +378,15 @@ def _run_naive(B: int, H: int, N: int, d: int, causal: bool, m: cc.Lesson) -> No
 @pytest.mark.parametrize(("B", "H", "N", "d", "causal"), ATTN_CASES[:7])
 def test_attention_naive(B: int, H: int, N: int, d: int, causal: bool) -> None:
     _run_naive(B, H, N, d, causal, _m())
+
+
+@pytest.mark.task("4.7")
+@pytest.mark.points(3)
+def test_attention_naive_head_dim_16_and_gpu_sizes() -> None:
+    m = _m()
+    _run_naive(2, 2, 40, 16, True, m)
+    for case in ATTN_GPU_CASES[:2] if m.backend == "cuda" else []:
+        _run_naive(*case, m)
 
 
 def _run_flash(B: int, H: int, N: int, d: int, causal: bool, m: cc.Lesson, q_scale: float = 1.0) -> None:
