@@ -520,21 +520,29 @@ def build_torch_extension(source: str, path: str | None, functions: list[str], *
     key = content_key(text, " ".join(cflags), _runtime_text(), _gxx_version(), ",".join(functions))
     name = "ccsim_ext_" + key
 
+    built: dict = {}
+
     def build(d: Path) -> None:
         try:
-            load_inline(name=name, cpp_sources=[text], functions=list(functions), extra_cflags=cflags,
-                        extra_ldflags=[str(rt)], extra_include_paths=[str(RUNTIME_DIR)], build_directory=str(d),
-                        verbose=False)
+            built["mod"] = load_inline(name=name, cpp_sources=[text], functions=list(functions), extra_cflags=cflags,
+                                       extra_ldflags=[str(rt)], extra_include_paths=[str(RUNTIME_DIR)],
+                                       build_directory=str(d), verbose=False)
         except RuntimeError as e:  # compiler output is in the message
             raise _compile_error(str(e), path) from None
 
     folder = cached("sim-torch", key, build)
-    mod = load_inline(name=name, cpp_sources=[text], functions=list(functions), extra_cflags=cflags,
-                      extra_ldflags=[str(rt)], extra_include_paths=[str(RUNTIME_DIR)], build_directory=str(folder),
-                      verbose=False)
+    mod = built.get("mod") or sys.modules.get(name)
+    if mod is None:  # built earlier (or by another process): import the cached extension directly
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.so")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules[name] = mod
     import ctypes
 
-    so = Path(mod.__file__)
+    so = folder / f"{name}.so"  # (a fresh build was loaded from the temporary folder, since renamed)
     cdll = ctypes.CDLL(str(so))
     cdll.ccsim_api_init.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_int]
     order, seed = _parse_order(None)

@@ -176,6 +176,23 @@ _SHARED_DROP = re.compile(r"\b(__shared__|extern|static)\b|\b__align__\s*\([^)]*
 _DECL_RE = re.compile(r"^(?P<type>.*?)(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]*\]\s*)*)(?P<init>=.*)?$", re.S)
 
 
+def _torch_prepass(source: str) -> str:
+    """Classic torch route: ``x.is_cuda()`` holds for CPU tensors, and ``x.data_ptr<T>()`` registers the
+    tensor's bounds for checked mode. Line-preserving; applied before the other edits (it also reaches
+    launch arguments)."""
+    m = mask(source)
+    edits: list[tuple[int, int, str]] = []
+    for mm in re.finditer(r"\.\s*is_cuda\s*\(\s*\)", m):
+        edits.append((mm.start(), mm.end(), ".is_cpu()"))
+    for mm in re.finditer(r"\b([A-Za-z_]\w*)\s*\.\s*(data_ptr|const_data_ptr|mutable_data_ptr|data)\s*<([^<>;]*)>\s*\(\s*\)",
+                          m):
+        var, fn, typ = mm.group(1), mm.group(2), source[mm.start(3):mm.end(3)]
+        edits.append((mm.start(), mm.end(), f'::ccsim::reg_tensor({var}, {var}.{fn}<{typ}>(), "{var}")'))
+    for a, b, text in sorted(edits, reverse=True):
+        source = source[:a] + text + "\n" * source.count("\n", a, b) + source[b:]
+    return source
+
+
 def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Launcher, ...] = (), *,
             torch: bool = False, entries: bool = True) -> str:
     """Rewrite learner CUDA C++ ``source`` into C++ for the simulator runtime.
@@ -185,6 +202,8 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
     ``CompileError`` naming the learner's line.
     """
     path = path or "<source>"
+    if torch:
+        source = _torch_prepass(source)
     m = mask(source)
     edits: list[_Edit] = []
     qpath = path.replace("\\", "\\\\").replace('"', '\\"')
@@ -328,15 +347,6 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
             edits.append(_Edit(s, e + 1, text + "\n" * nl))
         else:
             edits.append(_Edit(s, e + 1, " ".join(out) + "\n" * nl))
-
-    # --- classic torch route ---------------------------------------------------------------------------
-    if torch:
-        for mm in re.finditer(r"\.\s*is_cuda\s*\(\s*\)", m):
-            edits.append(_Edit(mm.start(), mm.end(), ".is_cpu()"))
-        for mm in re.finditer(r"\b([A-Za-z_]\w*)\s*\.\s*(data_ptr|const_data_ptr|mutable_data_ptr|data)\s*<([^<>;]*)>\s*\(\s*\)", m):
-            var, fn, typ = mm.group(1), mm.group(2), source[mm.start(3):mm.end(3)]
-            edits.append(_Edit(mm.start(), mm.end(),
-                               f'::ccsim::reg_tensor({var}, {var}.{fn}<{typ}>(), "{var}")'))
 
     # --- apply ----------------------------------------------------------------------------------------
     edits.sort(key=lambda e: e.start)

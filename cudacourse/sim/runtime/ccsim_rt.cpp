@@ -126,6 +126,11 @@ extern "C" __attribute__((visibility("hidden"))) __thread ccsim_view* ccsim_cur_
     __attribute__((tls_model("initial-exec"))) = nullptr;
 namespace {
 __thread Worker* t_worker __attribute__((tls_model("initial-exec"))) = nullptr;
+// Set while runtime code runs on a fiber (reports, shared-memory allocation): library templates such as
+// std::string may be shared (COMDAT) with the instrumented learner code, and their accesses must not be
+// checked (pitfall: a report re-entered the checker through instrumented std::string code).
+__thread int t_in_rt __attribute__((tls_model("initial-exec"))) = 0;
+struct RtGuard { RtGuard() { t_in_rt++; } ~RtGuard() { t_in_rt--; } };
 
 bool g_checked = false;
 int g_order = 0;                   // 0 forward, 1 reverse, 2 shuffle
@@ -349,6 +354,7 @@ void fiber_main(Fiber* f) {
 
 // Stop the calling CUDA thread right here: it never resumes; its block is abandoned.
 [[noreturn]] void fiber_fail(Fiber* f) {
+    t_in_rt = 0;   // this fiber never resumes: drop any guard it held
     f->state = F_ABORTED;
     f->w->L->abort.store(true);
     yield_to_sched(f);
@@ -359,6 +365,7 @@ void fiber_main(Fiber* f) {
 // Error helpers that know about the current thread
 // ===================================================================================================
 [[noreturn]] void fail_here(const char* kind, const std::string& msg, const char* file, int line, uintptr_t pc) {
+    t_in_rt++;
     Fiber* f = t_fiber;
     Worker* w = f->w;
     set_error(kind, msg, w->L, &w->bidx, &f->v.ti, file, line, pc);
@@ -420,6 +427,7 @@ API void* ccsim_rt_shared(int site, size_t bytes, size_t elem, size_t d0, size_t
     Worker* w = f->w;
     if (site < 0 || site >= MAX_SITES) abort();
     if (w->site_gen[site] == w->gen) return (void*)w->sites[w->site_idx[site]].base;
+    RtGuard guard;
     size_t off = (w->arena_used + 15) & ~(size_t)15;
     if (w->static_bytes + bytes > STATIC_LIMIT || w->static_bytes + bytes + w->dyn_bytes > STATIC_LIMIT ||
         off + bytes + RZ > ARENA_CAP) {
@@ -477,6 +485,7 @@ const char* GUIDE_NOTE =
     "by __syncwarp()/warp collectives; a real GPU may happen to give the expected value, but the result is undefined.)";
 
 void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
+    RtGuard guard;
     Worker* w = f->w;
     size_t off = a - (uintptr_t)w->arena;
     size_t w0 = off / 4, w1 = (off + size - 1) / 4;
@@ -575,6 +584,7 @@ const Buffer* nearest_buffer(uintptr_t a, long long* dist) {
 }
 
 void global_bad(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
+    t_in_rt++;
     Worker* w = f->w;
     const char* verb = kind == 0 ? "reads" : kind == 1 ? "writes" : "atomically updates";
     long long dist = 0;
@@ -607,7 +617,7 @@ Range g_host_stack{0, 0};
 
 __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int kind, void* pc) {
     Fiber* f = t_fiber;
-    if (!f) return;
+    if (!f || t_in_rt) return;
     if (a - f->base < REGION) return;                         // own stack and control block
     if (a == (uintptr_t)&ccsim_cur_view) return;              // the built-ins' TLS slot
     Worker* w = f->w;
@@ -678,6 +688,7 @@ extern "C" __attribute__((visibility("hidden"), noreturn)) void __assert_fail(co
                                                                               unsigned int line, const char* func) noexcept {
     Fiber* f = t_fiber;
     if (f) {
+        t_in_rt++;
         Worker* w = f->w;
         std::string m = "KernelError " + where(w->L, w->bidx) + ": " + thr(f) + " failed assert(" + expr + ") at " +
                         file + ":" + std::to_string(line) + ". Look at why the asserted condition is false for this thread.";
@@ -909,8 +920,12 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
 // ===================================================================================================
 // The worker pool
 // ===================================================================================================
-std::mutex g_pool_mu, g_launch_mu;
-std::condition_variable g_pool_cv, g_done_cv;
+// Never destroyed: at process exit glibc's condition-variable destructor would wait forever for the
+// pool threads still waiting on it.
+std::mutex& g_pool_mu = *new std::mutex;
+std::mutex& g_launch_mu = *new std::mutex;
+std::condition_variable& g_pool_cv = *new std::condition_variable;
+std::condition_variable& g_done_cv = *new std::condition_variable;
 uint64_t g_pool_gen = 0;
 int g_pool_active = 0;
 std::vector<std::thread> g_pool;
