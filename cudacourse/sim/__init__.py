@@ -72,7 +72,8 @@ def runtime_object() -> Path:
     return cached("sim-rt", key, build) / "ccsim_rt.o"
 
 
-_DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?P<sev>fatal error|error):\s*(?P<msg>.*)$",
+_DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:(?P<col>\d+):)?\s*"
+                      r"(?P<sev>fatal error|error):\s*(?P<msg>.*)$",
                       re.M)
 
 
@@ -374,7 +375,7 @@ class SimLibrary:
         # layout of the pointer arguments in shared memory, page aligned with gaps between them
         layout: list[tuple[int, Any, int]] = []
         off = _GAP
-        for p, a in zip(la.params, args):
+        for p, a in zip(la.params, args, strict=True):
             if p.pointer and a is not None:
                 if not isinstance(a, torch.Tensor):
                     raise TypeError(f"parameter '{p.text}' takes a tensor, got {type(a).__name__}")
@@ -389,7 +390,7 @@ class SimLibrary:
         assert self._shm is not None
         shm = torch.frombuffer(self._shm, dtype=torch.uint8)
         params = []
-        for p, (o, a, nbytes) in zip(la.params, layout):
+        for p, (o, a, nbytes) in zip(la.params, layout, strict=True):
             if p.pointer:
                 if a is None:
                     params.append({"kind": "ptr", "null": True, "offset": 0, "nbytes": 0, "name": p.name, "elem": 1})
@@ -428,7 +429,7 @@ class SimLibrary:
             if rec.get("kind") in ("crash",) and "signal" in rec:
                 self._kill()  # the worker exits after a crash report
         # copy every pointer argument back (even const ones: a kernel writing an input must be visible)
-        for p, (o, a, nbytes) in zip(la.params, layout):
+        for p, (o, a, nbytes) in zip(la.params, layout, strict=True):
             if p.pointer and a is not None and nbytes:
                 a.reshape(-1).view(torch.uint8).copy_(shm[o:o + nbytes])
         del shm

@@ -184,8 +184,8 @@ def _torch_prepass(source: str) -> str:
     edits: list[tuple[int, int, str]] = []
     for mm in re.finditer(r"\.\s*is_cuda\s*\(\s*\)", m):
         edits.append((mm.start(), mm.end(), ".is_cpu()"))
-    for mm in re.finditer(r"\b([A-Za-z_]\w*)\s*\.\s*(data_ptr|const_data_ptr|mutable_data_ptr|data)\s*<([^<>;]*)>\s*\(\s*\)",
-                          m):
+    data_re = r"\b([A-Za-z_]\w*)\s*\.\s*(data_ptr|const_data_ptr|mutable_data_ptr|data)\s*<([^<>;]*)>\s*\(\s*\)"
+    for mm in re.finditer(data_re, m):
         var, fn, typ = mm.group(1), mm.group(2), source[mm.start(3):mm.end(3)]
         edits.append((mm.start(), mm.end(), f'::ccsim::reg_tensor({var}, {var}.{fn}<{typ}>(), "{var}")'))
     for a, b, text in sorted(edits, reverse=True):
@@ -381,6 +381,7 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
                      f"    try {{ {la.name}({', '.join(argv)}); }}\n"
                      f"    catch (const ::ccsim::KernelFailure&) {{ return 1; }}\n"
                      f'    catch (const std::exception& e) {{ ccsim_api_set_error("crash", e.what()); return 1; }}\n'
-                     f'    catch (...) {{ ccsim_api_set_error("crash", "the launcher threw a C++ exception"); return 1; }}\n'
+                     f'    catch (...) {{ ccsim_api_set_error("crash", "the launcher threw a C++ exception"); '
+                     f"return 1; }}\n"
                      f"    return 0;\n}}\n")
     return text

@@ -21,7 +21,8 @@ __global__ void int_atomics(int* a, unsigned* u, unsigned long long* ull, long l
     atomicAdd(&u[0], 3u); atomicSub(&u[1], 1u); atomicMax(&u[2], (unsigned)t); atomicMin(&u[3], (unsigned)t);
     atomicInc(&u[4], 9u); atomicDec(&u[5], 1000u); atomicAnd(&u[6], 0xFFu); atomicOr(&u[7], 1u << (t % 32));
     atomicXor(&u[8], 1u); atomicCAS(&u[9], 0u, 5u); if (t == 3) atomicExch(&u[10], 33u);
-    atomicAdd(&ull[0], 1ull << 33); atomicMax(&ull[1], (unsigned long long)t); atomicMin(&ull[2], (unsigned long long)t + 10);
+    atomicAdd(&ull[0], 1ull << 33); atomicMax(&ull[1], (unsigned long long)t);
+    atomicMin(&ull[2], (unsigned long long)t + 10);
     atomicCAS(&ull[3], 0ull, 99ull); atomicExch(&ull[4], 4ull); atomicAnd(&ull[5], 0xF0ull); atomicOr(&ull[6], 2ull);
     atomicXor(&ull[7], 1ull);
     atomicAdd(&ll[0], -3ll); atomicMax(&ll[1], (long long)t); atomicMin(&ll[2], -(long long)t);
@@ -139,7 +140,8 @@ def test_integer_atomics(lib) -> None:
     uu = [x & 0xFFFFFFFF for x in u.tolist()]
     assert uu[0] == 3 * n and uu[1] == (-n) & 0xFFFFFFFF and uu[2] == n - 1 and uu[3] == 0
     assert uu[4] == n % 10  # atomicInc wraps at 9
-    assert uu[5] == 1000 - (n - 1) and uu[6] == 0xFF and uu[7] == 0xFFFFFFFF and uu[8] == 0 and uu[9] == 5 and uu[10] == 33
+    assert uu[5] == 1000 - (n - 1) and uu[6] == 0xFF and uu[7] == 0xFFFFFFFF
+    assert uu[8] == 0 and uu[9] == 5 and uu[10] == 33
     assert ull.tolist() == [n << 33, n - 1, 10, 99, 4, 0xF0, 2, 0]
     assert ll.tolist() == [-3 * n, n - 1, -(n - 1)]
 

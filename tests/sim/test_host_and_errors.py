@@ -55,7 +55,11 @@ void mutate(const float* x, float* y) { writes_input<<<1, 4>>>(x, y); }
 void zero_grid(float* y, int n) { add_one<<<n / 1024, 256>>>(y, n); }
 void bad_block_dims(float* y) { add_one<<<1, dim3(8, 8, 128)>>>(y, 1); }
 void host_throws(int n) { if (n > 0) throw std::runtime_error("TODO(task 1.2) not implemented"); }
-__global__ void deep(float* y) { float big[40000]; for (int i = 0; i < 40000; ++i) big[i] = i; y[threadIdx.x] = big[threadIdx.x * 7]; }
+__global__ void deep(float* y) {
+    float big[40000];
+    for (int i = 0; i < 40000; ++i) big[i] = i;
+    y[threadIdx.x] = big[threadIdx.x * 7];
+}
 void stack_overflow(float* y) { deep<<<1, 2>>>(y); }
 """
 
@@ -142,7 +146,8 @@ def test_host_exception_is_reported(lib) -> None:
 
 
 def test_compile_error_points_at_learner_line() -> None:
-    src = "#include <cuda_runtime.h>\n__global__ void k(float* y) {\n    y[0] = undefined_name;\n}\nvoid f(float* y) { k<<<1,1>>>(y); }\n"
+    src = ("#include <cuda_runtime.h>\n__global__ void k(float* y) {\n    y[0] = undefined_name;\n}\n"
+           "void f(float* y) { k<<<1,1>>>(y); }\n")
     with pytest.raises(CompileError) as ei:
         build(src, "broken.cu")
     assert ei.value.line == 3 and ei.value.file == "broken.cu"
@@ -158,7 +163,8 @@ def test_compile_error_after_a_rewritten_launch_keeps_lines() -> None:
 
 
 def test_inline_asm_is_refused() -> None:
-    src = "__global__ void k(int* y) {\n  int v;\n  asm volatile(\"mov.u32 %0, %%laneid;\" : \"=r\"(v));\n  y[0] = v;\n}\n"
+    src = ("__global__ void k(int* y) {\n  int v;\n  asm volatile(\"mov.u32 %0, %%laneid;\" : \"=r\"(v));\n"
+           "  y[0] = v;\n}\n")
     with pytest.raises(UnsupportedError) as ei:
         build(src, "asm.cu")
     assert ei.value.line == 3 and "PTX" in str(ei.value)

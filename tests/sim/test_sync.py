@@ -131,7 +131,7 @@ def _expected_shuffles(v: list[int], width: int) -> list[list[int]]:
         base = t - lane
         seg = lane - lane % width
 
-        def val(src_lane: int) -> int:
+        def val(src_lane: int, base: int = base) -> int:
             return v[base + src_lane]
 
         r = [val(seg + 3 % width)]

@@ -91,7 +91,8 @@ __global__ void math_kernel(const float* x, float* y) {
     r[0] = expf(v); r[1] = __expf(v); r[2] = exp2f(v); r[3] = logf(fabsf(v) + 1.0f); r[4] = __logf(fabsf(v) + 1.0f);
     r[5] = rsqrtf(fabsf(v) + 1.0f); r[6] = sqrtf(fabsf(v)); r[7] = fmaxf(v, 0.5f); r[8] = fminf(v, 0.5f);
     r[9] = tanhf(v); r[10] = erff(v); r[11] = __fdividef(v, 3.0f); r[12] = powf(fabsf(v), 1.5f);
-    r[13] = fmaf(v, 2.0f, 1.0f) + __fmaf_rn(v, 0.0f, 0.0f); r[14] = sinf(v) + __sinf(0.0f); r[15] = cosf(v) + __cosf(0.0f) - 1.0f;
+    r[13] = fmaf(v, 2.0f, 1.0f) + __fmaf_rn(v, 0.0f, 0.0f); r[14] = sinf(v) + __sinf(0.0f);
+    r[15] = cosf(v) + __cosf(0.0f) - 1.0f;
     r[16] = __saturatef(v); r[17] = max(v, 0.25f) + min(1, 2) - 1; r[18] = v > 0 ? CUDART_INF_F : -INFINITY;
     r[19] = (float)max(3, 7) + (float)min(2u, 5u);
     for (int k = 0; k < 20; ++k) y[i * 20 + k] = r[k];
@@ -200,7 +201,7 @@ def test_bit_intrinsics(lib) -> None:
     y = torch.zeros(8 * 6, dtype=torch.int32)
     lib.call("bits", [x, y])
     r = y.view(8, 6).tolist()
-    for v, row in zip(vals, r):
+    for v, row in zip(vals, r, strict=True):
         brev = int(f"{v:032b}"[::-1], 2)
         exp = [bin(v).count("1"), 32 - v.bit_length(), (v & -v).bit_length(), brev - 2**32 if brev >= 2**31 else brev,
                2 * bin(v).count("1"), v - 2**32 if v >= 2**31 else v]
