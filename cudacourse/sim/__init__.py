@@ -244,11 +244,13 @@ class SimLibrary:
         text = rewrite(source, path, list(launchers))
         rt = runtime_object()
         flags = [*_COMMON, *(_CHECKED if checked else [])]
-        key = content_key(text, " ".join(flags), _runtime_text(), _gxx_version())
+        # a learner file may include its own headers next to it (not part of the cache key: keep them stable)
+        incs = ["-I", os.path.dirname(os.path.abspath(path))] if os.path.isfile(path) else []
+        key = content_key(text, " ".join(flags + incs), _runtime_text(), _gxx_version())
 
         def build(d: Path) -> None:
             (d / "src.cpp").write_text(text)
-            r = subprocess.run(["g++", *flags, "-I", str(RUNTIME_DIR), "-c", "src.cpp", "-o", "src.o"], cwd=d,
+            r = subprocess.run(["g++", *flags, "-I", str(RUNTIME_DIR), *incs, "-c", "src.cpp", "-o", "src.o"], cwd=d,
                                capture_output=True, text=True)
             if r.returncode:
                 raise _compile_error(r.stderr, path)

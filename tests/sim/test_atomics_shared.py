@@ -204,3 +204,46 @@ def test_static_shared_limit_exact_and_over(lib) -> None:
     assert torch.all(y == 3)
     with pytest.raises(LaunchError, match="48 KB"):
         lib.call("static_48k_plus_dynamic", [y])
+
+
+SUBWORD_SRC = r"""
+#include <cuda_fp16.h>
+__global__ void half_tile(const __half* x, __half* y, char* c) {
+    __shared__ __half tile[64];
+    __shared__ char flags[64];
+    int t = threadIdx.x;
+    tile[t] = x[t];            // neighbours write the two halves of one 4-byte word
+    flags[t] = (char)(t & 1);
+    __syncthreads();
+    y[t] = tile[63 - t];
+    c[t] = flags[63 - t];
+}
+void halves(const __half* x, __half* y, char* c) { half_tile<<<1, 64>>>(x, y, c); }
+
+__global__ void half_race(const __half* x, __half* y) {
+    __shared__ __half tile[64];
+    int t = threadIdx.x;
+    tile[t] = x[t];
+    if (t & 1) y[t] = tile[t ^ 1];   // reads the neighbour's half without a barrier
+}
+void racy(const __half* x, __half* y) { half_race<<<1, 64>>>(x, y); }
+"""
+
+
+def test_subword_shared_arrays_have_no_false_races() -> None:
+    from cudacourse.errors import RaceError
+
+    lib = build(SUBWORD_SRC, "subword.cu")
+    try:
+        x = torch.randn(64).half()
+        y = torch.zeros(64, dtype=torch.float16)
+        c = torch.zeros(64, dtype=torch.int8)
+        lib.call("halves", [x, y, c])
+        assert torch.equal(y, x.flip(0))
+        assert c.tolist() == [(63 - t) & 1 for t in range(64)]
+        with pytest.raises(RaceError) as ei:
+            lib.call("racy", [x, y])
+        assert ei.value.line == SUBWORD_SRC.splitlines().index(
+            "    if (t & 1) y[t] = tile[t ^ 1];   // reads the neighbour's half without a barrier") + 1
+    finally:
+        lib.close()

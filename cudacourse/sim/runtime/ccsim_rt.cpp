@@ -77,8 +77,12 @@ struct Site { uintptr_t base; size_t bytes, elem, d0, d1, d2; int line; const ch
 
 // Shadow of one 4-byte shared-memory word (checked mode).
 enum { SH_INIT = 1, SH_RED = 2, SH_ATOMIC = 4 };
+// Byte masks (init, wm, r1m, r2m) keep char/short/__half arrays, whose neighbouring elements share a
+// word, free of false races: two accesses conflict only if they touch a common byte.
 struct Shadow {
     uint8_t flags; int16_t arr;
+    uint8_t init, wm, r1m, r2m, w2m;
+    uint16_t w2t; uint32_t w2e, w2s; uintptr_t w2pc;   // a second writer of other bytes of the word
     uint16_t wt, r1t, r2t;
     uint32_t we, r1e, r2e;       // barrier epochs
     uint32_t ws, r1s, r2s;       // warp collective sequence at the access
@@ -519,8 +523,10 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
         auto ename_of = [&]() -> std::string { return st ? elem_name(*st, std::max(wa, a)) : "shared memory"; };
 #define ename ename_of()
         uint32_t E = w->epoch, seq = w->wseq[f->tid / 32];
+        uintptr_t lo = std::max(wa, a), hi = std::min(wa + 4, a + size);
+        uint8_t bm = (uint8_t)(((1u << (hi - lo)) - 1u) << (lo - wa));
         if (kind != 1) {  // read (or atomic read-modify-write)
-            if (!(s.flags & SH_INIT)) {
+            if ((s.init & bm) != bm) {
                 fail_here("uninitialized-read",
                           "UninitializedReadError " + where(w->L, w->bidx) + ": " + thr(f) + " " + verb + " " + ename +
                           " at " + pctok(pc) + ", but no thread of this block has written it yet (shared memory starts "
@@ -528,19 +534,28 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
                           "was written first, by enough threads (check the loop bounds and the condition guarding the "
                           "write), with a __syncthreads() in between.", nullptr, 0, pc);
             }
-            if (kind == 0 && s.we == E && s.wt != f->tid && !warp_ordered(w, s.wt, s.ws, f)) {
-                fail_here("race", "RaceError " + where(w->L, w->bidx) + ": " + thr(f) + " reads " + ename + " at " +
-                          pctok(pc) + " after " + thr_of(w, s.wt) + (s.flags & SH_ATOMIC ? " atomically updated" : " wrote") +
-                          " it at " + pctok(s.wpc) + " with no __syncthreads() between them. Put a __syncthreads() "
-                          "between the write and the read." + GUIDE_NOTE, nullptr, 0, pc);
+            for (int k = 0; k < 2 && kind == 0; ++k) {
+                uint16_t wt = k ? s.w2t : s.wt; uint32_t we = k ? s.w2e : s.we, ws = k ? s.w2s : s.ws;
+                uint8_t wm = k ? s.w2m : s.wm; uintptr_t wpc = k ? s.w2pc : s.wpc;
+                if (we == E && wt != f->tid && (wm & bm) && !warp_ordered(w, wt, ws, f)) {
+                    fail_here("race", "RaceError " + where(w->L, w->bidx) + ": " + thr(f) + " reads " + ename + " at " +
+                              pctok(pc) + " after " + thr_of(w, wt) + (!k && (s.flags & SH_ATOMIC) ? " atomically updated" : " wrote") +
+                              " it at " + pctok(wpc) + " with no __syncthreads() between them. Put a __syncthreads() "
+                              "between the write and the read." + GUIDE_NOTE, nullptr, 0, pc);
+                }
             }
         }
         if (kind != 0) {  // write (or atomic)
             bool prev_atomic = (s.flags & SH_ATOMIC) != 0;
-            if ((s.flags & SH_INIT) && s.we == E && s.wt != f->tid && !(kind == 2 && prev_atomic) &&
-                !warp_ordered(w, s.wt, s.ws, f)) {
+            uint16_t pwt = s.wt; uintptr_t pwpc = s.wpc;
+            bool waw = (s.wm & bm) && s.we == E && s.wt != f->tid && !(kind == 2 && prev_atomic) &&
+                       !warp_ordered(w, s.wt, s.ws, f);
+            if (!waw && (s.w2m & bm) && s.w2e == E && s.w2t != f->tid && !warp_ordered(w, s.w2t, s.w2s, f)) {
+                waw = true; pwt = s.w2t; pwpc = s.w2pc;
+            }
+            if (waw) {
                 fail_here("race", "RaceError " + where(w->L, w->bidx) + ": " + thr(f) + " " + verb + " " + ename + " at " +
-                          pctok(pc) + " after " + thr_of(w, s.wt) + " wrote it at " + pctok(s.wpc) +
+                          pctok(pc) + " after " + thr_of(w, pwt) + " wrote it at " + pctok(pwpc) +
                           " with no __syncthreads() between them: which value survives depends on thread order. "
                           "Separate the writes with a __syncthreads(), or let only one thread write." + GUIDE_NOTE, nullptr, 0, pc);
             }
@@ -548,7 +563,8 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
                 for (int r = 0; r < 2; ++r) {
                     uint16_t rt = r ? s.r2t : s.r1t; uint32_t re = r ? s.r2e : s.r1e, rs = r ? s.r2s : s.r1s;
                     uintptr_t rpc = r ? s.r2pc : s.r1pc;
-                    if (re == E && rt != f->tid && !warp_ordered(w, rt, rs, f)) {
+                    uint8_t rm = r ? s.r2m : s.r1m;
+                    if (re == E && rt != f->tid && (rm & bm) && !warp_ordered(w, rt, rs, f)) {
                         fail_here("race", "RaceError " + where(w->L, w->bidx) + ": " + thr(f) + " writes " + ename + " at " +
                                   pctok(pc) + " after " + thr_of(w, rt) + " read it at " + pctok(rpc) +
                                   " with no __syncthreads() between them, so the reader may see either value. Put a "
@@ -558,10 +574,26 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
                 }
             }
             s.flags = (uint8_t)((s.flags | SH_INIT) & ~SH_ATOMIC) | (kind == 2 ? SH_ATOMIC : 0);
+            s.init |= bm;
+            if (s.wt == f->tid && s.we == E) {
+                s.wm |= bm;
+            } else {
+                if (s.we == E && !(s.wm & bm)) {  // another thread's bytes of this word stay recorded
+                    s.w2t = s.wt; s.w2e = s.we; s.w2s = s.ws; s.w2pc = s.wpc; s.w2m = s.wm;
+                } else if (s.w2e == E) {
+                    s.w2m &= (uint8_t)~bm;
+                }
+                s.wm = bm;
+            }
             s.wt = (uint16_t)f->tid; s.we = E; s.ws = seq; s.wpc = pc;
         } else {
-            if (s.r1e != E || s.r1t == f->tid) { s.r1t = (uint16_t)f->tid; s.r1e = E; s.r1s = seq; s.r1pc = pc; }
-            else { s.r2t = (uint16_t)f->tid; s.r2e = E; s.r2s = seq; s.r2pc = pc; }
+            if (s.r1e != E || s.r1t == f->tid) {
+                s.r1m = (s.r1e == E && s.r1t == f->tid) ? (uint8_t)(s.r1m | bm) : bm;
+                s.r1t = (uint16_t)f->tid; s.r1e = E; s.r1s = seq; s.r1pc = pc;
+            } else {
+                s.r2m = (s.r2e == E && s.r2t == f->tid) ? (uint8_t)(s.r2m | bm) : bm;
+                s.r2t = (uint16_t)f->tid; s.r2e = E; s.r2s = seq; s.r2pc = pc;
+            }
         }
     }
 #undef ename
