@@ -222,3 +222,15 @@ def test_orders_give_same_collective_results(order: str) -> None:
         assert out.view(64, 6).tolist() == _expected_shuffles(v.tolist(), 8)
     finally:
         lib.close()
+
+
+def test_order_from_environment(monkeypatch) -> None:
+    from cudacourse.sim import _parse_order
+
+    monkeypatch.setenv("CUDA_COURSE_SIM_ORDER", "shuffle:42")
+    assert _parse_order(None) == (2, 42)
+    assert _parse_order("reverse") == (1, 1)
+    monkeypatch.delenv("CUDA_COURSE_SIM_ORDER")
+    assert _parse_order(None) == (0, 1)
+    with pytest.raises(ValueError):
+        _parse_order("sideways")
