@@ -43,7 +43,8 @@ _GAP = 64 * 1024  # unmapped-by-any-buffer bytes between tensors, so overruns la
 
 _COMMON = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing", "-fno-finite-loops", "-pthread",
            "-w"]
-_CHECKED = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-g1"]
+_LINES = ["-g1"]  # line tables only: crash and timeout reports name the learner's line
+_CHECKED = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0"]
 _GXX_VERSION: str | None = None
 
 
@@ -243,7 +244,7 @@ class SimLibrary:
         path = path or "<source>"
         text = rewrite(source, path, list(launchers))
         rt = runtime_object()
-        flags = [*_COMMON, *(_CHECKED if checked else [])]
+        flags = [*_COMMON, *_LINES, *(_CHECKED if checked else [])]
         # a learner file may include its own headers next to it (not part of the cache key: keep them stable)
         incs = ["-I", os.path.dirname(os.path.abspath(path))] if os.path.isfile(path) else []
         key = content_key(text, " ".join(flags + incs), _runtime_text(), _gxx_version())
@@ -457,12 +458,18 @@ class SimLibrary:
         if block:
             running += f" (block {_t(block)}, thread {_t(thread)})"
         line = int(rec.get("line") or 0) or None
+        file = self.path if line else None
+        for key in ("pc", "pc2"):  # where the running thread was interrupted, else its last checked access
+            w = self._sym.where(int(rec[key])) if rec.get(key) else None
+            if w and os.path.basename(w[0]) == os.path.basename(self.path):
+                file, line = w
+                running += f" at {os.path.basename(file)}:{line}"
+                break
         msg = (f"KernelTimeout: launcher {name} did not finish within {self.timeout_s:g} s{running}. Look for an "
                "endless loop (a loop counter that never reaches its bound), or a spin-wait on a flag set by another "
                "thread or block (blocks are not guaranteed to run at the same time). The worker was stopped; the "
                "next call starts a fresh one.")
-        return KernelTimeout(msg, kernel=kernel, block=block, thread=thread, file=self.path if line else None,
-                             line=line, details=rec)
+        return KernelTimeout(msg, kernel=kernel, block=block, thread=thread, file=file, line=line, details=rec)
 
     def close(self) -> None:
         """Stop the worker and release the shared memory."""
@@ -519,7 +526,7 @@ def build_torch_extension(source: str, path: str | None, functions: list[str], *
     path = path or "<source>"
     text = rewrite(source, path, [], torch=True, entries=False)
     rt = runtime_object()
-    cflags = ["-O2", "-w", "-fno-strict-aliasing", *(_CHECKED if checked else [])]
+    cflags = ["-O2", "-w", "-fno-strict-aliasing", "-fno-finite-loops", *_LINES, *(_CHECKED if checked else [])]
     key = content_key(text, " ".join(cflags), _runtime_text(), _gxx_version(), ",".join(functions))
     name = "ccsim_ext_" + key
 

@@ -1,5 +1,5 @@
 // Bug: thread 0 spins on a flag that a later thread sets; threads do not run in lock step.
-// EXPECT: KernelTimeout
+// EXPECT: KernelTimeout at line 12
 // ARGS: in=64 out=64 n=64
 #include <cuda_runtime.h>
 __global__ void handshake(const float* x, float* y, int n) {

@@ -68,6 +68,7 @@ struct Fiber {
     // warp ordering for the race checker: last collective this lane took part in
     uint32_t lcs; unsigned lcm;
     uint32_t exit_seq;         // warp collective sequence when the thread exited (for __activemask)
+    void* last_pc;             // last checked access (checked mode): where a hung thread was
 #if !defined(__x86_64__)
     ucontext_t uc;
 #endif
@@ -155,6 +156,8 @@ int g_last_cuda_error = 0;
 
 Launch* volatile g_cur_launch = nullptr;
 Fiber* volatile g_cur_fiber[64];
+pthread_t g_thr[64];               // OS thread of each worker (a timeout report is forwarded to it)
+volatile int g_thr_known[64];
 
 // ===================================================================================================
 // Small helpers
@@ -650,6 +653,7 @@ Range g_host_stack{0, 0};
 __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int kind, void* pc) {
     Fiber* f = t_fiber;
     if (!f || t_in_rt) return;
+    f->last_pc = pc;
     if (a - f->base < REGION) return;                         // own stack and control block
     if (a == (uintptr_t)&ccsim_cur_view) return;              // the built-ins' TLS slot
     Worker* w = f->w;
@@ -971,6 +975,8 @@ Worker* my_worker() {
     if (w) return w;
     w = new Worker();
     w->id = g_worker_ids.fetch_add(1);
+    g_thr[w->id & 63] = pthread_self();
+    g_thr_known[w->id & 63] = 1;
     w->arena = (unsigned char*)aligned_alloc(64, ARENA_CAP);
     std::memset(w->arena, 0xFF, ARENA_CAP);
     w->shadow = (Shadow*)calloc(ARENA_CAP / 4, sizeof(Shadow));
@@ -1351,12 +1357,24 @@ void sig_handler(int sig, siginfo_t* si, void* ucv) {
     _exit(3);
 }
 
-void status_handler(int, siginfo_t*, void*) {
-    // timeout: say which kernel and which threads were running
+void status_handler(int sig, siginfo_t*, void* ucv) {
+    // timeout: say which kernel and which CUDA thread was running, and where
+    Fiber* f = t_fiber;
+    if (!f) {  // forward to a worker thread that runs a fiber, so its program counter can be read
+        for (int i = 0; i < 64; ++i)
+            if (g_cur_fiber[i] && g_thr_known[i]) { pthread_kill(g_thr[i], sig); return; }
+    }
     char buf[2048]; char* p = buf; char* end = buf + sizeof buf;
-    Fiber* f = nullptr;
-    for (int i = 0; i < 64 && !f; ++i) f = g_cur_fiber[i];
     append_raw(p, "{\"kind\":\"timeout\"", end);
+#if defined(__x86_64__)
+    if (f) {
+        uintptr_t pc = (uintptr_t)((ucontext_t*)ucv)->uc_mcontext.gregs[REG_RIP];
+        append_raw(p, ",\"pc\":", end); append_num(p, pc >= g_base ? pc - g_base + 1 : 0);
+        uintptr_t lp = (uintptr_t)f->last_pc;
+        append_raw(p, ",\"pc2\":", end); append_num(p, lp >= g_base ? lp - g_base : 0);
+    }
+#endif
+    (void)ucv;
     write_where(p, end, f);
     if (f && (f->state == F_BARRIER || f->state == F_WARP)) { append_raw(p, ",\"line\":", end); append_num(p, (unsigned)f->wline); }
     append_raw(p, "}\n", end);
