@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(256) scale_kernel(const T* __restrict__ x, T* 
         if (i < n) y[i] = course::times<T, K>(x[i]) * c_scale[0];
 }
 
-__host__ __device__ inline int idx3(int x, int y, int z, int nx, int ny) { return (z * ny + y) * nx + x; }
+__host__ __device__ __noinline__ int idx3(int x, int y, int z, int nx, int ny) { return (z * ny + y) * nx + x; }
 
 __global__ void builtins3d(int* out) {
     int gx = blockIdx.x * blockDim.x + threadIdx.x;

@@ -32,6 +32,7 @@
 #define __constant__
 #define __managed__
 #define __forceinline__ inline
+#define __noinline__  // (empty: libstdc++ spells __attribute__((__noinline__)) itself)
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
 #define __align__(n) alignas(n)
