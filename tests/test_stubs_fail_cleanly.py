@@ -1,0 +1,54 @@
+"""The untouched exercise stubs fail cleanly: only failures, no errors, every task at zero, useful messages.
+
+A learner who clones the course and runs the graded checks before writing anything must see a clear
+failure per task, never a crash, a build error or a collection error, and never a task that passes
+without work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSON_TESTS = sorted(p.name for p in (ROOT / "tests").glob("test_0*_*.py"))
+
+# Exceptions a stub may fail with: assertion messages from the checks, or a stub's own TODO error.
+CLEAN = {"AssertionError", "Failed"}
+
+
+@pytest.mark.xdist_group("stubs")
+@pytest.mark.parametrize("test_file", LESSON_TESTS)
+def test_untouched_stubs_fail_cleanly(test_file: str, tmp_path: Path) -> None:
+    report = tmp_path / "report.jsonl"
+    env = {**os.environ, "CUDA_COURSE_IMPL": "student", "CUDA_COURSE_SEED": "20261122"}
+    env.pop("CUDA_COURSE_SUBMISSION", None)
+    r = subprocess.run([sys.executable, "-m", "pytest", f"tests/{test_file}", "--impl=student", "-q",
+                        "-p", "no:cacheprovider", "-p", "no:xdist", f"--cc-report={report}"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    tail = r.stdout[-3000:]
+    assert r.returncode == 1, (f"expected test failures only (exit 1), got exit {r.returncode}:\n"
+                               f"{tail}{r.stderr[-2000:]}")
+    assert " error" not in r.stdout.splitlines()[-1], f"errors in the stub run:\n{tail}"
+    records = [json.loads(line) for line in report.read_text().splitlines()]
+    results = [rec for rec in records if rec.get("event") == "result"]
+    assert results, "no test results recorded"
+    tasks: dict[str, list[dict]] = {}
+    for rec in results:
+        if rec["task"] is not None:
+            tasks.setdefault(rec["task"], []).append(rec)
+    for task, recs in tasks.items():
+        if all(rec["gpu"] for rec in recs):
+            continue  # speed tasks: not graded on the simulator, failing on a GPU
+        failed = [rec for rec in recs if rec["outcome"] == "failed"]
+        assert failed, f"task {task} earns points on the untouched stub: no test of it failed"
+        for rec in failed:
+            assert rec["message"].strip(), f"{rec['nodeid']} failed without a message"
+            clean = rec["exc_type"] in CLEAN or "TODO(task" in rec["message"]
+            assert clean, (f"{rec['nodeid']} failed with {rec['exc_type']} instead of a check's message:\n"
+                           f"{rec['message'][:800]}")
