@@ -54,6 +54,15 @@ __global__ void writes_input(const float* x, float* y) { ((float*)x)[threadIdx.x
 void mutate(const float* x, float* y) { writes_input<<<1, 4>>>(x, y); }
 void zero_grid(float* y, int n) { add_one<<<n / 1024, 256>>>(y, n); }
 void bad_block_dims(float* y) { add_one<<<1, dim3(8, 8, 128)>>>(y, 1); }
+__global__ void inc_first(float* p) { p[0] += 1.0f; }
+void pinned_and_bad_free(float* out, int* status) {
+    float* h; cudaMallocHost(&h, sizeof(float));
+    h[0] = 41.0f;
+    inc_first<<<1, 1>>>(h);            // mapped pinned memory is usable from kernels
+    out[0] = h[0];
+    status[0] = cudaFree(out);         // not from cudaMalloc: an error code, not a crash
+    status[1] = cudaFreeHost(h);
+}
 void host_throws(int n) { if (n > 0) throw std::runtime_error("TODO(task 1.2) not implemented"); }
 __global__ void deep(float* y) {
     float big[40000];
@@ -182,3 +191,11 @@ def test_shared_initializer_is_a_compile_error() -> None:
     with pytest.raises(CompileError) as ei:
         build(src, "init.cu")
     assert ei.value.line == 2
+
+
+def test_pinned_host_memory_and_invalid_free(lib) -> None:
+    out = torch.zeros(1)
+    status = torch.full((2,), -1, dtype=torch.int32)
+    lib.call("pinned_and_bad_free", [out, status])
+    assert out.item() == 42.0
+    assert status.tolist() == [1, 0]  # cudaErrorInvalidValue, cudaSuccess

@@ -528,6 +528,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d);
 static inline cudaError_t cudaEventRecord(cudaEvent_t e) { return cudaEventRecord(e, nullptr); }
 template <class T> static inline cudaError_t cudaMalloc(T** p, size_t n, int line = __builtin_LINE()) { return ccsim_cudaMalloc((void**)p, n, line); }
 static inline cudaError_t cudaMalloc(void** p, size_t n, int line = __builtin_LINE()) { return ccsim_cudaMalloc(p, n, line); }
+template <class T> static inline cudaError_t cudaMallocHost(T** p, size_t n) { return cudaMallocHost((void**)p, n); }
+template <class T> static inline cudaError_t cudaHostAlloc(T** p, size_t n, unsigned) { return cudaMallocHost((void**)p, n); }
 template <class T> static inline cudaError_t cudaMallocManaged(T** p, size_t n, unsigned = 0) { return ccsim_cudaMalloc((void**)p, n, 0); }
 template <class T, class S> static inline cudaError_t cudaMemcpyToSymbol(T& sym, const S* src, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyHostToDevice) {
     std::memcpy((char*)&sym + off, (const void*)src, n); return cudaSuccess;

@@ -1172,10 +1172,16 @@ API void ccsim_rt_register(const void* p, size_t bytes, const char* name, size_t
     if (n < 256) g_nbufs.store(n + 1, std::memory_order_release);
 }
 
-static void unregister(const void* p) {
+// Forget a buffer; true if it was registered under a name starting with `prefix`.
+static bool unregister(const void* p, const char* prefix) {
     std::lock_guard<std::mutex> lk(g_buf_mu);
     int n = g_nbufs.load();
-    for (int i = 0; i < n; ++i) if (g_bufs[i].base == (uintptr_t)p) { g_bufs[i].base = 0; g_bufs[i].bytes = 0; }
+    bool found = false;
+    for (int i = 0; i < n; ++i)
+        if (g_bufs[i].base == (uintptr_t)p && strncmp(g_bufs[i].name, prefix, strlen(prefix)) == 0) {
+            g_bufs[i].base = 0; g_bufs[i].bytes = 0; found = true;
+        }
+    return found;
 }
 
 // ---- atomics ---------------------------------------------------------------------------------------
@@ -1238,13 +1244,25 @@ API cudaError_t ccsim_cudaMalloc(void** p, size_t n, int line) {
 }
 API cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
-    unregister(p);
+    // only what cudaMalloc returned (and not freed yet) may be freed: anything else is an invalid value
+    if (!unregister(p, "cudaMalloc buffer")) return (cudaError_t)(g_last_cuda_error = cudaErrorInvalidValue);
     char* raw; std::memcpy(&raw, (char*)p - 16, sizeof raw);
     free(raw);
     return cudaSuccess;
 }
-API cudaError_t cudaMallocHost(void** p, size_t n) { *p = malloc(n); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
-API cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
+// Pinned host memory is mapped into the device's address space on real GPUs: kernels may use it.
+API cudaError_t cudaMallocHost(void** p, size_t n) {
+    *p = malloc(n ? n : 1);
+    if (!*p) return cudaErrorMemoryAllocation;
+    ccsim_rt_register(*p, n, "cudaMallocHost buffer", 1);
+    return cudaSuccess;
+}
+API cudaError_t cudaFreeHost(void* p) {
+    if (!p) return cudaSuccess;
+    if (!unregister(p, "cudaMallocHost buffer")) return (cudaError_t)(g_last_cuda_error = cudaErrorInvalidValue);
+    free(p);
+    return cudaSuccess;
+}
 API cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { if (n) std::memmove(d, s, n); return cudaSuccess; }
 API cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) { return cudaMemcpy(d, s, n, k); }
 API cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
