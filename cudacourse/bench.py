@@ -1,10 +1,11 @@
 """Timing kernels on a GPU, against the PyTorch/cuBLAS reference and the hardware measured in the same run.
 
 How a number is made (see ``time_kernel``): warm-up runs first (module load, lazy init), then each timed
-run is preceded by an L2 flush (writing a buffer larger than L2) and bracketed by CUDA events; the
-result is the median of many runs. Bandwidth counts the minimal bytes a case must move (each input
-read once, each output written once); the copy bandwidth of a large device-to-device copy, measured
-in the same run, is the practical ceiling a memory-bound kernel is compared with.
+run is preceded by an L2 flush (writing a buffer larger than L2) and bracketed by CUDA events recorded
+while the GPU is still busy with a short spin kernel, so host-side overhead (Python, argument checks,
+the launch itself) is not counted; the result is the median of many runs. Bandwidth counts the minimal
+bytes a case must move (each input read once, each output written once); the copy bandwidth of a large
+device-to-device copy, measured in the same run, is the practical ceiling of a memory-bound kernel.
 
 On the CPU simulator timing is meaningless: everything here raises ``NeedsGPU``.
 
@@ -80,6 +81,7 @@ def _require_gpu() -> Any:
 
 
 _FLUSH: dict[str, Any] = {}
+_SLEEP_CYCLES = 1_000_000  # ~0.5 ms at 2 GHz: covers the host's enqueue time of one timed call
 
 
 def flush_l2() -> None:
@@ -113,6 +115,10 @@ def time_stats(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50, flu
             if flush:
                 flush_l2()
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # Keep the GPU busy while the host enqueues start, launch and stop, so Python and launch
+            # overhead stay out of the measured interval (it then holds only GPU execution).
+            if hasattr(torch.cuda, "_sleep"):
+                torch.cuda._sleep(_SLEEP_CYCLES)
             start.record()
             fn()
             stop.record()

@@ -482,6 +482,8 @@ class Lesson:
         self.device = device_for(self.backend)
         self._opts = dict(backend=self.backend, check=check, timeout_s=timeout_s)
         self._modules: dict[Path, tuple[str, Module]] = {}
+        self._bound: dict[str, tuple[Path, tuple[int, int] | None, Any]] = {}
+        self._names: dict[Path, tuple[tuple[int, int] | None, list[str]]] = {}
 
     def files(self) -> list[Path]:
         """The lesson's kernel files."""
@@ -490,11 +492,15 @@ class Lesson:
     def _index(self) -> dict[str, Path]:
         idx: dict[str, Path] = {}
         for f in self.files():
-            text = f.read_text()
-            names = ([n for pre, n, _, _ in find_functions(text) if "__global__" not in pre
-                      and "__device__" not in pre and "static" not in pre] if uses_torch(text)
-                     else list(find_launchers(text)))
-            for n in names:
+            stamp = _stamp(f)
+            cached = self._names.get(f)
+            if cached is None or cached[0] != stamp:
+                text = f.read_text()
+                names = ([n for pre, n, _, _ in find_functions(text) if "__global__" not in pre
+                          and "__device__" not in pre and "static" not in pre] if uses_torch(text)
+                         else list(find_launchers(text)))
+                self._names[f] = cached = (stamp, names)
+            for n in cached[1]:
                 idx.setdefault(n, f)
         return idx
 
@@ -514,11 +520,22 @@ class Lesson:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
+        # Fast path: the bound function, still valid while its file is unchanged (one stat per call, so a
+        # benchmark loop pays microseconds, and an edit in the notebook is picked up on the next call).
+        hit = self._bound.get(name)
+        if hit is not None:
+            f, stamp, fn = hit
+            if _stamp(f) == stamp:
+                return fn
         idx = self._index()
         if name not in idx:
             raise AttributeError(f"lesson {self.name} ({self.dir}) has no launcher '{name}' "
                                  f"(found: {', '.join(sorted(idx)) or 'none'})")
-        return getattr(self.module(idx[name]), name)
+        f = idx[name]
+        stamp = _stamp(f)
+        fn = getattr(self.module(f), name)
+        self._bound[name] = (f, stamp, fn)
+        return fn
 
     def functions(self) -> list[str]:
         """Every launcher of the lesson."""
@@ -526,6 +543,14 @@ class Lesson:
 
     def __repr__(self) -> str:
         return f"<cudacourse.Lesson {self.name} from {self.dir} backend={self.backend}>"
+
+
+def _stamp(f: Path) -> tuple[int, int] | None:
+    try:
+        st = f.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 _LESSONS: dict[tuple, Lesson] = {}
