@@ -298,7 +298,7 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
         e = m.find(";", i)
         if e < 0:
             raise _err(CompileError, "__shared__ declaration without ';'", path, line_of(source, i))
-        stmt = source[s:e]
+        stmt = m[s:e]  # masked: comments inside or before the declaration are blanks here
         line = line_of(source, i)
         extern = bool(re.search(r"\bextern\b", m[s:e]))
         body = _SHARED_DROP.sub(" ", stmt).strip()

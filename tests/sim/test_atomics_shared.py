@@ -60,7 +60,8 @@ __device__ float helper_sum(const float* x) {
     return s;
 }
 __global__ void shared_forms(const float* x, float* y, int* flags) {
-    __shared__ float tile[TILE][TILE + 1];          // padded, multi-dim
+    // a comment before the declaration; and one inside it
+    __shared__ float /* padded, multi-dim */ tile[TILE][TILE + 1];  // padded, multi-dim
     __shared__ int counter, other;
     static __shared__ __align__(16) float vec[64];
     extern __shared__ float dyn[];

@@ -39,7 +39,10 @@ void host_roundtrip(const float* x, float* y, float* ms, int n) {
     cudaFree(d); free(h);
     cudaEventDestroy(a); cudaEventDestroy(b); cudaStreamDestroy(s);
     cudaDeviceProp p; cudaGetDeviceProperties(&p, 0);
-    if (p.warpSize != 32 || p.maxThreadsPerBlock != 1024) y[0] = -1.0f;
+    int sms = 0, warp = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaDeviceGetAttribute(&warp, cudaDevAttrWarpSize, 0);
+    if (p.warpSize != 32 || p.maxThreadsPerBlock != 1024 || sms < 1 || warp != 32) y[0] = -1.0f;
 }
 void malloc_overrun(int n) {
     float* d; cudaMalloc(&d, n * sizeof(float));

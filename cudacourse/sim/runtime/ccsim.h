@@ -483,6 +483,13 @@ typedef enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
     cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4,
 } cudaMemcpyKind;
+enum cudaDeviceAttr {
+    cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMaxBlockDimX = 2, cudaDevAttrMaxBlockDimY = 3,
+    cudaDevAttrMaxBlockDimZ = 4, cudaDevAttrMaxGridDimX = 5, cudaDevAttrMaxGridDimY = 6, cudaDevAttrMaxGridDimZ = 7,
+    cudaDevAttrMaxSharedMemoryPerBlock = 8, cudaDevAttrWarpSize = 10, cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76,
+    cudaDevAttrMaxThreadsPerMultiProcessor = 39,
+};
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
 struct CUstream_st; typedef CUstream_st* cudaStream_t;
 struct ccsim_event { double t; }; typedef ccsim_event* cudaEvent_t;
@@ -524,6 +531,7 @@ cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaGetDevice(int* d);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d);
+cudaError_t cudaDeviceGetAttribute(int* v, enum cudaDeviceAttr a, int d);
 }
 static inline cudaError_t cudaEventRecord(cudaEvent_t e) { return cudaEventRecord(e, nullptr); }
 template <class T> static inline cudaError_t cudaMalloc(T** p, size_t n, int line = __builtin_LINE()) { return ccsim_cudaMalloc((void**)p, n, line); }

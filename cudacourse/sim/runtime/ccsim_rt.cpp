@@ -1316,6 +1316,28 @@ API cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     return cudaSuccess;
 }
 
+API cudaError_t cudaDeviceGetAttribute(int* v, enum cudaDeviceAttr a, int d) {
+    cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, d);
+    switch (a) {
+        case cudaDevAttrMaxThreadsPerBlock: *v = p.maxThreadsPerBlock; break;
+        case cudaDevAttrMaxBlockDimX: *v = 1024; break;
+        case cudaDevAttrMaxBlockDimY: *v = 1024; break;
+        case cudaDevAttrMaxBlockDimZ: *v = 64; break;
+        case cudaDevAttrMaxGridDimX: *v = p.maxGridSize[0]; break;
+        case cudaDevAttrMaxGridDimY: *v = 65535; break;
+        case cudaDevAttrMaxGridDimZ: *v = 65535; break;
+        case cudaDevAttrMaxSharedMemoryPerBlock: *v = (int)p.sharedMemPerBlock; break;
+        case cudaDevAttrWarpSize: *v = 32; break;
+        case cudaDevAttrMultiProcessorCount: *v = p.multiProcessorCount; break;
+        case cudaDevAttrComputeCapabilityMajor: *v = p.major; break;
+        case cudaDevAttrComputeCapabilityMinor: *v = p.minor; break;
+        case cudaDevAttrMaxThreadsPerMultiProcessor: *v = p.maxThreadsPerMultiProcessor; break;
+        default: *v = 0; return (cudaError_t)(g_last_cuda_error = cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+
 // ---- worker-facing API -----------------------------------------------------------------------------
 namespace {
 int phdr_cb(struct dl_phdr_info* info, size_t, void*) {
