@@ -15,13 +15,16 @@ What it does, in order:
    tasks that need it fail, with the reason.
 3. **Collect** the tasks once (``pytest --collect-only`` with the course plugin): a task is every test
    carrying ``@pytest.mark.task(ID)``, public and hidden ones together.
-4. **Run** the tasks in pytest processes (``--jobs`` at a time), in a private copy of the
-   staged folder ("slot") that is restored from its pristine manifest before each task and compared
-   after it: a file changed by the submission's code fails that task and is undone. A crash, an
-   endless loop, an illegal address or a corrupted CUDA context kills only that process; the test that
-   was running is named in the message. The time limit is ``--timeout`` plus ``--build-timeout`` for the
-   first task of each lesson in a slot (a cold build). Inputs are drawn from a seed chosen afresh for
-   the run (``--seed`` to replay one), so answers cached from the public tests do not survive.
+4. **Run.** The tasks of a lesson share one pytest process (split over ``--jobs`` processes when
+   there is room), in a private copy of the staged folder ("slot") that is restored from its pristine
+   manifest before each process and compared after it. The lesson's kernel files are built first (up
+   to ``--build-timeout``); then a watchdog stops a process whose current test case has run for more
+   than ``--timeout`` s. A case that crashes or hangs fails its own task (the message names it) and the
+   unfinished tasks go on in a fresh process; every task that failed in company is graded again in a
+   process of its own, and that verdict counts. So a crash, an endless loop, an illegal address or a
+   corrupted CUDA context costs only its own task, and a file changed by the submission's code fails
+   the task that changed it (the change is undone). Inputs are drawn from a seed chosen afresh for the
+   run (``--seed`` replays one), so answers cached from the public tests do not survive.
 5. **Report.** A points table on stdout, and ``--json``, ``--junit``, ``--markdown`` files, always
    written (a grading problem is recorded in them too). The exit code says whether grading worked (0),
    not the score; 2 means the grader itself could not grade (bad arguments, broken instructor tests).
@@ -200,7 +203,8 @@ def screen_kernel_file(lesson: str, name: str, text: str, lesson_files: set[str]
             reasons.append(f"line {_line_of(text, m.start())}: `{m.group(0).strip()}` computes with a torch "
                            "operator; relu_forward must launch your relu_torch_kernel")
         for name, body_text in tensor_functions(masked):
-            if "<<<" not in body_text:
+            if "<<<" not in body_text and not re.match(r"\s*(TORCH_CHECK\s*\(\s*false\b|throw\b)", body_text):
+                # (a body that starts by throwing is an untouched stub: it fails at run time with its TODO)
                 reasons.append(f"{name}() launches no kernel (no <<<...>>>): it must launch your kernel, not "
                                "compute with torch")
     else:
@@ -269,8 +273,7 @@ class Submission:
     missing: list[str] = field(default_factory=list)
     pristine: Path | None = None
     manifest: dict[str, str] = field(default_factory=dict)
-    slots: queue.Queue[Path] = field(default_factory=queue.Queue)
-    warm: set[tuple[str, str]] = field(default_factory=set)  # (slot, lesson) pairs that have built
+    warm: set[tuple[str, str]] = field(default_factory=set)  # (slot, lesson) pairs built for this submission
 
 
 def stage_harness(dst: Path, lessons: list[str], hidden: Path | None, course: Path) -> None:
@@ -449,6 +452,7 @@ def _tail(text: str, lines: int) -> str:
 # Running one task
 # ----------------------------------------------------------------------------------------------------
 
+_EXIT_GRACE_S = 10.0  # how long a pytest process may take to exit after its last test reported
 _SIGNALS = {getattr(signal, n): n for n in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE", "SIGKILL", "SIGTERM")
             if hasattr(signal, n)}
 
@@ -466,6 +470,7 @@ class Settings:
     hidden_feedback: str
     sanitize: bool
     backend_name: str = "sim"
+    slots: queue.Queue[Path] = field(default_factory=queue.Queue)  # working folders, one per job
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
@@ -496,14 +501,17 @@ class _Run:
 def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: Settings, tag: str) -> _Run:
     """Run the tests of ``tasks`` in one pytest process in ``slot`` under a progress watchdog.
 
-    The watchdog stops the process when one test case runs longer than ``st.timeout`` (plus
-    ``st.build_timeout`` while a lesson has not built in this slot yet).
+    Each lesson's kernel files are built first (:func:`_warm_up`, up to ``st.build_timeout``); the
+    watchdog then stops the process when one test case runs longer than ``st.timeout``.
     """
     assert sub.pristine is not None
     restore(slot, sub.pristine, sub.manifest)
-    report = slot.parent / f"{slot.name}-{tag}.jsonl"
+    report = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.jsonl"
     report.unlink(missing_ok=True)
-    log = slot.parent / f"{slot.name}-{tag}.log"
+    log = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.log"
+    for lesson in sorted({t.lesson for t in tasks}):
+        if (slot.name, lesson) not in sub.warm:
+            _warm_up(sub, slot, lesson, st)
     files = sorted({f for t in tasks for f in t.files})
     cmd = [_python(), "-m", "pytest", "-q", "-c", str(slot / "pytest.ini"), "--rootdir", str(slot),
            "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), "--tb=short", "-p", "no:randomly"]
@@ -517,7 +525,7 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: Settings
                                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         size, last = -1, time.monotonic()
-        seen_lessons: set[str] = set()
+        finished_at: float | None = None
         while True:
             try:
                 rc = proc.wait(timeout=0.2)
@@ -530,11 +538,15 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: Settings
                 now_size = 0
             if now_size != size:
                 size, last = now_size, time.monotonic()
-                for e in read_records(report):
-                    if e.get("event") == "result":
-                        seen_lessons.add(e.get("lesson", ""))
-            cold = any((slot.name, t.lesson) not in sub.warm and t.lesson not in seen_lessons for t in tasks)
-            limit = st.timeout + (st.build_timeout if cold else 0.0)
+                if finished_at is None and any(e.get("event") == "finished" for e in read_records(report)):
+                    finished_at = time.monotonic()
+            if finished_at is not None and time.monotonic() - finished_at > _EXIT_GRACE_S:
+                _kill_group(proc)  # every test has reported; only the interpreter's exit is stuck
+                proc.wait()
+                rc = next(int(e["exitstatus"]) for e in read_records(report) if e.get("event") == "finished")
+                break
+            # Before the first test starts, pytest imports torch and the tests: allow a minute for that.
+            limit = st.timeout + (60.0 if size <= 0 else 0.0)
             if time.monotonic() - last > limit:
                 timed_out = True
                 _kill_group(proc)
@@ -548,12 +560,43 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: Settings
     events = read_records(report)
     collected = {e["nodeid"]: e for e in events if e.get("event") == "collected"}
     results = {e["nodeid"]: e for e in events if e.get("event") == "result"}
-    for e in results.values():
-        sub.warm.add((slot.name, e.get("lesson", "")))
     started = [e["nodeid"] for e in events if e.get("event") == "start"]
     culprit = next((n for n in reversed(started) if n not in results), None)
     tampered = restore(slot, sub.pristine, sub.manifest)
     return _Run(collected, results, culprit, timed_out, rc, log.read_text(errors="replace"), tampered, limit)
+
+
+_WARM_UP = """
+import os
+import sys
+import cudacourse as cc
+m = cc.lesson(sys.argv[1])
+for f in m.files():
+    try:
+        m.module(f.name)
+    except Exception as e:
+        print(f"{f.name}: {type(e).__name__}")
+sys.stdout.flush()
+os._exit(0)  # never wait on a slow interpreter exit
+"""
+
+
+def _warm_up(sub: Submission, slot: Path, lesson: str, st: Settings) -> None:
+    """Build every kernel file of ``lesson`` in ``slot`` (a cold build) before the tests run.
+
+    Building runs none of the submission's code, so the tests' watchdog can then hold each case to
+    ``--timeout`` alone. A file that does not compile is left to the tests, which report it.
+    """
+    assert sub.pristine is not None
+    sub.warm.add((slot.name, lesson))
+    proc = subprocess.Popen([_python(), "-c", _WARM_UP, lesson], cwd=slot,
+                            env=_child_env(slot, st.seed, st.backend, st.build_dir), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.wait(timeout=st.build_timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)  # the tests will build (and time out) and say so
+        proc.wait()
 
 
 def _crash_note(run: _Run) -> str:
@@ -630,11 +673,11 @@ def run_group(sub: Submission, tasks: list[TaskSpec], st: Settings) -> list[Task
     while remaining:
         round_no += 1
         alone = len(remaining) == 1
-        slot = sub.slots.get()
+        slot = st.slots.get()
         try:
             run = _run_pytest(sub, slot, remaining, st, f"{remaining[0].lesson}-{remaining[0].id}-r{round_no}")
         finally:
-            sub.slots.put(slot)
+            st.slots.put(slot)
         if run.tampered and not alone:
             confirm += remaining
             break
@@ -787,7 +830,7 @@ def sanitizer_report(sub: Submission, task: TaskSpec, st: Settings) -> str:
     if not tool:
         return "\n(compute-sanitizer not found on PATH: no sanitizer report)"
     assert sub.pristine is not None
-    slot = sub.slots.get()
+    slot = st.slots.get()
     try:
         restore(slot, sub.pristine, sub.manifest)
         cmd = [tool, "--tool", "memcheck", "--print-limit", "5", _python(), "-m", "pytest", "-q", "-x",
@@ -801,7 +844,7 @@ def sanitizer_report(sub: Submission, task: TaskSpec, st: Settings) -> str:
         return "\n(compute-sanitizer run timed out)"
     finally:
         restore(slot, sub.pristine, sub.manifest)
-        sub.slots.put(slot)
+        st.slots.put(slot)
     lines = [ln for ln in out.splitlines() if ln.startswith("=========")]
     return "\ncompute-sanitizer:\n" + "\n".join(lines[:20]) if lines else "\ncompute-sanitizer: no errors reported"
 
@@ -823,6 +866,7 @@ class Report:
     seed: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    rejected: list[str] = field(default_factory=list)  # submitted files refused before building, with why
 
     def totals(self) -> tuple[float, float, float]:
         """(earned, possible, not graded)."""
@@ -887,6 +931,8 @@ def markdown_report(rep: Report) -> str:
              + (f" ({format_points(ng)} not graded here: they need a GPU)" if ng else ""), "",
              f"Backend `{rep.backend}` ({rep.device}); inputs drawn with `CUDA_COURSE_SEED={rep.seed}` "
              f"(replay: `CUDA_COURSE_SEED={rep.seed} python -m pytest tests/`).", ""]
+    if rep.rejected:
+        lines += ["## Rejected files", "", *[f"- {r}" for r in rep.rejected], ""]
     if rep.errors:
         lines += ["## Grading problems", "", "The grader could not grade everything (not your fault):", ""]
         lines += ["```", *rep.errors, "```", ""]
@@ -918,6 +964,8 @@ def print_report(rep: Report, out: Any = None) -> None:
         if t.status == "fail":
             first = "\n    ".join(t.message.splitlines()[:4])
             print(f"  task {t.id} failed: {first}", file=out)
+    for r in rep.rejected:
+        print(f"  REJECTED: {r}", file=out)
     for e in rep.errors:
         print(f"  GRADING PROBLEM: {e}", file=out)
 
@@ -983,7 +1031,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds one test case may run before its task fails as hung (default 120)")
     p.add_argument("--build-timeout", type=float, default=300.0,
-                   help="extra seconds for the first task of a lesson (a cold build; default 300)")
+                   help="seconds to build a lesson's kernel files before its tests run (default 300)")
     p.add_argument("--jobs", "-j", type=int, default=0, help="tasks at a time (default: CPU count, at most 8)")
     p.add_argument("--backend", choices=["auto", "cuda", "sim"], default="auto")
     p.add_argument("--seed", type=int, default=None, help="base seed (default: fresh for every run)")
@@ -1039,6 +1087,8 @@ def grade(args: argparse.Namespace) -> list[Report]:
     backend, device = resolve_backend(args.backend)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
     jobs = args.jobs if args.jobs and args.jobs > 0 else min(8, os.cpu_count() or 1)
+    if args.workdir:
+        args.workdir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="cc-grade-", dir=args.workdir)) if args.workdir else \
         Path(tempfile.mkdtemp(prefix="cc-grade-"))
     build_dir = Path(os.environ.get("CUDA_COURSE_BUILD") or (work / "build"))
@@ -1064,17 +1114,18 @@ def grade(args: argparse.Namespace) -> list[Report]:
             for lt in by_lesson.values():
                 k = min(split, len(lt))
                 groups += [(i, lt[j::k]) for j in range(k)]
+        # Working folders ("slots") belong to the jobs, not to the submissions: each run first restores
+        # its slot to the submission's pristine tree. Builds are cached by content, so a kernel file that
+        # several submissions share (an untouched relu_torch.cu) is built once per slot, not per learner.
+        for k in range(max(1, min(jobs, len(groups)))):
+            slot = work / f"slot{k}"
+            shutil.copytree(harness, slot)
+            st.slots.put(slot)
         for i, sub in enumerate(subs):
-            base = work / f"sub{i:03d}"
-            sub.pristine = base / "pristine"
+            sub.pristine = work / f"sub{i:03d}"
             shutil.copytree(harness, sub.pristine)
             stage_kernels(sub, sub.pristine, lessons, course)
             sub.manifest = manifest(sub.pristine)
-            n_groups = sum(1 for g in groups if g[0] == i)
-            for k in range(max(1, min(jobs, n_groups))):
-                slot = base / f"slot{k}"
-                shutil.copytree(sub.pristine, slot)
-                sub.slots.put(slot)
         results: dict[int, dict[str, TaskResult]] = {i: {} for i in range(len(subs))}
         with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
             futs = {pool.submit(safe_run_group, subs[i], g, st): i for i, g in groups}
@@ -1085,7 +1136,8 @@ def grade(args: argparse.Namespace) -> list[Report]:
         elapsed = time.monotonic() - t_start
         for i, sub in enumerate(subs):
             done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
-            reports.append(Report(backend, device, sub.impl, done, name=sub.name, seed=seed, seconds=elapsed))
+            reports.append(Report(backend, device, sub.impl, done, name=sub.name, seed=seed, seconds=elapsed,
+                                  rejected=[r.text() for r in sub.rejections]))
         return reports
     finally:
         if args.workdir is None:
