@@ -77,7 +77,8 @@ def sum_tolerance(n: int, dtype: torch.dtype = torch.float32, magnitude: float =
     case, but with random signs and tree or blocked orders the error grows like ``sqrt(n) * eps`` times
     the terms' size. We allow ``8 * sqrt(n) * eps * magnitude`` absolute (plus a small relative part):
     tight enough to catch a dropped or doubled element (an error of about ``magnitude``), loose enough
-    for any summation order.
+    for tree, blocked and atomic orders. A single running sum (one thread adding n terms in a row) has
+    error growing like ``n * eps`` instead; lesson 03's dot products therefore scale with K.
     """
     eps = torch.finfo(dtype).eps
     return 1e-5 if dtype == torch.float32 else 10 * eps, 8.0 * math.sqrt(max(n, 1)) * eps * magnitude
@@ -98,7 +99,7 @@ def unchanged(*tensors: torch.Tensor, names: Sequence[str] | None = None) -> Ite
 
 
 def _fmt(v: float) -> str:
-    return f"{v:.6g}"
+    return "n/a" if v != v else f"{v:.6g}"
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "output", rtol: float | None = None,
@@ -134,8 +135,9 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
     nbad, total = bad.numel(), a.numel()
     finite = ~(af.isnan() | ef.isnan() | af.isinf() | ef.isinf())
     max_abs = diff[finite & ~ok].max().item() if bool((finite & ~ok).any()) else float("nan")
-    rel = diff / ef.abs().clamp_min(1e-30)
-    max_rel = rel[finite & ~ok].max().item() if bool((finite & ~ok).any()) else float("nan")
+    # Relative error only where the expected value is not zero (against 0 it is meaningless).
+    rel_mask = finite & ~ok & (ef != 0)
+    max_rel = (diff[rel_mask] / ef[rel_mask].abs()).max().item() if bool(rel_mask.any()) else float("nan")
     dt = str(a.dtype).replace("torch.", "")
     lines = [f"{where}: {nbad} of {total} elements differ (shape {tuple(a.shape)}, {dt},"
              f" rtol={rtol:g}, atol={atol:g}); max abs error {_fmt(max_abs)}, max rel error {_fmt(max_rel)}"]

@@ -264,3 +264,41 @@ def test_bench_refuses_without_gpu():
 
     with pytest.raises(cc.NeedsGPU, match="timing needs a GPU"):
         bench.time_kernel(lambda: None)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The notebook loop: edit a kernel file, call again, get the new kernel (simulator backend)
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_lesson_rebuilds_after_an_edit(tmp_path, monkeypatch):
+    les = tmp_path / "lessons" / "99_edit"
+    les.mkdir(parents=True)
+    src = les / "k.cu"
+    body = "__global__ void k(float* y, int n) {{ int i = threadIdx.x; if (i < n) y[i] = {v}; }}\n" \
+           "void fill(float* y, int n) {{ k<<<1, 64>>>(y, n); }}\n"
+    src.write_text(body.format(v="1.0f"))
+    monkeypatch.setenv("CUDA_COURSE_SUBMISSION", str(tmp_path))
+    m = cc.lesson("99_edit", backend="sim")
+    y = check.poisoned(10)
+    m.fill(y, 10)
+    assert torch.equal(y, torch.ones(10))
+    src.write_text(body.format(v="2.0f"))
+    m.fill(y, 10)
+    assert torch.equal(y, torch.full((10,), 2.0)), "the edited kernel was not rebuilt"
+    src.write_text(body.format(v="2.0f oops"))
+    with pytest.raises(cc.CompileError) as e:
+        m.fill(y, 10)
+    assert e.value.line == 1 and "k.cu" in str(e.value)
+
+
+def test_load_from_source_text_and_kernel_error_fields():
+    m = cc.load(RELU.replace("if (i < n) ", ""), ["relu"], backend="sim")
+    x, y = torch.randn(100), check.poisoned(100)
+    with pytest.raises(cc.OutOfBoundsError) as e:
+        m.relu(x, y, 100)
+    err = e.value
+    assert err.kernel == "relu_kernel" and err.line == 6 and err.block is not None and err.thread is not None
+    m2 = cc.load(RELU, backend="sim")
+    m2.relu(x, y, 100)
+    check.assert_close(y, torch.relu(x))
