@@ -11,8 +11,8 @@ What it does, in order:
    kernel-only exercise files may include CUDA and C++ standard headers only (no torch, no relative
    paths leaving the lesson, no file or process calls), and lesson 01's ``relu_torch.cu`` (the one file
    allowed torch) must launch the learner's kernel with ``<<<...>>>`` and call no torch operator that
-   would compute the answer. A rejected file is staged with an ``#error`` appended, so exactly the
-   tasks that need it fail, with the reason.
+   would compute the answer. A rejected file is staged so that it fails to build at once, so exactly
+   the tasks that need it fail, with the reason.
 3. **Collect** the tasks once (``pytest --collect-only`` with the course plugin): a task is every test
    carrying ``@pytest.mark.task(ID)``, public and hidden ones together.
 4. **Run.** The tasks of a lesson share one pytest process (split over ``--jobs`` processes when
@@ -60,6 +60,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -339,8 +340,10 @@ def stage_kernels(sub: Submission, dst: Path, lessons: list[str], course: Path) 
                 if reasons:
                     rej = Rejection(lesson, p.name, reasons)
                     sub.rejections.append(rej)
-                    msg = rej.text().replace("\\", "/").replace('"', "'")
-                    text = text + f'\n#error "{msg}"\n'
+                    # The first line becomes a missing include: the build stops at once (nvcc and g++
+                    # treat it as fatal) with a message that says why, and later lines keep their numbers.
+                    _first, nl, rest = text.partition("\n")
+                    text = f'#include "REJECTED_BY_THE_GRADER_see_the_report.h"  // {p.name}{nl}{rest}'
             (out / p.name).write_text(text)
 
 
@@ -473,6 +476,9 @@ class Settings:
     slots: queue.Queue[Path] = field(default_factory=queue.Queue)  # working folders, one per job
 
 
+_LIVE: set[subprocess.Popen[Any]] = set()  # child processes running now (stopped if the grader is stopped)
+
+
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -524,6 +530,7 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: Settings
         proc = subprocess.Popen(cmd, cwd=slot, env=_child_env(slot, st.seed, st.backend, st.build_dir),
                                 stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
+        _LIVE.add(proc)
         size, last = -1, time.monotonic()
         finished_at: float | None = None
         while True:
@@ -553,10 +560,8 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: Settings
                 rc = proc.wait()
                 break
     # Reap anything the tests left running in their session (a forked child of a hostile kernel).
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    _kill_group(proc)
+    _LIVE.discard(proc)
     events = read_records(report)
     collected = {e["nodeid"]: e for e in events if e.get("event") == "collected"}
     results = {e["nodeid"]: e for e in events if e.get("event") == "result"}
@@ -592,11 +597,14 @@ def _warm_up(sub: Submission, slot: Path, lesson: str, st: Settings) -> None:
     proc = subprocess.Popen([_python(), "-c", _WARM_UP, lesson], cwd=slot,
                             env=_child_env(slot, st.seed, st.backend, st.build_dir), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    _LIVE.add(proc)
     try:
         proc.wait(timeout=st.build_timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)  # the tests will build (and time out) and say so
         proc.wait()
+    finally:
+        _LIVE.discard(proc)
 
 
 def _crash_note(run: _Run) -> str:
@@ -810,7 +818,7 @@ def _feedback(result: TaskResult, sub: Submission, st: Settings) -> str:
         if len(failed) > 1:
             msg += f"; {len(failed)} of {len(recs)} cases failed"
     rej = [r for r in sub.rejections if r.lesson == result.lesson]
-    if rej and ("CompileError" in msg or "rejected" in msg or any(r.exc_type == "CompileError" for r in failed)):
+    if rej and ("REJECTED_BY_THE_GRADER" in msg or any(r.exc_type == "CompileError" for r in failed)):
         msg = "\n".join(r.text() for r in rej) + "\n" + msg
     missing = [m for m in sub.missing if f"/{result.lesson}/" in m]
     if missing and ("no launcher" in msg or "AttributeError" in msg or "No such file" in msg):
@@ -1140,14 +1148,23 @@ def grade(args: argparse.Namespace) -> list[Report]:
                                   rejected=[r.text() for r in sub.rejections]))
         return reports
     finally:
+        for proc in list(_LIVE):  # stopped (Ctrl-C, SIGTERM from CI): leave no test process behind
+            _kill_group(proc)
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m cudacourse grade``. Returns 0 when grading worked, 2 when it did not."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # A cancelled CI job sends SIGTERM: unwind (kill the children, remove the work folder) like Ctrl-C.
+        signal.signal(signal.SIGTERM, _on_sigterm)
     batch = args.batch is not None
     t0 = time.monotonic()
     try:

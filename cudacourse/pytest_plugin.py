@@ -139,6 +139,7 @@ class _State:
     only_tasks: set[str]
     records: dict[str, TestRecord] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
+    timed_out_tasks: set[str] = field(default_factory=set)
 
     def emit(self, obj: dict[str, Any]) -> None:
         if not self.report_path:
@@ -255,9 +256,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Turn a ``gpu`` test on the simulator into a visible *not graded* skip."""
+    """Turn a ``gpu`` test on the simulator into a visible *not graded* skip.
+
+    Under the grader (``--cc-report``), once a case of a task has timed out the task has failed, so its
+    remaining cases are skipped instead of each waiting for the kernel timeout again.
+    """
     if item.get_closest_marker("gpu") is not None and backend_name() != "cuda":
         pytest.skip(GPU_SKIP_REASON)
+    state = item.config.stash.get(_STATE, None)
+    if state is not None and state.report_path:
+        task = _marker_arg(item, "task")
+        if task is not None and str(task) in state.timed_out_tasks:
+            pytest.skip(f"not run: an earlier case of task {task} timed out")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -282,6 +292,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         if rec.outcome != "failed":
             rec.outcome = "failed"
             rec.exc_type, rec.message = _failure_text(call, report)
+            if rec.exc_type == "KernelTimeout" and rec.task is not None:
+                state.timed_out_tasks.add(rec.task)
     elif report.skipped:
         reason = _skip_reason(report)
         if rec.outcome not in ("failed",):

@@ -275,7 +275,7 @@ def fake_course(tmp_path: Path) -> Path:
 
 
 def _grade(course: Path, *args: str) -> int:
-    return grade.main(["--course", str(course), "--backend", "sim", *args])
+    return grade.main(["--course", str(course), "--backend", "sim", "--build-timeout", "2", *args])
 
 
 def test_grader_verdicts_isolation_and_reports(fake_course: Path, tmp_path: Path) -> None:
