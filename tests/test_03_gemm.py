@@ -128,7 +128,7 @@ def test_worked_sgemv(M: int, K: int) -> None:
                        hint="this kernel is given complete; did an edit change it?")
 
 
-@pytest.mark.parametrize("fn", ["sgemm_v4_1d", "sgemm_v6_vec", "sgemm_v7_tuned"])
+@pytest.mark.parametrize("fn", ["sgemm_v4_1d", "sgemm_v6_vec", "sgemm_v7_tuned", "sgemm_v8_warptile"])
 def test_given_versions(fn: str) -> None:
     m = _m()
     for M, N, K in _shapes(m, SIM_SHAPES, GPU_SHAPES):
@@ -136,10 +136,10 @@ def test_given_versions(fn: str) -> None:
 
 
 def test_given_versions_unaligned() -> None:
-    """v6/v7 fall back to scalar loads when a pointer is not 16-byte aligned (a view one float in)."""
+    """v6-v8 fall back to scalar loads when a pointer is not 16-byte aligned (a view one float in)."""
     m = _m()
     M, N, K = 40, 36, 20  # K and N multiples of 4: only the alignment forces the scalar path
-    for fn in ("sgemm_v6_vec", "sgemm_v7_tuned"):
+    for fn in ("sgemm_v6_vec", "sgemm_v7_tuned", "sgemm_v8_warptile"):
         g = check.rng(f"{fn}-unaligned")
         A = check.randn((M * K + 1,), g, m.device)[1:].view(M, K)
         B = check.randn((K * N + 1,), g, m.device)[1:].view(K, N)

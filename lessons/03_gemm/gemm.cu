@@ -14,7 +14,9 @@
 //   sgemm_v5_2d            TODO(task 3.4) 128x128 block tile, each thread computes an 8x8 patch of C
 //   sgemm_v6_vec           complete: v5 + float4 global loads and an A tile stored transposed
 //   sgemm_v7_tuned         complete: v6 + double-buffered shared memory, register prefetch of the next tile,
-//                          conflict-free float4 fragment reads, padded A tile: the fast one
+//                          conflict-free float4 fragment reads, padded A tile
+//   sgemm_v8_warptile      complete: v7 + warp tiling (128x256x16 block tile -> 64x64 warp tiles -> 8x16
+//                          per thread): the fast one (a template; benchmarks/sweep_gemm.py sweeps its parameters)
 //   linear                 TODO(task 3.5) y[B,out] = x[B,in] @ W[out,in]^T + b[out]: the v3 tiled GEMM with
 //                          a transposed, padded W tile and the bias added in the epilogue
 //
@@ -422,6 +424,167 @@ void sgemm_v7_tuned(const float* A, const float* B, float* C, int M, int N, int 
         sgemm_v7_tuned_kernel<true><<<grid, THREADS7>>>(A, B, C, M, N, K);
     else
         sgemm_v7_tuned_kernel<false><<<grid, THREADS7>>>(A, B, C, M, N, K);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// v8: warp tiling (complete): block tile -> warp tile -> thread tile, the fastest version
+// ----------------------------------------------------------------------------------------------------
+
+// v7's ideas (transposed and padded A tile, float4 everywhere, double buffering with a register
+// prefetch) with one more level in the hierarchy. The block tile BM x BN is split among the warps:
+// each warp owns a WM x WN warp tile, and inside it the 32 lanes form an LR x (32 / LR) grid. A lane's
+// TM x TN outputs are (TM/4) x (TN/4) pieces of 4x4, spaced LR*4 rows and (32/LR)*4 columns apart, so
+// at each k the lanes of a warp read LR consecutive float4 of As and 32/LR consecutive float4 of Bs:
+// at most 128 contiguous bytes, one shared-memory wavefront per float4 read, for TM*TN FMAs.
+// The parameters are template arguments (MINB: the blocks per SM promised to __launch_bounds__, which
+// caps the registers; PAD: floats of padding per As row). sgemm_v8_warptile uses the configuration that
+// won the sweep in benchmarks/sweep_gemm.py on an H100: a 128x256x16 block tile, 8 warps (256 threads)
+// of 64x64 in a 2x4 grid, lanes 8x4, 8x16 outputs per thread (128 accumulators, about 245 registers, no
+// spills: one block per SM). BK = 16 halves the barriers per FMA compared with BK = 8. Two buffers of
+// As (16 x 128) and Bs (16 x 256) fill exactly the 48 KB of static shared memory a block may declare, so
+// As is not padded (PAD = 0): the transposed A stores have 4-way bank conflicts, a few stores per tile
+// against 2,048 FMAs per thread, cheaper than a smaller tile (the sweep measured both).
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int LR, int MINB, int PAD, bool Vec>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32, MINB)
+sgemm_v8_warptile_kernel(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+                         int M, int N, int K) {
+    constexpr int WARPS_N = BN / WN;
+    constexpr int NT = (BM / WM) * WARPS_N * 32;  // threads per block
+    constexpr int LC = 32 / LR;                   // lanes along N
+    constexpr int NA = BM * BK / 4 / NT;          // float4 of the A tile each thread loads
+    constexpr int NB = BK * BN / 4 / NT;          // float4 of the B tile each thread loads
+    static_assert(WM == TM * LR && WN == TN * LC && TM % 4 == 0 && TN % 4 == 0, "thread tile must fill the warp tile");
+    static_assert(NA * NT * 4 == BM * BK && NB * NT * 4 == BK * BN && NA >= 1 && NB >= 1, "whole float4 per thread");
+    static_assert(PAD % 4 == 0, "As rows must stay 16-byte aligned for float4 reads");
+    __shared__ __align__(16) float As[2][BK][BM + PAD];  // As[buf][k][m] = A[rowBase + m, k0 + k]
+    __shared__ __align__(16) float Bs[2][BK][BN];        // Bs[buf][k][n] = B[k0 + k, colBase + n]
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32, lane = tid % 32;
+    const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;  // this warp's tile in the block tile
+    const int lm = (lane / LC) * 4, ln = (lane % LC) * 4;             // this lane's first 4x4 piece in it
+    const int rowBase = blockIdx.y * BM, colBase = blockIdx.x * BN;
+
+    float acc[TM][TN] = {};
+    float a[TM], b[TN];
+    float4 ra[NA], rb[NB];
+    const int tiles = (K + BK - 1) / BK;
+
+    // Prologue: tile 0 into buffer 0. Element e = tid + i*NT of the A tile is row e / (BK/4), columns
+    // (e % (BK/4))*4 .. +3; of the B tile, row e / (BN/4), columns (e % (BN/4))*4 .. +3.
+#pragma unroll
+    for (int i = 0; i < NA; ++i) {
+        const int e = tid + i * NT, r = e / (BK / 4), c = (e % (BK / 4)) * 4;
+        ra[i] = load4_guarded(A, rowBase + r, c, M, K, K, Vec);
+    }
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+        const int e = tid + i * NT, r = e / (BN / 4), c = (e % (BN / 4)) * 4;
+        rb[i] = load4_guarded(B, r, colBase + c, K, N, N, Vec);
+    }
+#pragma unroll
+    for (int i = 0; i < NA; ++i) {
+        const int e = tid + i * NT, r = e / (BK / 4), c = (e % (BK / 4)) * 4;
+        As[0][c + 0][r] = ra[i].x;
+        As[0][c + 1][r] = ra[i].y;
+        As[0][c + 2][r] = ra[i].z;
+        As[0][c + 3][r] = ra[i].w;
+    }
+#pragma unroll
+    for (int i = 0; i < NB; ++i) {
+        const int e = tid + i * NT, r = e / (BN / 4), c = (e % (BN / 4)) * 4;
+        *reinterpret_cast<float4*>(&Bs[0][r][c]) = rb[i];
+    }
+    __syncthreads();
+
+    for (int t = 0; t < tiles; ++t) {
+        const int cur = t & 1;
+        const bool more = t + 1 < tiles;
+        if (more) {  // the next tile's global loads, in flight while we compute on this one
+            const int k0 = (t + 1) * BK;
+#pragma unroll
+            for (int i = 0; i < NA; ++i) {
+                const int e = tid + i * NT, r = e / (BK / 4), c = (e % (BK / 4)) * 4;
+                ra[i] = load4_guarded(A, rowBase + r, k0 + c, M, K, K, Vec);
+            }
+#pragma unroll
+            for (int i = 0; i < NB; ++i) {
+                const int e = tid + i * NT, r = e / (BN / 4), c = (e % (BN / 4)) * 4;
+                rb[i] = load4_guarded(B, k0 + r, colBase + c, K, N, N, Vec);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+#pragma unroll
+            for (int p = 0; p < TM / 4; ++p) {
+                const float4 v = *reinterpret_cast<const float4*>(&As[cur][k][wm + p * LR * 4 + lm]);
+                a[p * 4 + 0] = v.x; a[p * 4 + 1] = v.y; a[p * 4 + 2] = v.z; a[p * 4 + 3] = v.w;
+            }
+#pragma unroll
+            for (int q = 0; q < TN / 4; ++q) {
+                const float4 v = *reinterpret_cast<const float4*>(&Bs[cur][k][wn + q * LC * 4 + ln]);
+                b[q * 4 + 0] = v.x; b[q * 4 + 1] = v.y; b[q * 4 + 2] = v.z; b[q * 4 + 3] = v.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+        }
+        if (more) {  // the other buffer was last read in iteration t-1, before the barrier that ended it
+            const int nxt = cur ^ 1;
+#pragma unroll
+            for (int i = 0; i < NA; ++i) {
+                const int e = tid + i * NT, r = e / (BK / 4), c = (e % (BK / 4)) * 4;
+                As[nxt][c + 0][r] = ra[i].x;
+                As[nxt][c + 1][r] = ra[i].y;
+                As[nxt][c + 2][r] = ra[i].z;
+                As[nxt][c + 3][r] = ra[i].w;
+            }
+#pragma unroll
+            for (int i = 0; i < NB; ++i) {
+                const int e = tid + i * NT, r = e / (BN / 4), c = (e % (BN / 4)) * 4;
+                *reinterpret_cast<float4*>(&Bs[nxt][r][c]) = rb[i];
+            }
+        }
+        __syncthreads();
+    }
+
+    // Epilogue: acc[i][j] is row wm + (i/4)*LR*4 + lm + i%4, column wn + (j/4)*LC*4 + ln + j%4.
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int row = rowBase + wm + (i / 4) * LR * 4 + lm + (i % 4);
+        if (row >= M) continue;
+#pragma unroll
+        for (int q = 0; q < TN / 4; ++q) {
+            const int col = colBase + wn + q * LC * 4 + ln;
+            float* p = C + row * N + col;
+            const float* v = &acc[i][q * 4];
+            if (Vec) {
+                if (col < N) *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+            } else {
+#pragma unroll
+                for (int jj = 0; jj < 4; ++jj)
+                    if (col + jj < N) p[jj] = v[jj];
+            }
+        }
+    }
+}
+
+// Picks the float4 or the scalar instantiation, as v6 and v7 do.
+template <int BM, int BN, int BK, int WM, int WN, int TM, int TN, int LR, int MINB, int PAD = 4>
+static void sgemm_v8_launch(const float* A, const float* B, float* C, int M, int N, int K) {
+    if (M <= 0 || N <= 0) return;
+    constexpr int threads = (BM / WM) * (BN / WN) * 32;
+    dim3 grid(ceil_div(N, BN), ceil_div(M, BM));
+    if (K % 4 == 0 && N % 4 == 0 && aligned16(A) && aligned16(B) && aligned16(C))
+        sgemm_v8_warptile_kernel<BM, BN, BK, WM, WN, TM, TN, LR, MINB, PAD, true><<<grid, threads>>>(A, B, C, M, N, K);
+    else
+        sgemm_v8_warptile_kernel<BM, BN, BK, WM, WN, TM, TN, LR, MINB, PAD, false><<<grid, threads>>>(A, B, C, M, N, K);
+}
+
+// Contract: as v1. Same fast-path condition as v6.
+void sgemm_v8_warptile(const float* A, const float* B, float* C, int M, int N, int K) {
+    sgemm_v8_launch<128, 256, 16, 64, 64, 8, 16, 8, 1, 0>(A, B, C, M, N, K);  // BM BN BK WM WN TM TN LR MINB PAD
 }
 
 // ----------------------------------------------------------------------------------------------------
