@@ -150,6 +150,40 @@ def test_softmax_large_and_neg_inf(cols: int) -> None:
     _softmax_case(rows, cols, x.to(m.device), m, "with -inf entries")
 
 
+@pytest.mark.task("4.1")
+@pytest.mark.points(3)
+@pytest.mark.parametrize("cols", [16383, 16384, 16389, 16392])
+def test_softmax_longest_register_rows_and_beyond(cols: int) -> None:
+    """Rows at the bound of the solution's register path (16384 floats) and just past it, where the launcher
+    falls back to the two-pass kernel; float4 and scalar rows on both sides."""
+    m = _m()
+    rows = 3 if m.backend == "sim" else 65
+    g = check.rng(f"softmax-long-{cols}")
+    _softmax_case(rows, cols, check.randn((rows, cols), g, m.device, scale=3.0), m, "long rows")
+
+
+@pytest.mark.task("4.1")
+@pytest.mark.points(3)
+@pytest.mark.parametrize("cols", [1000, 4096])
+def test_softmax_unaligned(cols: int) -> None:
+    """x and y starting one float into their buffers (views at an odd offset): no float4 access is allowed."""
+    m = _m()
+    rows = _rows_for(cols, m)
+    g = check.rng(f"softmax-unaligned-{cols}")
+    xbuf = check.randn((rows * cols + 1,), g, m.device, scale=3.0)
+    x = xbuf[1:]
+    full = check.poisoned(rows * cols + 1 + GUARD, torch.float32, m.device)
+    y = full[1:rows * cols + 1]
+    with check.unchanged(x, names=["x"]):
+        m.softmax(x, y, rows, cols)
+    ref = torch.softmax(x.cpu().double().view(rows, cols), dim=1).float()
+    check.assert_close(y.view(rows, cols), ref, name=f"softmax unaligned, rows={rows}, cols={cols}", rtol=3e-5,
+                       atol=1e-12, task="4.1", hint=SOFTMAX_HINT + " Read float4s only when x and y are 16-byte "
+                       "aligned (aligned16) and cols % 4 == 0.")
+    _assert_guard(full, rows * cols + 1, "softmax", "4.1")
+    assert bool(full[0].isnan()), "softmax (task 4.1): the kernel wrote before the start of its output"
+
+
 # ----------------------------------------------------------------------------------------------------
 # 4.2 layernorm, 4.3 rmsnorm
 # ----------------------------------------------------------------------------------------------------

@@ -47,6 +47,8 @@ def _row_cases(m: Any, rows: int, cols: int) -> list[Case]:
              target_of="copy"),
         Case(f"softmax {shape}", "softmax_v2_warp_per_row", lambda: m.softmax_v2_warp_per_row(x, y, rows, cols),
              nbytes),
+        Case(f"softmax {shape}", "softmax_v3_row_in_registers",
+             lambda: m.softmax_v3_row_in_registers(x, y, rows, cols), nbytes),
         Case(f"layernorm {shape}", "F.layer_norm", lambda: F.layer_norm(x, (cols,), w, b, 1e-5), nbytes,
              reference=True),
         Case(f"layernorm {shape}", "layernorm (4.2) vs torch", lambda: m.layernorm(x, w, b, y, rows, cols, 1e-5),
