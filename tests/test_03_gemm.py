@@ -305,6 +305,14 @@ def _time_pair(fn_a: str, fn_b: str | None, n: int) -> tuple[float, float]:
     g = check.rng(f"speed-{n}")
     A, B = check.randn((n, n), g, m.device), check.randn((n, n), g, m.device)
     C = torch.empty(n, n, device=m.device)
+    # Correct first: a fast wrong kernel (or an untouched stub) must not earn speed points.
+    ref = _reference(A, B)
+    for fn in (fn_a, fn_b):
+        if fn is not None:
+            check.poison_(C)
+            getattr(m, fn)(A, B, C, n, n, n)
+            rtol, atol = gemm_tolerance(n)
+            check.assert_close(C, ref, name=f"{fn} at {n}^3 (checked before timing)", rtol=rtol, atol=atol)
     a = time_kernel(lambda: getattr(m, fn_a)(A, B, C, n, n, n))
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -701,7 +701,10 @@ def test_speed_softmax() -> None:
     m = _m()
     rows, cols, target = 32768, 4096, 0.8
     x = torch.randn(rows, cols, device=m.device)
-    y = torch.empty_like(x)
+    y = check.poisoned((rows, cols), torch.float32, m.device)
+    m.softmax(x, y, rows, cols)  # correct first: a fast wrong kernel earns no speed points
+    check.assert_close(y, torch.softmax(x.double(), dim=1).float(), name="softmax (checked before timing)",
+                       rtol=1e-4, atol=1e-6, task="4.10")
     ms = _time(lambda: m.softmax(x, y, rows, cols))
     ref = _time(lambda: torch.softmax(x, dim=1))
     gbs = 2 * x.numel() * 4 / ms / 1e6
@@ -719,7 +722,10 @@ def test_speed_layernorm() -> None:
     rows, cols, target = 8192, 16384, 0.8
     x = torch.randn(rows, cols, device=m.device)
     w, b = torch.randn(cols, device=m.device), torch.randn(cols, device=m.device)
-    y = torch.empty_like(x)
+    y = check.poisoned((rows, cols), torch.float32, m.device)
+    m.layernorm(x, w, b, y, rows, cols, 1e-5)  # correct first
+    check.assert_close(y, F.layer_norm(x.double(), (cols,), w.double(), b.double(), 1e-5).float(),
+                       name="layernorm (checked before timing)", rtol=1e-4, atol=1e-4, task="4.11")
     ms = _time(lambda: m.layernorm(x, w, b, y, rows, cols, 1e-5))
     ref = _time(lambda: F.layer_norm(x, (cols,), w, b, 1e-5))
     assert ref / ms >= target, (
@@ -739,6 +745,11 @@ def test_speed_flash_vs_unfused() -> None:
     o = torch.empty_like(q)
     qh, kh, vh = (t.view(B, N, H, d).transpose(1, 2).contiguous() for t in (q, k, v))
     scale = 1.0 / math.sqrt(d)
+    check.poison_(o)
+    m.attention_flash(q, k, v, o, B, H, N, d, scale, 0)  # correct first
+    ref_o = F.scaled_dot_product_attention(qh.double(), kh.double(), vh.double()).transpose(1, 2).reshape(B * N, H * d)
+    check.assert_close(o, ref_o.float(), name="attention_flash (checked before timing)", rtol=1e-3, atol=1e-4,
+                       task="4.12")
     ms = _time(lambda: m.attention_flash(q, k, v, o, B, H, N, d, scale, 0))
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
