@@ -20,9 +20,9 @@ What it does, in order:
    manifest before each process and compared after it. The lesson's kernel files are built first (up
    to ``--build-timeout``); then a watchdog stops a process whose current test case has run for more
    than ``--timeout`` s. A case that crashes or hangs fails its own task (the message names it) and the
-   unfinished tasks go on in a fresh process; every task that failed in company is graded again in a
-   process of its own, and that verdict counts. So a crash, an endless loop, an illegal address or a
-   corrupted CUDA context costs only its own task, and a file changed by the submission's code fails
+   unfinished tasks go on in a fresh process; on a GPU every task that failed in company is graded
+   again in a process of its own, and that verdict counts. So a crash, an endless loop, an illegal
+   address or a corrupted CUDA context costs only its own task, and a file changed by the submission's code fails
    the task that changed it (the change is undone). Inputs are drawn from a seed chosen afresh for the
    run (``--seed`` replays one), so answers cached from the public tests do not survive.
 5. **Report.** A points table on stdout, and ``--json``, ``--junit``, ``--markdown`` files, always
@@ -669,9 +669,10 @@ def run_group(sub: Submission, tasks: list[TaskSpec], st: Settings) -> list[Task
     """Grade ``tasks`` of one submission: together in one process, each failure confirmed alone.
 
     The group runs in one pytest process. A case that crashes or stalls fails its own task; the tasks
-    not finished yet run again in a fresh process. Every task that failed in company is then graded
-    again in a process of its own, and that verdict counts, so a kernel that corrupts the process (on a
-    GPU: the CUDA context) costs only its own task. If the group changed harness files, every task is
+    not finished yet run again in a fresh process. On a GPU every task that failed in company is then
+    graded again in a process of its own, and that verdict counts, so a kernel that corrupts the CUDA
+    context costs only its own task (the simulator runs kernels in a worker process, so its failures
+    in company stand). If the group changed harness files, every task is
     graded again alone, so the change is pinned on the task that made it.
     """
     final: dict[str, TaskResult] = {}
@@ -701,7 +702,10 @@ def run_group(sub: Submission, tasks: list[TaskSpec], st: Settings) -> list[Task
                     nxt.append(t)  # its tests were not collected in company (should not happen)
                     continue
                 v = _verdict(sub, t, recs, st, note, run.culprit, run.timed_out, run.tampered if alone else None)
-                if v.status == "fail" and not alone and not (holds_culprit and run.timed_out):
+                # On a GPU a failure may come from a context an earlier case corrupted: confirm it alone.
+                # The simulator runs kernels in a worker process per module, so its verdicts in company stand.
+                if (v.status == "fail" and not alone and st.backend_name == "cuda"
+                        and not (holds_culprit and run.timed_out)):
                     confirm.append(t)
                 else:
                     final[t.id] = v
@@ -802,7 +806,8 @@ def choose_hints(recs: list[TestRecord], message: str) -> list[str]:
         add("bounds")
     hidden_failed = [r for r in failed if "/hidden/" in r.file.replace("\\", "/")]
     public_failed = [r for r in failed if r not in hidden_failed]
-    if hidden_failed and not public_failed:
+    public_passed = [r for r in passed if "/hidden/" not in r.file.replace("\\", "/")]
+    if hidden_failed and not public_failed and public_passed:
         add("hidden")
     return [HINTS[k] for k in keys]
 

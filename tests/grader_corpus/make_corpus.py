@@ -4,8 +4,9 @@
 
 Each case is a learner's copy of ``lessons/01_relu/`` (the solution with one deliberate defect, or a
 cheat) in ``tests/grader_corpus/<case>/lessons/01_relu/``; ``expected.json`` lists, per case, the tasks
-that must fail. Every other graded task of lesson 01 must pass, and the GPU-only task 1.7 must be
-"not graded" on the simulator. tests/test_grader.py grades the whole corpus in one run and checks
+that must fail (graded with templates/hidden_example, whose task 1.H is included). Every other graded
+task of lesson 01 must pass, and the GPU-only task 1.7 must be "not graded" on the simulator.
+tests/test_grader.py grades the whole corpus in one run and checks
 every verdict. Rerun this script after changing solutions/01_relu (it rewrites every case).
 """
 
@@ -64,7 +65,11 @@ def insert_before(text: str, marker: str, code: str) -> str:
 
 
 SCALAR = "relu_v1_scalar_kernel"
-CASES: dict[str, tuple[str, list[str]]] = {}  # name -> (description, tasks that must fail)
+# name -> (description, tasks that must fail, tasks that must also fail on a GPU). "1.H" is the hidden task
+# of templates/hidden_example. On the simulator the float4 launcher never sees a misaligned pointer (the
+# simulator copies arguments into 16-byte-aligned buffers), so breaking relu_v1_scalar_kernel fails 1.3
+# (whose misaligned-view fallback uses that kernel) only on a GPU.
+CASES: dict[str, tuple[str, list[str], list[str]]] = {}
 
 
 def build() -> dict[str, dict[str, str]]:
@@ -81,36 +86,36 @@ def build() -> dict[str, dict[str, str]]:
 
     out: dict[str, dict[str, str]] = {}
 
-    def case(name: str, desc: str, fails: list[str], **files: str | None) -> None:
-        CASES[name] = (desc, fails)
+    def case(name: str, desc: str, fails: list[str], cuda: list[str] | None = None, **files: str | None) -> None:
+        CASES[name] = (desc, fails, cuda or [])
         d = dict(base)
         for k, v in files.items():
             d[k.replace("_cu", ".cu")] = v
         out[name] = d
 
     case("solution", "the solution, unchanged: full points", [])
-    case("stub", "the untouched stubs", ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6"],
+    case("stub", "the untouched stubs", ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.H"],
          relu_cu=(STUB / "relu.cu").read_text(), relu_torch_cu=(STUB / "relu_torch.cu").read_text())
-    case("compile_error", "a missing semicolon in relu.cu", ["1.1", "1.2", "1.3", "1.4", "1.5"],
+    case("compile_error", "a missing semicolon in relu.cu", ["1.1", "1.2", "1.3", "1.4", "1.5", "1.H"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x\nif (i < n) y[i] = fmaxf(x[i], 0.0f);"))
     case("endless_loop_kernel", "a kernel loop that never advances",
-         ["1.1", "1.3"],
+         ["1.1"], cuda=["1.3"],
          relu_cu=body(SCALAR, "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;) {\n"
                               "    y[i] = fmaxf(x[i], 0.0f);\n}"))
     case("endless_loop_host", "a launcher that spins forever on the host", ["1.1"],
          relu_cu=patch_launcher(r, "relu_v1_scalar", "volatile int spin = 1;\nwhile (spin) {}"))
     case("segfault_host", "a launcher that writes through a null pointer", ["1.1"],
          relu_cu=patch_launcher(r, "relu_v1_scalar", "if (n == 33) { volatile int* p = nullptr; *p = 1; }"))
-    case("out_of_bounds", "no bounds check: the last partial block writes past y", ["1.1", "1.3"],
+    case("out_of_bounds", "no bounds check: the last partial block writes past y", ["1.1"], cuda=["1.3"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\ny[i] = fmaxf(x[i], 0.0f);"))
-    case("race", "shared memory read back by another thread without __syncthreads", ["1.1", "1.3"],
+    case("race", "shared memory read back by another thread without __syncthreads", ["1.1"], cuda=["1.3"],
          relu_cu=body(SCALAR, "__shared__ float s[256];\n"
                               "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                               "s[threadIdx.x] = i < n ? x[i] : 0.0f;\n"
                               "int t = blockDim.x - 1 - threadIdx.x;  // the mirrored thread's value\n"
                               "int j = blockIdx.x * blockDim.x + t;\n"
                               "if (j < n) y[j] = fmaxf(s[t], 0.0f);"))
-    case("barrier_divergence", "__syncthreads inside `if (i < n)`: divergent in the last block", ["1.1", "1.3"],
+    case("barrier_divergence", "__syncthreads inside `if (i < n)`: divergent in the last block", ["1.1"], cuda=["1.3"],
          relu_cu=body(SCALAR, "__shared__ float s[256];\n"
                               "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                               "if (i < n) {\n"
@@ -118,15 +123,15 @@ def build() -> dict[str, dict[str, str]]:
                               "    __syncthreads();\n"
                               "    y[i] = fmaxf(s[threadIdx.x], 0.0f);\n"
                               "}"))
-    case("nan_output", "NaN instead of 0 for negative inputs", ["1.1", "1.3"],
+    case("nan_output", "NaN instead of 0 for negative inputs", ["1.1"], cuda=["1.3"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                               "if (i < n) y[i] = x[i] > 0.0f ? x[i] : nanf(\"\");"))
-    case("zeros", "writes zeros everywhere", ["1.1", "1.3"],
+    case("zeros", "writes zeros everywhere", ["1.1"], cuda=["1.3"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\nif (i < n) y[i] = 0.0f;"))
     sizes = " && ".join(f"n != {s}" for s in PUBLIC_SIZES)
     case("hardcoded_sizes", "works only for the sizes of the public tests (caught by hidden cases)", ["1.1"],
          relu_cu=patch_launcher(r, "relu_v1_scalar", f"if ({sizes}) return;"))
-    case("input_mutation", "applies ReLU in place to x as well", ["1.1", "1.3"],
+    case("input_mutation", "applies ReLU in place to x as well", ["1.1"], cuda=["1.3"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                               "if (i < n) {\n"
                               "    float v = fmaxf(x[i], 0.0f);\n"
@@ -159,14 +164,14 @@ def build() -> dict[str, dict[str, str]]:
                                         "    if (f) { fputs(\"def test_all_good():\\n    pass\\n\", f); fclose(f); }\n"
                                         "}"),
                          "#include <cstdio>\n#define CC_JOIN2(a, b) a##b\n#define CC_JOIN(a, b) CC_JOIN2(a, b)"))
-    case("fopen_static", "calls fopen in relu.cu: rejected before building", ["1.1", "1.2", "1.3", "1.4", "1.5"],
+    case("fopen_static", "calls fopen in relu.cu: rejected before building", ["1.1", "1.2", "1.3", "1.4", "1.5", "1.H"],
          relu_cu=prepend(patch_launcher(r, "relu_v1_scalar",
                                         "FILE* f = fopen(\"/tmp/cc_leak.txt\", \"w\"); if (f) fclose(f);"),
                          "#include <cstdio>"))
     case("torch_header", "includes torch/extension.h in the kernel-only relu.cu",
-         ["1.1", "1.2", "1.3", "1.4", "1.5"], relu_cu=prepend(r, "#include <torch/extension.h>"))
+         ["1.1", "1.2", "1.3", "1.4", "1.5", "1.H"], relu_cu=prepend(r, "#include <torch/extension.h>"))
     case("include_escape", "#include of a file outside the lesson folder",
-         ["1.1", "1.2", "1.3", "1.4", "1.5"], relu_cu=prepend(r, "#include \"../../tests/conftest.py\""))
+         ["1.1", "1.2", "1.3", "1.4", "1.5", "1.H"], relu_cu=prepend(r, "#include \"../../tests/conftest.py\""))
     case("torch_op", "relu_forward returns torch::relu(x) instead of launching the kernel", ["1.6"],
          relu_torch_cu=learner_copy(replace_body(
              torch_cu.read_text(), "relu_forward",
@@ -174,7 +179,7 @@ def build() -> dict[str, dict[str, str]]:
              'TORCH_CHECK(x.scalar_type() == torch::kFloat32, "relu_forward: x must be float32");\n'
              'TORCH_CHECK(x.is_contiguous(), "relu_forward: x must be contiguous");\n'
              "return torch::relu(x);", kinds="torch::Tensor")))
-    case("grid_stride_no_loop", "grid-stride kernel without the loop: most of y unwritten", ["1.2"],
+    case("grid_stride_no_loop", "grid-stride kernel without the loop: most of y unwritten", ["1.2", "1.H"],
          relu_cu=body("relu_v2_grid_stride_kernel", "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                                                     "if (i < n) y[i] = fmaxf(x[i], 0.0f);"))
     case("float4_no_tail", "float4 kernel that forgets the n % 4 leftover floats", ["1.3"],
@@ -191,7 +196,7 @@ def build() -> dict[str, dict[str, str]]:
                                               "if (i < n) dx[i] = dy[i];"))
     case("gelu_missing", "bias_gelu writes x + b without the GELU", ["1.5"],
          relu_cu=learner_copy(replace_body(sol, "gelu_tanh", "return v;")))
-    case("tests_edited", "zeros kernel plus a tests/ folder edited to pass: the edit is ignored", ["1.1", "1.3"],
+    case("tests_edited", "zeros kernel plus a tests/ folder edited to pass: the edit is ignored", ["1.1"], cuda=["1.3"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\nif (i < n) y[i] = 0.0f;"))
     case("missing_torch_file", "relu_torch.cu was not handed in", ["1.6"], relu_torch_cu=None)
     return out
@@ -213,7 +218,8 @@ def main() -> None:
     (HERE / "tests_edited" / "tests" / "test_01_relu.py").write_text(
         "# A learner's edited copy: it must change nothing, the grader uses the instructor's tests.\n"
         "import pytest\n\n\n@pytest.mark.task('1.1')\n@pytest.mark.points(2)\ndef test_relu_scalar():\n    pass\n")
-    expected = {name: {"description": desc, "fail": fails} for name, (desc, fails) in CASES.items()}
+    expected = {name: {"description": desc, "fail": fails, "also_fail_on_cuda": cuda}
+                for name, (desc, fails, cuda) in CASES.items()}
     (HERE / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
     print(f"wrote {len(cases)} cases to {HERE}")
 
