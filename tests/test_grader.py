@@ -291,9 +291,9 @@ def test_grader_verdicts_isolation_and_reports(fake_course: Path, tmp_path: Path
     out = tmp_path / "out"
     t0 = time.monotonic()
     rc = _grade(fake_course, "--batch", str(batch), "--json", str(out), "--junit", str(out), "--markdown", str(out),
-                "--timeout", "4", "-j", "2", "-q")
+                "--timeout", "6", "-j", "2", "-q")
     assert rc == 0
-    assert time.monotonic() - t0 < 120
+    assert time.monotonic() - t0 < 300  # about 45-80 s on the 2-core machine
     for name, (_, want) in {**FAKE_CASES, "missing": ("", {"1.1": "fail", "1.2": "fail"})}.items():
         rep = json.loads((out / f"{name}.json").read_text())
         assert set(rep) == SCHEMA_TOP and all(set(t) == SCHEMA_TASK for t in rep["tasks"])
