@@ -375,7 +375,7 @@ class SimLibrary:
             raise KeyError(f"launcher {name!r} was not built into this library (have: {', '.join(self.launchers)})")
         if len(args) != len(la.params):
             raise TypeError(f"{la.signature()} takes {len(la.params)} arguments, got {len(args)}")
-        # layout of the pointer arguments in shared memory, page aligned with gaps between them
+        # layout of the pointer arguments in shared memory, with gaps between them
         layout: list[tuple[int, Any, int]] = []
         off = _GAP
         for p, a in zip(la.params, args, strict=True):
@@ -385,8 +385,11 @@ class SimLibrary:
                 if not a.is_contiguous():
                     raise ValueError(f"parameter '{p.text}' needs a contiguous tensor")
                 nbytes = a.numel() * a.element_size()
-                layout.append((off, a, nbytes))
-                off = (off + nbytes + _GAP + 4095) // 4096 * 4096
+                # Keep the tensor's address modulo 256 (a view like x[1:] stays misaligned for float4
+                # loads, as on a GPU, so alignment fallbacks are exercised here too).
+                o = off + a.data_ptr() % 256
+                layout.append((o, a, nbytes))
+                off = (o + nbytes + _GAP + 4095) // 4096 * 4096
             else:
                 layout.append((0, a, 0))
         self._ensure_shm(off + _GAP)

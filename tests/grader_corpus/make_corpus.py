@@ -99,23 +99,23 @@ def build() -> dict[str, dict[str, str]]:
     case("compile_error", "a missing semicolon in relu.cu", ["1.1", "1.2", "1.3", "1.4", "1.5", "1.H"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x\nif (i < n) y[i] = fmaxf(x[i], 0.0f);"))
     case("endless_loop_kernel", "a kernel loop that never advances",
-         ["1.1"], cuda=["1.3"],
+         ["1.1", "1.3"],
          relu_cu=body(SCALAR, "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;) {\n"
                               "    y[i] = fmaxf(x[i], 0.0f);\n}"))
     case("endless_loop_host", "a launcher that spins forever on the host", ["1.1"],
          relu_cu=patch_launcher(r, "relu_v1_scalar", "volatile int spin = 1;\nwhile (spin) {}"))
     case("segfault_host", "a launcher that writes through a null pointer", ["1.1"],
          relu_cu=patch_launcher(r, "relu_v1_scalar", "if (n == 33) { volatile int* p = nullptr; *p = 1; }"))
-    case("out_of_bounds", "no bounds check: the last partial block writes past y", ["1.1"], cuda=["1.3"],
+    case("out_of_bounds", "no bounds check: the last partial block writes past y", ["1.1", "1.3"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\ny[i] = fmaxf(x[i], 0.0f);"))
-    case("race", "shared memory read back by another thread without __syncthreads", ["1.1"], cuda=["1.3"],
+    case("race", "shared memory read back by another thread without __syncthreads", ["1.1", "1.3"],
          relu_cu=body(SCALAR, "__shared__ float s[256];\n"
                               "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                               "s[threadIdx.x] = i < n ? x[i] : 0.0f;\n"
                               "int t = blockDim.x - 1 - threadIdx.x;  // the mirrored thread's value\n"
                               "int j = blockIdx.x * blockDim.x + t;\n"
                               "if (j < n) y[j] = fmaxf(s[t], 0.0f);"))
-    case("barrier_divergence", "__syncthreads inside `if (i < n)`: divergent in the last block", ["1.1"], cuda=["1.3"],
+    case("barrier_divergence", "__syncthreads inside `if (i < n)`: divergent in the last block", ["1.1", "1.3"],
          relu_cu=body(SCALAR, "__shared__ float s[256];\n"
                               "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                               "if (i < n) {\n"
@@ -123,15 +123,15 @@ def build() -> dict[str, dict[str, str]]:
                               "    __syncthreads();\n"
                               "    y[i] = fmaxf(s[threadIdx.x], 0.0f);\n"
                               "}"))
-    case("nan_output", "NaN instead of 0 for negative inputs", ["1.1"], cuda=["1.3"],
+    case("nan_output", "NaN instead of 0 for negative inputs", ["1.1", "1.3"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                               "if (i < n) y[i] = x[i] > 0.0f ? x[i] : nanf(\"\");"))
-    case("zeros", "writes zeros everywhere", ["1.1"], cuda=["1.3"],
+    case("zeros", "writes zeros everywhere", ["1.1", "1.3"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\nif (i < n) y[i] = 0.0f;"))
     sizes = " && ".join(f"n != {s}" for s in PUBLIC_SIZES)
     case("hardcoded_sizes", "works only for the sizes of the public tests (caught by hidden cases)", ["1.1"],
          relu_cu=patch_launcher(r, "relu_v1_scalar", f"if ({sizes}) return;"))
-    case("input_mutation", "applies ReLU in place to x as well", ["1.1"], cuda=["1.3"],
+    case("input_mutation", "applies ReLU in place to x as well", ["1.1", "1.3"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                               "if (i < n) {\n"
                               "    float v = fmaxf(x[i], 0.0f);\n"
@@ -196,7 +196,7 @@ def build() -> dict[str, dict[str, str]]:
                                               "if (i < n) dx[i] = dy[i];"))
     case("gelu_missing", "bias_gelu writes x + b without the GELU", ["1.5"],
          relu_cu=learner_copy(replace_body(sol, "gelu_tanh", "return v;")))
-    case("tests_edited", "zeros kernel plus a tests/ folder edited to pass: the edit is ignored", ["1.1"], cuda=["1.3"],
+    case("tests_edited", "zeros kernel plus a tests/ folder edited to pass: the edit is ignored", ["1.1", "1.3"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\nif (i < n) y[i] = 0.0f;"))
     case("missing_torch_file", "relu_torch.cu was not handed in", ["1.6"], relu_torch_cu=None)
     return out
