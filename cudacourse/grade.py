@@ -318,24 +318,82 @@ def course_kernel_dir(course: Path, lesson: str, impl: str) -> Path:
     return course / ("solutions" if impl == "solution" else "lessons") / lesson
 
 
+def exercise_py_files(course: Path, lesson: str) -> set[str]:
+    """Python files a learner writes in a lesson (those with solution markers, e.g. 04's decoder.py)."""
+    d = course_kernel_dir(course, lesson, "solution")
+    return {p.name for p in d.glob("*.py") if "BEGIN SOLUTION" in p.read_text(errors="replace")}
+
+
+# A learner's Python exercise file runs inside the test process, so it may use only these modules and
+# may not reach the file system, the interpreter or other modules' attributes.
+PY_ALLOWED_IMPORTS = {"__future__", "math", "typing", "dataclasses", "collections", "collections.abc", "torch",
+                      "torch.nn.functional", "cudacourse", "cudacourse.check"}
+PY_FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "setattr",
+                      "delattr", "breakpoint", "input", "__builtins__", "importlib", "sys", "os", "subprocess"}
+
+
+def screen_python_file(name: str, text: str) -> list[str]:
+    """Reasons to reject a learner's Python exercise file (empty when it is acceptable)."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []  # a syntax error fails its task with Python's own message
+    reasons: list[str] = []
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                imported.add((a.asname or a.name).split(".")[0])
+                if a.name not in PY_ALLOWED_IMPORTS:
+                    reasons.append(f"{name}:{node.lineno}: import {a.name} is not allowed "
+                                   f"(allowed: {', '.join(sorted(PY_ALLOWED_IMPORTS))})")
+        elif isinstance(node, ast.ImportFrom):
+            if (node.module or "") not in PY_ALLOWED_IMPORTS:
+                reasons.append(f"{name}:{node.lineno}: from {node.module} import ... is not allowed")
+            imported.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Name) and node.id in PY_FORBIDDEN_NAMES:
+            reasons.append(f"{name}:{node.lineno}: '{node.id}' is not allowed in an exercise file")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr != "__init__":
+            reasons.append(f"{name}:{node.lineno}: dunder attribute '{node.attr}' is not allowed")
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            root = t
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported and root is not t:
+                reasons.append(f"{name}:{node.lineno}: assigning into the imported module '{root.id}' "
+                               "(monkeypatching) is not allowed")
+    return reasons
+
+
 def stage_kernels(sub: Submission, dst: Path, lessons: list[str], course: Path) -> None:
-    """Copy (and screen) the graded kernel files into ``dst/lessons``."""
+    """Copy (and screen) the kernel files and Python exercise files into ``dst/lessons``."""
     for lesson in lessons:
+        py_files = exercise_py_files(course, lesson)
         expected = sorted(p.name for p in course_kernel_dir(course, lesson, "solution").glob("*")
-                          if p.suffix in KERNEL_SUFFIXES) or sorted(
+                          if p.suffix in KERNEL_SUFFIXES or p.name in py_files) or sorted(
             p.name for p in course_kernel_dir(course, lesson, "student").glob("*") if p.suffix in KERNEL_SUFFIXES)
         src_dir = (sub.source / "lessons" / lesson) if sub.source else course_kernel_dir(course, lesson, sub.impl)
         out = dst / "lessons" / lesson
         out.mkdir(parents=True, exist_ok=True)
         for old in out.glob("*"):
             old.unlink()
-        files = sorted(p for p in src_dir.glob("*") if p.suffix in KERNEL_SUFFIXES and p.is_file()
-                       and not p.is_symlink()) if src_dir.is_dir() else []
+        files = sorted(p for p in src_dir.glob("*") if (p.suffix in KERNEL_SUFFIXES or p.name in py_files)
+                       and p.is_file() and not p.is_symlink()) if src_dir.is_dir() else []
         names = {p.name for p in files}
         sub.missing += [f"lessons/{lesson}/{n}" for n in expected if n not in names]
         for p in files:
             text = p.read_text(errors="replace")
-            if sub.source is not None:
+            if sub.source is not None and p.suffix == ".py":
+                reasons = screen_python_file(p.name, text)
+                if reasons:
+                    sub.rejections.append(Rejection(lesson, p.name, reasons))
+                    text = f"raise ImportError({('rejected by the grader: ' + reasons[0])!r})\n"
+            elif sub.source is not None:
                 reasons = screen_kernel_file(lesson, p.name, text, names)
                 if reasons:
                     rej = Rejection(lesson, p.name, reasons)
@@ -1134,10 +1192,13 @@ def grade(args: argparse.Namespace) -> list[Report]:
             slot = work / f"slot{k}"
             shutil.copytree(harness, slot)
             st.slots.put(slot)
+        all_lessons = sorted(set(lessons) | {p.name for p in (course / "solutions").iterdir() if p.is_dir()})
         for i, sub in enumerate(subs):
             sub.pristine = work / f"sub{i:03d}"
             shutil.copytree(harness, sub.pristine)
-            stage_kernels(sub, sub.pristine, lessons, course)
+            # Every lesson's files are staged, graded or not: the lesson 04 capstone runs on the learner's
+            # own lesson 02 and 03 kernels.
+            stage_kernels(sub, sub.pristine, all_lessons, course)
             sub.manifest = manifest(sub.pristine)
         results: dict[int, dict[str, TaskResult]] = {i: {} for i in range(len(subs))}
         with cf.ThreadPoolExecutor(max_workers=jobs) as pool:

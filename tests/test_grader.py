@@ -429,3 +429,35 @@ def test_templates_are_valid() -> None:
     cls = json.loads((ROOT / "templates" / "classroom-autograding.json").read_text())
     tests = cls["tests"]
     assert tests and all({"name", "run", "points"} <= set(t) for t in tests)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Python exercise files (lesson 04's decoder.py) are staged with the kernels, and screened
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_python_exercise_files_are_screened() -> None:
+    sol = (ROOT / "solutions" / "04_transformer" / "decoder.py").read_text()
+    assert grade.screen_python_file("decoder.py", sol) == []
+    assert grade.exercise_py_files(ROOT, "04_transformer") == {"decoder.py"}
+    cheats = {
+        "import os\n": "import os",
+        "import cudacourse.check as c\nc.assert_close = lambda *a, **k: None\n": "monkeypatching",
+        "x = open('tests/test_04_transformer.py').read()\n": "'open'",
+        "import torch\ntorch.allclose = lambda *a, **k: True\n": "monkeypatching",
+        "y = ().__class__.__bases__\n": "dunder",
+    }
+    for src, why in cheats.items():
+        reasons = grade.screen_python_file("decoder.py", src)
+        assert any(why in r for r in reasons), (src, reasons)
+
+
+def test_capstone_is_graded_with_the_other_lessons_staged(tmp_path: Path) -> None:
+    """Grading lesson 04 alone still stages lessons 02 and 03, whose kernels the capstone calls."""
+    out = tmp_path / "g.json"
+    rc = grade.main(["--impl", "solution", "--lessons", "04_transformer", "--backend", "sim", "--json", str(out),
+                     "-q", "--timeout", "60"])
+    assert rc == 0
+    rep = json.loads(out.read_text())
+    status = {t["id"]: t["status"] for t in rep["tasks"]}
+    assert status["4.9"] == "pass", [t["message"] for t in rep["tasks"] if t["id"] == "4.9"]
