@@ -99,6 +99,10 @@ def unchanged(*tensors: torch.Tensor, names: Sequence[str] | None = None) -> Ite
 
 
 def _fmt(v: float) -> str:
+    return f"{v:.6g}"
+
+
+def _fmt_err(v: float) -> str:
     return "n/a" if v != v else f"{v:.6g}"
 
 
@@ -140,7 +144,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
     max_rel = (diff[rel_mask] / ef[rel_mask].abs()).max().item() if bool(rel_mask.any()) else float("nan")
     dt = str(a.dtype).replace("torch.", "")
     lines = [f"{where}: {nbad} of {total} elements differ (shape {tuple(a.shape)}, {dt},"
-             f" rtol={rtol:g}, atol={atol:g}); max abs error {_fmt(max_abs)}, max rel error {_fmt(max_rel)}"]
+             f" rtol={rtol:g}, atol={atol:g}); max abs error {_fmt_err(max_abs)}, max rel error {_fmt_err(max_rel)}"]
     flat_a, flat_e = af.flatten(), ef.flatten()
     for k in bad[:max_show].tolist():
         idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(k), a.shape)) if a.dim() > 1 else (k,)
