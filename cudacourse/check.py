@@ -180,3 +180,30 @@ def assert_written(t: torch.Tensor, name: str = "output") -> None:
         idx = poison.nonzero().flatten()
         raise AssertionError(f"{name}: {idx.numel()} of {flat.numel()} elements were never written, first at "
                              f"flat index {idx[0].item()}")
+
+
+# Poisoned floats placed after an output by ``guarded``: a write past the end of the output lands there.
+GUARD = 64
+
+
+def guarded(n: int, device: Any = "cpu", dtype: torch.dtype = torch.float32,
+            guard: int = GUARD) -> tuple[torch.Tensor, torch.Tensor]:
+    """A poisoned buffer of ``n + guard`` elements and its first ``n`` as the output (``(full, out)``).
+
+    Pass ``out`` (reshaped as needed) to the kernel, then ``assert_guard(full, n, ...)``: a kernel that
+    writes past the end of its output leaves a mark in the guard, even where no bounds checker runs (GPU).
+    """
+    full = poisoned(n + guard, dtype, device)
+    return full, full[:n]
+
+
+def assert_guard(full: torch.Tensor, n: int, name: str, task: str | None = None,
+                 hint: str = "Check the bounds test on every store.") -> None:
+    """Assert the guard after the first ``n`` elements of ``full`` is still poison."""
+    tail = full[n:].detach().cpu()
+    clean = tail.isnan() if tail.dtype.is_floating_point else tail == INT_POISON
+    if not bool(clean.all()):
+        first = int((~clean).nonzero()[0])
+        where = f"{name}" + (f" (task {task})" if task else "")
+        raise AssertionError(f"{where}: the kernel wrote past the end of its output (element {n + first}; the "
+                             f"output has {n}). {hint}")

@@ -415,6 +415,14 @@ def _build_torch_cuda(source: str, path: str, functions: list[str]) -> Any:
         raise _compile_error_from(str(e), path) from None
 
 
+def exposed_functions(text: str) -> list[str]:
+    """Names a file offers Python: its launchers, or for a torch-route file its top-level host functions."""
+    if uses_torch(text):
+        return [n for pre, n, _, _ in find_functions(text)
+                if "__global__" not in pre and "__device__" not in pre and "static" not in pre]
+    return list(find_launchers(text))
+
+
 def load(source: str | os.PathLike, functions: list[str] | str | None = None, *, backend: str = "auto",
          check: bool | None = None, timeout_s: float = 10.0) -> Module:
     """Build a CUDA file (a path, or the source text itself) and return its launchers as a ``Module``.
@@ -434,11 +442,7 @@ def load(source: str | os.PathLike, functions: list[str] | str | None = None, *,
     if isinstance(functions, str):
         functions = [functions]
     if functions is None:
-        if uses_torch(text):
-            functions = [n for pre, n, _, _ in find_functions(text)
-                         if "__global__" not in pre and "__device__" not in pre and "static" not in pre]
-        else:
-            functions = list(find_launchers(text))
+        functions = exposed_functions(text)
     return Module(text, path, list(functions), backend=backend, check=check, timeout_s=timeout_s)
 
 
@@ -495,11 +499,7 @@ class Lesson:
             stamp = _stamp(f)
             cached = self._names.get(f)
             if cached is None or cached[0] != stamp:
-                text = f.read_text()
-                names = ([n for pre, n, _, _ in find_functions(text) if "__global__" not in pre
-                          and "__device__" not in pre and "static" not in pre] if uses_torch(text)
-                         else list(find_launchers(text)))
-                self._names[f] = cached = (stamp, names)
+                self._names[f] = cached = (stamp, exposed_functions(f.read_text()))
             for n in cached[1]:
                 idx.setdefault(n, f)
         return idx

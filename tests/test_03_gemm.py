@@ -35,7 +35,6 @@ GPU_SHAPES = [(1000, 1000, 257), (1024, 1024, 1024), (513, 1025, 2049)]
 SIM_LINEAR = [(1, 1, 1), (17, 65, 33), (64, 100, 48), (128, 128, 128)]
 SIM_LINEAR_LARGER = [(70, 257, 150)]
 GPU_LINEAR = [(1000, 257, 1000), (512, 1024, 768)]
-GUARD = 64  # poisoned floats after C: a write past the end of C shows up there
 
 
 def _m() -> cc.Lesson:
@@ -72,16 +71,12 @@ def _reference(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 
 def _output(rows: int, cols: int, m: cc.Lesson) -> tuple[torch.Tensor, torch.Tensor]:
     """A poisoned [rows, cols] output that is the head of a longer poisoned buffer (the guard)."""
-    full = check.poisoned(rows * cols + GUARD, torch.float32, m.device)
-    return full, full[: rows * cols].view(rows, cols)
+    full, out = check.guarded(rows * cols, m.device)
+    return full, out.view(rows, cols)
 
 
 def _assert_guard(full: torch.Tensor, n: int, fn: str, task: str) -> None:
-    tail = full[n:].cpu()
-    if not bool(tail.isnan().all()):
-        first = int((~tail.isnan()).nonzero()[0])
-        raise AssertionError(f"{fn} (task {task}): wrote past the end of the output (flat index {n + first} of a "
-                             f"{n}-element output). Guard every store with row < M && col < N.")
+    check.assert_guard(full, n, fn, task, hint="Guard every store with row < M && col < N.")
 
 
 def _check_gemm(fn: str, M: int, N: int, K: int, *, task: str, hint: str) -> None:

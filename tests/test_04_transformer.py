@@ -40,7 +40,6 @@ from cudacourse import check
 
 LESSON = "04_transformer"
 ROW_LENGTHS = [1, 7, 32, 33, 1000, 4099]
-GUARD = 64  # poisoned floats after an output: a write past its end shows up there
 
 
 def _m() -> cc.Lesson:
@@ -54,17 +53,11 @@ def _rows_for(cols: int, m: cc.Lesson) -> int:
 
 
 def _guarded(n: int, m: cc.Lesson) -> tuple[torch.Tensor, torch.Tensor]:
-    """A poisoned buffer of n + GUARD floats and its first n as the output."""
-    full = check.poisoned(n + GUARD, torch.float32, m.device)
-    return full, full[:n]
+    """A poisoned buffer of n + check.GUARD floats and its first n as the output."""
+    return check.guarded(n, m.device)
 
 
-def _assert_guard(full: torch.Tensor, n: int, name: str, task: str) -> None:
-    tail = full[n:].cpu()
-    if not bool(tail.isnan().all()):
-        first = int((~tail.isnan()).nonzero()[0])
-        raise AssertionError(f"{name} (task {task}): the kernel wrote past the end of its output (float {n + first}"
-                             f", output has {n}). Check the bounds test on every store.")
+_assert_guard = check.assert_guard
 
 
 def _decoder() -> ModuleType:
@@ -172,7 +165,7 @@ def test_softmax_unaligned(cols: int) -> None:
     g = check.rng(f"softmax-unaligned-{cols}")
     xbuf = check.randn((rows * cols + 1,), g, m.device, scale=3.0)
     x = xbuf[1:]
-    full = check.poisoned(rows * cols + 1 + GUARD, torch.float32, m.device)
+    full = check.poisoned(rows * cols + 1 + check.GUARD, torch.float32, m.device)
     y = full[1:rows * cols + 1]
     with check.unchanged(x, names=["x"]):
         m.softmax(x, y, rows, cols)

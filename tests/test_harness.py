@@ -302,3 +302,12 @@ def test_load_from_source_text_and_kernel_error_fields():
     m2 = cc.load(RELU, backend="sim")
     m2.relu(x, y, 100)
     check.assert_close(y, torch.relu(x))
+
+
+def test_guard_catches_a_write_past_the_end():
+    full, out = check.guarded(10)
+    out.fill_(1.0)
+    check.assert_guard(full, 10, "y")
+    full[10 + 3] = 0.0  # what a store without its bounds test leaves behind
+    with pytest.raises(AssertionError, match="wrote past the end of its output \\(element 13; the output has 10\\)"):
+        check.assert_guard(full, 10, "y", "9.9")
