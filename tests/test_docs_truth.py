@@ -1,0 +1,278 @@
+"""The documentation's figures and links are backed by committed files.
+
+Conventions checked here (docs/CONTRIBUTING.md states them for authors):
+
+- A **measured table** in a lesson explainer (``lessons/*/README.md``) or the top ``README.md`` names
+  its source in the first non-blank line under it: ``Source: results/...`` (a markdown link or a bare
+  path; several files may follow, separated by commas). Every number in the table, outside code spans
+  and outside the ``task``/``idea``/``target`` columns, must appear in one of the named committed files,
+  up to the table's rounding: ``1.00x`` matches ``1.0``, ``4.7x`` matches ``4.72``, ``3017`` matches
+  ``3017.4``.
+- A table whose cells hold measurements (``ms``, ``GB/s``, ``TFLOP/s``, ``% of``, ``x cuBLAS``...) must
+  have such a line: a measured figure without a committed source fails.
+- Every relative link in every committed markdown file (and in the notebooks' markdown cells) resolves to
+  a committed file.
+- ``environment.yml`` parses, names what the course needs, and agrees with ``setup.sh`` and
+  ``pyproject.toml`` (see ``test_environment_yml``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def committed_files() -> set[str]:
+    """Paths (relative to the repository root) that git tracks, plus files staged for commit."""
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return {p for p in out.split("\0") if p}
+
+
+COMMITTED = committed_files()
+EXPLAINERS = sorted(p for p in COMMITTED if re.fullmatch(r"lessons/[^/]+/README\.md", p)) + ["README.md"]
+
+# ----------------------------------------------------------------------------------------------------
+# Markdown tables and their Source lines
+# ----------------------------------------------------------------------------------------------------
+
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?![\w.]*\()")
+CODE_SPAN = re.compile(r"`[^`]*`")
+SKIP_COLUMNS = {"task", "idea", "target", "what", "you write", "you learn", "configuration"}
+MEASURED_CELL = re.compile(r"\d\s*(ms|GB/s|TFLOP/s|us|µs)\b|% of|x cuBLAS|vs PyTorch|vs `torch|fast mode|checked mode",
+                           re.I)
+SOURCE_PATH = re.compile(r"(?:\]\(|\s|^)((?:\.\./)*(?:results|benchmarks)/[\w./-]+?)(?=[)\s,;]|\.?$)")
+
+
+@dataclass
+class Table:
+    """A markdown table, where it is, and the files its Source line names (empty when it has none)."""
+
+    doc: str
+    line: int
+    header: list[str]
+    rows: list[list[str]]
+    sources: list[str]
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def tables(doc: str) -> list[Table]:
+    """Every table of a markdown file (fenced code blocks skipped) with its Source line's files."""
+    lines = (ROOT / doc).read_text().splitlines()
+    found, i, fence = [], 0, False
+    while i < len(lines):
+        if lines[i].lstrip().startswith("```"):
+            fence = not fence
+        if (not fence and lines[i].lstrip().startswith("|") and i + 1 < len(lines)
+                and re.fullmatch(r"\s*\|?[\s:|-]+\|?\s*", lines[i + 1]) and "-" in lines[i + 1]):
+            start, header = i, _cells(lines[i])
+            i += 2
+            rows = []
+            while i < len(lines) and lines[i].lstrip().startswith("|"):
+                rows.append(_cells(lines[i]))
+                i += 1
+            j = i
+            while j < len(lines) and not lines[j].strip():
+                j += 1
+            sources = []
+            if j < len(lines) and lines[j].startswith("Source:"):
+                for m in SOURCE_PATH.finditer(lines[j]):
+                    p = m.group(1).rstrip(".")
+                    p = str((ROOT / doc).parent.joinpath(p).resolve().relative_to(ROOT)) if p.startswith("..") else p
+                    sources.append(p)
+            found.append(Table(doc, start + 1, header, rows, sources))
+            continue
+        i += 1
+    return found
+
+
+def numbers_in_cell(cell: str) -> list[str]:
+    """Numeric tokens of a table cell, code spans removed (``relu_v3_float4`` is not a figure)."""
+    return NUMBER.findall(CODE_SPAN.sub(" ", cell))
+
+
+def file_numbers(path: str) -> list[Decimal]:
+    """Every number written in a committed results file."""
+    return [Decimal(t) for t in NUMBER.findall((ROOT / path).read_text())]
+
+
+def appears(token: str, pool: list[Decimal]) -> bool:
+    """True when ``token`` equals a number of ``pool`` rounded to the token's own number of decimals."""
+    x = Decimal(token.lstrip("+"))
+    decimals = -x.as_tuple().exponent if x.as_tuple().exponent < 0 else 0
+    half = Decimal(5) / Decimal(10) ** (decimals + 1)
+    return any(abs(abs(y) - abs(x)) <= half for y in pool)
+
+
+ALL_TABLES = [t for doc in EXPLAINERS for t in tables(doc)]
+
+
+def _is_measured(t: Table) -> bool:
+    if any(h.strip("* ").lower() == "points" for h in t.header):  # a task table: targets, not measurements
+        return False
+    return any(MEASURED_CELL.search(CODE_SPAN.sub(" ", c)) for row in [t.header, *t.rows] for c in row)
+
+
+@pytest.mark.parametrize("table", [t for t in ALL_TABLES if _is_measured(t)], ids=lambda t: f"{t.doc}:{t.line}")
+def test_measured_table_names_its_source(table: Table) -> None:
+    """A table of measurements says, right under it, which committed file holds them."""
+    assert table.sources, (f"{table.doc}:{table.line}: this table holds measured figures but no 'Source: "
+                           "results/...' line follows it. Add one naming the committed output the figures "
+                           "come from (benchmarks/ and results/ hold them).")
+    for s in table.sources:
+        assert s in COMMITTED, f"{table.doc}:{table.line}: the Source line names {s}, which is not a committed file"
+
+
+@pytest.mark.parametrize("table", [t for t in ALL_TABLES if t.sources], ids=lambda t: f"{t.doc}:{t.line}")
+def test_measured_numbers_appear_in_source(table: Table) -> None:
+    """Every figure of a sourced table is one of the numbers in its source files (up to rounding)."""
+    pool = [n for s in table.sources if s in COMMITTED for n in file_numbers(s)]
+    skip = {i for i, h in enumerate(table.header) if h.strip("* ").lower().split(" (")[0] in SKIP_COLUMNS}
+    missing = []
+    for r, row in enumerate(table.rows):
+        for c, cell in enumerate(row):
+            if c in skip:
+                continue
+            missing += [f"row {r + 1} '{cell}': {tok}" for tok in numbers_in_cell(cell) if not appears(tok, pool)]
+    assert not missing, (f"{table.doc}:{table.line}: figures not found in {', '.join(table.sources)}:\n  "
+                         + "\n  ".join(missing) + "\nRe-measure and commit the output, or correct the table.")
+
+
+def test_convention_finds_the_measured_tables() -> None:
+    """The parser sees the tables the explainers are known to have (guards against a silent no-op)."""
+    sourced = [t for t in ALL_TABLES if t.sources]
+    assert len(sourced) >= 8, f"only {len(sourced)} tables with a Source line found"
+    assert {t.doc for t in sourced} >= {f"lessons/{d}/README.md" for d in
+                                        ("01_relu", "02_reduce", "03_gemm", "04_transformer")}
+
+
+def test_number_matching_is_strict_enough() -> None:
+    """Rounding is tolerated, other numbers are not."""
+    pool = [Decimal("4.72"), Decimal("3017"), Decimal("0.712"), Decimal("1.0")]
+    assert appears("4.7", pool) and appears("1.00", pool) and appears("0.712", pool) and appears("3017", pool)
+    assert not appears("4.8", pool) and not appears("0.713", pool) and not appears("3019", pool)
+    assert numbers_in_cell("`relu_v3_float4` 0.712 ms, 1.25x") == ["0.712", "1.25"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Links
+# ----------------------------------------------------------------------------------------------------
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _markdown_texts() -> list[tuple[str, str]]:
+    docs = []
+    for p in sorted(COMMITTED):
+        if p.endswith(".md") and (ROOT / p).exists():
+            docs.append((p, (ROOT / p).read_text()))
+        elif p.endswith(".ipynb") and (ROOT / p).exists():
+            nb = json.loads((ROOT / p).read_text())
+            text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+            docs.append((p, text))
+    return docs
+
+
+def test_relative_links_resolve_to_committed_files() -> None:
+    """Every relative link of every committed markdown file and notebook points at a committed file."""
+    broken = []
+    for doc, text in _markdown_texts():
+        text = re.sub(r"```.*?```", "", text, flags=re.S)
+        for m in LINK.finditer(text):
+            target = (m.group(1) or m.group(2)).split("#")[0]
+            if not target or re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):  # anchors, http:, mailto:
+                continue
+            resolved = (ROOT / doc).parent.joinpath(target).resolve()
+            try:
+                rel = resolved.relative_to(ROOT).as_posix()
+            except ValueError:
+                broken.append(f"{doc}: {target} (outside the repository)")
+                continue
+            if rel not in COMMITTED and not any(c.startswith(rel + "/") for c in COMMITTED):
+                broken.append(f"{doc}: {target}")
+    assert not broken, "relative links to files that are not committed:\n  " + "\n  ".join(broken)
+
+
+# ----------------------------------------------------------------------------------------------------
+# environment.yml
+# ----------------------------------------------------------------------------------------------------
+
+
+def _setup_torch_version() -> str:
+    m = re.search(r"TORCH_VERSION:-([0-9.]+)", (ROOT / "setup.sh").read_text())
+    assert m, "setup.sh no longer names a default TORCH_VERSION; update test_environment_yml"
+    return m.group(1)
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split("."))
+
+
+def _in_range(version: str, spec: str) -> bool:
+    """``version`` satisfies a conda spec such as ``>=2.11,<2.14`` (only >=, <, <=, == used here)."""
+    ok = True
+    for part in spec.split(","):
+        m = re.fullmatch(r"(>=|<=|<|==|=)?\s*([0-9.*]+)", part.strip())
+        assert m, f"unexpected version spec {part!r}"
+        op, v = m.group(1) or "==", m.group(2).rstrip(".*")
+        a, b = _version_tuple(version), _version_tuple(v)
+        a = a[: len(b)] if op in ("==", "=") else a
+        ok &= {">=": a >= b, "<=": a <= b, "<": a < b, "==": a == b, "=": a == b}[op]
+    return ok
+
+
+def test_environment_yml() -> None:
+    """environment.yml parses, pins one CUDA for pytorch and nvcc, and agrees with setup.sh and pyproject."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse environment.yml")
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert env["name"] == "cudacourse" and env["channels"] == ["conda-forge"]
+    deps = env["dependencies"]
+    conda = {}
+    for d in deps:
+        if isinstance(d, str):
+            m = re.match(r"([A-Za-z0-9_.-]+)\s*(.*)", d)
+            conda[m.group(1)] = m.group(2).strip()
+    pip = next((d["pip"] for d in deps if isinstance(d, dict) and "pip" in d), [])
+
+    for need in ("python", "pytorch", "cuda-version", "cuda-nvcc", "numpy", "ninja", "matplotlib", "pytest", "nbval",
+                 "pip"):
+        assert need in conda, f"environment.yml does not install {need}"
+    # One CUDA for the whole environment: cuda-version selects pytorch's CUDA build and nvcc's version.
+    assert re.fullmatch(r"=?\d+\.\d+", conda["cuda-version"]), "pin cuda-version to one major.minor (e.g. =13.0)"
+    assert conda["cuda-nvcc"] in ("", "=" + conda["cuda-version"].lstrip("=") + ".*"), (
+        "cuda-nvcc must follow cuda-version (leave it unpinned or pin the same major.minor)")
+    # The torch range includes the version setup.sh installs.
+    torch_spec = conda["pytorch"].split("=cuda")[0].strip()
+    assert torch_spec and _in_range(_setup_torch_version(), torch_spec), (
+        f"pytorch {torch_spec!r} in environment.yml excludes torch {_setup_torch_version()} that setup.sh installs")
+    # The course package itself, editable, with the extras setup.sh installs.
+    assert any(re.fullmatch(r"-e \.(\[[\w,]+\])?", p) for p in pip), "environment.yml must pip-install the course: -e ."
+    # Python and pytest agree with pyproject.toml.
+    py = (ROOT / "pyproject.toml").read_text()
+    req = re.search(r'requires-python\s*=\s*">=\s*([0-9.]+)"', py).group(1)
+    py_pin = re.search(r"([0-9.]+)", conda["python"]).group(1)
+    assert _version_tuple(py_pin) >= _version_tuple(req), f"python {py_pin} is below pyproject's >= {req}"
+    pytest_min = re.search(r'"pytest>=([0-9.]+)"', py)
+    if pytest_min:
+        spec = conda["pytest"]
+        m = re.search(r">=\s*([0-9.]+)", spec)
+        assert m and _version_tuple(m.group(1)) >= _version_tuple(pytest_min.group(1)), (
+            f"pytest in environment.yml ({spec or 'unpinned'}) must be >= {pytest_min.group(1)} as in pyproject.toml")
+    # Linux only, said in the file.
+    assert re.search(r"linux", (ROOT / "environment.yml").read_text(), re.I), "say which platforms are supported"
+
+
+def test_version_spec_helper() -> None:
+    """The small spec parser used above."""
+    assert _in_range("2.13.0", ">=2.11,<2.14") and not _in_range("2.14.0", ">=2.11,<2.14")
+    assert _in_range("2.13.0", "=2.13") and not _in_range("2.12.1", ">=2.13")
