@@ -183,24 +183,38 @@ def _markdown_texts() -> list[tuple[str, str]]:
     return docs
 
 
+def broken_links(doc: str, text: str, committed: set[str]) -> list[str]:
+    """Relative links of markdown ``text`` (written in file ``doc``) whose target is not committed."""
+    broken = []
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    for m in LINK.finditer(text):
+        target = (m.group(1) or m.group(2)).split("#")[0]
+        if not target or re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):  # anchors, http:, mailto:
+            continue
+        resolved = (ROOT / doc).parent.joinpath(target).resolve()
+        try:
+            rel = resolved.relative_to(ROOT).as_posix()
+        except ValueError:
+            broken.append(f"{doc}: {target} (outside the repository)")
+            continue
+        if rel not in committed and not any(c.startswith(rel + "/") for c in committed):
+            broken.append(f"{doc}: {target}")
+    return broken
+
+
 def test_relative_links_resolve_to_committed_files() -> None:
     """Every relative link of every committed markdown file and notebook points at a committed file."""
-    broken = []
-    for doc, text in _markdown_texts():
-        text = re.sub(r"```.*?```", "", text, flags=re.S)
-        for m in LINK.finditer(text):
-            target = (m.group(1) or m.group(2)).split("#")[0]
-            if not target or re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):  # anchors, http:, mailto:
-                continue
-            resolved = (ROOT / doc).parent.joinpath(target).resolve()
-            try:
-                rel = resolved.relative_to(ROOT).as_posix()
-            except ValueError:
-                broken.append(f"{doc}: {target} (outside the repository)")
-                continue
-            if rel not in COMMITTED and not any(c.startswith(rel + "/") for c in COMMITTED):
-                broken.append(f"{doc}: {target}")
+    broken = [b for doc, text in _markdown_texts() for b in broken_links(doc, text, COMMITTED)]
     assert not broken, "relative links to files that are not committed:\n  " + "\n  ".join(broken)
+
+
+def test_link_check_catches_a_broken_link() -> None:
+    """The link check is not a no-op: missing files, escapes and uncommitted files are reported."""
+    text = ("[ok](../../README.md) ![plot](../../results/missing.png) [web](https://example.org) [a](#x) "
+            "[out](../../../etc/passwd) [dir](../../results/)\n```\n[in a fence](nowhere.md)\n```")
+    got = broken_links("lessons/01_relu/README.md", text, {"README.md", "results/x/results.md"})
+    assert got == ["lessons/01_relu/README.md: ../../results/missing.png",
+                   "lessons/01_relu/README.md: ../../../etc/passwd (outside the repository)"]
 
 
 # ----------------------------------------------------------------------------------------------------
