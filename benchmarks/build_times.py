@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -72,6 +73,19 @@ torch::Tensor relu_forward(torch::Tensor x) {
 # ----------------------------------------------------------------------------------------------------
 
 
+def _cpu_s() -> float:
+    """CPU seconds used so far by this process and its finished children (the compilers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _timed(fn):  # noqa: ANN001, ANN202
+    """(result, wall seconds, CPU seconds) of ``fn()``: CPU time stays meaningful on a busy machine."""
+    w, c = time.perf_counter(), _cpu_s()
+    out = fn()
+    return out, time.perf_counter() - w, _cpu_s() - c
+
+
 def _check_relu(fn, device: str) -> None:
     """Call a built relu once so a broken build cannot pass as a fast one."""
     import torch
@@ -89,17 +103,16 @@ def step_inline(backend: str) -> dict:
     imported = time.perf_counter() - t0
     d = Path(os.environ["CUDA_COURSE_BUILD"]) / "inline"
     d.mkdir(parents=True)
-    t = time.perf_counter()
     if backend == "cuda":
-        mod = cpp_extension.load_inline("bt_relu_inline", cpp_sources=["torch::Tensor relu_forward(torch::Tensor x);"],
-                                        cuda_sources=[INLINE_CUDA], functions=["relu_forward"],
-                                        build_directory=str(d), verbose=False)
+        mod, build, cpu = _timed(lambda: cpp_extension.load_inline(
+            "bt_relu_inline", cpp_sources=["torch::Tensor relu_forward(torch::Tensor x);"],
+            cuda_sources=[INLINE_CUDA], functions=["relu_forward"], build_directory=str(d), verbose=False))
     else:
-        mod = cpp_extension.load_inline("bt_relu_inline", cpp_sources=[INLINE_CPP], functions=["relu_forward"],
-                                        build_directory=str(d), verbose=False)
-    build = time.perf_counter() - t
+        mod, build, cpu = _timed(lambda: cpp_extension.load_inline(
+            "bt_relu_inline", cpp_sources=[INLINE_CPP], functions=["relu_forward"], build_directory=str(d),
+            verbose=False))
     _check_relu(mod.relu_forward, "cuda" if backend == "cuda" else "cpu")
-    return {"build_s": build, "import_s": imported}
+    return {"build_s": build, "cpu_s": cpu, "import_s": imported}
 
 
 def step_torch_route(backend: str) -> dict:
@@ -108,11 +121,9 @@ def step_torch_route(backend: str) -> dict:
     import cudacourse as cc
 
     imported = time.perf_counter() - t0
-    t = time.perf_counter()
-    m = cc.load(RELU_TORCH, ["relu_forward"], backend=backend)
-    build = time.perf_counter() - t
+    m, build, cpu = _timed(lambda: cc.load(RELU_TORCH, ["relu_forward"], backend=backend))
     _check_relu(m.relu_forward, str(m.device))
-    return {"build_s": build, "loader_build_s": m.build_s, "import_s": imported}
+    return {"build_s": build, "cpu_s": cpu, "import_s": imported}
 
 
 def step_first(backend: str) -> dict:
@@ -123,17 +134,15 @@ def step_first(backend: str) -> dict:
     import cudacourse as cc
 
     imported = time.perf_counter() - t0
-    out: dict = {"import_s": imported}
-    t = time.perf_counter()
+    out: dict = {"import_s": imported, "runtime_object_s": 0.0, "runtime_object_cpu_s": 0.0}
     if backend == "sim":
         from cudacourse.sim import runtime_object
 
-        runtime_object()
-        out["runtime_object_s"] = time.perf_counter() - t
-    t1 = time.perf_counter()
-    m = cc.load(os.environ["BT_SOURCE"], ["relu_v1_scalar"], backend=backend)
-    out["build_s"] = time.perf_counter() - t1
-    out["total_s"] = time.perf_counter() - t
+        _, out["runtime_object_s"], out["runtime_object_cpu_s"] = _timed(runtime_object)
+    m, out["build_s"], out["cpu_s"] = _timed(lambda: cc.load(os.environ["BT_SOURCE"], ["relu_v1_scalar"],
+                                                             backend=backend))
+    out["total_s"] = out["runtime_object_s"] + out["build_s"]
+    out["total_cpu_s"] = out["runtime_object_cpu_s"] + out["cpu_s"]
     _check_relu(lambda x: (m.relu_v1_scalar(x, y := torch.empty_like(x), x.numel()), y)[1], str(m.device))
     return out
 
@@ -152,16 +161,13 @@ def step_reload(backend: str) -> dict:
     imported = time.perf_counter() - t0
     src = Path(os.environ["BT_SOURCE"])
     _edit(src, f"fresh process {time.time_ns()}")
-    t = time.perf_counter()
-    m = cc.load(src, ["relu_v1_scalar"], backend=backend)
-    fresh = time.perf_counter() - t
+    m, fresh, fresh_cpu = _timed(lambda: cc.load(src, ["relu_v1_scalar"], backend=backend))
     m.close()
     _edit(src, f"same process {time.time_ns()}")
-    t = time.perf_counter()
-    m = cc.load(src, ["relu_v1_scalar"], backend=backend)
-    same = time.perf_counter() - t
+    m, same, same_cpu = _timed(lambda: cc.load(src, ["relu_v1_scalar"], backend=backend))
     _check_relu(lambda x: (m.relu_v1_scalar(x, y := torch.empty_like(x), x.numel()), y)[1], str(m.device))
-    return {"import_s": imported, "build_s": fresh, "same_process_s": same}
+    return {"import_s": imported, "build_s": fresh, "cpu_s": fresh_cpu, "same_process_s": same,
+            "same_process_cpu_s": same_cpu}
 
 
 STEPS = {"inline": step_inline, "torch_route": step_torch_route, "first": step_first, "reload": step_reload}
@@ -217,24 +223,30 @@ def report(machine: dict, res: dict) -> str:
     where = machine.get("gpu") or f"CPU simulator, {machine['cores']} cores"
     lines = [f"# benchmarks/build_times.py: lesson 01 build times on {where}", "",
              "machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()), "",
-             "Each step in a fresh Python process with an empty build folder; seconds of wall-clock time.", "",
-             "| step | what is built | build s | process s |", "|---|---|---:|---:|"]
+             "Each step in a fresh Python process with its own build folder. build s: wall-clock seconds of the",
+             "build call; CPU s: CPU seconds it used (compilers included), which a busy machine inflates less;",
+             "process s: the whole child process, interpreter start and imports included.", "",
+             "| step | what is built | build s | CPU s | process s |", "|---|---|---:|---:|---:|"]
     inl, tr, first, rel = res["inline"], res["torch_route"], res["first"], res["reload"]
-    lines.append(f"| load_inline, torch headers | a small torch::Tensor ReLU | {inl['build_s']:.1f} | "
-                 f"{inl['process_s']:.1f} |")
-    lines.append(f"| course loader, torch route | solutions/01_relu/relu_torch.cu | {tr['build_s']:.1f} | "
-                 f"{tr['process_s']:.1f} |")
-    if "runtime_object_s" in first:
-        lines.append(f"| simulator runtime object (once per machine) | cudacourse/sim/runtime | "
-                     f"{first['runtime_object_s']:.1f} | |")
-        lines.append(f"| course loader, first build (runtime object already built) | solutions/01_relu/relu.cu | "
-                     f"{first['build_s']:.1f} | |")
-    lines.append(f"| course loader, first build in an empty build folder | solutions/01_relu/relu.cu | "
-                 f"{first['total_s']:.1f} | {first['process_s']:.1f} |")
-    lines.append(f"| course loader, reload after an edit (fresh process) | solutions/01_relu/relu.cu | "
-                 f"{rel['build_s']:.1f} | {rel['process_s']:.1f} |")
-    lines.append(f"| course loader, reload after an edit (same process) | solutions/01_relu/relu.cu | "
-                 f"{rel['same_process_s']:.1f} | |")
+
+    def row(step: str, what: str, wall: float, cpu: float, proc: float | None = None) -> str:
+        return f"| {step} | {what} | {wall:.1f} | {cpu:.1f} | {'' if proc is None else f'{proc:.1f}'} |"
+
+    lines.append(row("load_inline, torch headers", "a small torch::Tensor ReLU", inl["build_s"], inl["cpu_s"],
+                     inl["process_s"]))
+    lines.append(row("course loader, torch route", "solutions/01_relu/relu_torch.cu", tr["build_s"], tr["cpu_s"],
+                     tr["process_s"]))
+    if machine["backend"] == "sim":
+        lines.append(row("simulator runtime object (once per build folder)", "cudacourse/sim/runtime",
+                         first["runtime_object_s"], first["runtime_object_cpu_s"]))
+        lines.append(row("course loader, first build (runtime object already built)", "solutions/01_relu/relu.cu",
+                         first["build_s"], first["cpu_s"]))
+    lines.append(row("course loader, first build in an empty build folder", "solutions/01_relu/relu.cu",
+                     first["total_s"], first["total_cpu_s"], first["process_s"]))
+    lines.append(row("course loader, reload after an edit (fresh process)", "solutions/01_relu/relu.cu",
+                     rel["build_s"], rel["cpu_s"], rel["process_s"]))
+    lines.append(row("course loader, reload after an edit (same process)", "solutions/01_relu/relu.cu",
+                     rel["same_process_s"], rel["same_process_cpu_s"]))
     lines += ["", f"import of torch and cudacourse in a fresh process: {first['import_s']:.1f} s"]
     return "\n".join(lines) + "\n"
 
