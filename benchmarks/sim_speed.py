@@ -84,8 +84,25 @@ def _time(lib: SimLibrary, name: str, args: list, reps: int) -> float:
     return statistics.median(ts) * 1e3
 
 
+def machine_line() -> str:
+    """Where the figures come from: CPU model, cores, load average, torch and g++ versions."""
+    import platform
+    import subprocess
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                   if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gxx = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+    return (f"# benchmarks/sim_speed.py on {cpu} ({platform.machine()}), {os.cpu_count()} cores, load average "
+            f"{os.getloadavg()[0]:.1f} at the start, torch {torch.__version__}, {gxx}")
+
+
 def main() -> None:
     """Print the speed table."""
+    print(machine_line() + "\n")
     launchers = list(find_launchers(SRC).values())
     libs, builds = {}, {}
     with tempfile.TemporaryDirectory() as d:
