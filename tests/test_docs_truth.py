@@ -66,9 +66,9 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def tables(doc: str) -> list[Table]:
+def tables(doc: str, text: str | None = None) -> list[Table]:
     """Every table of a markdown file (fenced code blocks skipped) with its Source line's files."""
-    lines = (ROOT / doc).read_text().splitlines()
+    lines = ((ROOT / doc).read_text() if text is None else text).splitlines()
     found, i, fence = [], 0, False
     while i < len(lines):
         if lines[i].lstrip().startswith("```"):
@@ -120,7 +120,9 @@ ALL_TABLES = [t for doc in EXPLAINERS for t in tables(doc)]
 def _is_measured(t: Table) -> bool:
     if any(h.strip("* ").lower() == "points" for h in t.header):  # a task table: targets, not measurements
         return False
-    return any(MEASURED_CELL.search(CODE_SPAN.sub(" ", c)) for row in [t.header, *t.rows] for c in row)
+    unit_header = re.compile(r"(ms|us|µs|GB/s|TFLOP/s|s)\b|.*\b(ms|GB/s|TFLOP/s)$", re.I)
+    return (any(unit_header.match(h.strip("* ")) for h in t.header)
+            or any(MEASURED_CELL.search(CODE_SPAN.sub(" ", c)) for row in [t.header, *t.rows] for c in row))
 
 
 @pytest.mark.parametrize("table", [t for t in ALL_TABLES if _is_measured(t)], ids=lambda t: f"{t.doc}:{t.line}")
@@ -133,19 +135,35 @@ def test_measured_table_names_its_source(table: Table) -> None:
         assert s in COMMITTED, f"{table.doc}:{table.line}: the Source line names {s}, which is not a committed file"
 
 
-@pytest.mark.parametrize("table", [t for t in ALL_TABLES if t.sources], ids=lambda t: f"{t.doc}:{t.line}")
-def test_measured_numbers_appear_in_source(table: Table) -> None:
-    """Every figure of a sourced table is one of the numbers in its source files (up to rounding)."""
-    pool = [n for s in table.sources if s in COMMITTED for n in file_numbers(s)]
+def missing_figures(table: Table, pool: list[Decimal]) -> list[str]:
+    """The numbers of ``table`` (label columns and code spans aside) that ``pool`` does not hold."""
     skip = {i for i, h in enumerate(table.header) if h.strip("* ").lower().split(" (")[0] in SKIP_COLUMNS}
     missing = []
     for r, row in enumerate(table.rows):
         for c, cell in enumerate(row):
-            if c in skip:
-                continue
-            missing += [f"row {r + 1} '{cell}': {tok}" for tok in numbers_in_cell(cell) if not appears(tok, pool)]
+            if c not in skip:
+                missing += [f"row {r + 1} '{cell}': {tok}" for tok in numbers_in_cell(cell) if not appears(tok, pool)]
+    return missing
+
+
+@pytest.mark.parametrize("table", [t for t in ALL_TABLES if t.sources], ids=lambda t: f"{t.doc}:{t.line}")
+def test_measured_numbers_appear_in_source(table: Table) -> None:
+    """Every figure of a sourced table is one of the numbers in its source files (up to rounding)."""
+    pool = [n for s in table.sources if s in COMMITTED for n in file_numbers(s)]
+    missing = missing_figures(table, pool)
     assert not missing, (f"{table.doc}:{table.line}: figures not found in {', '.join(table.sources)}:\n  "
                          + "\n  ".join(missing) + "\nRe-measure and commit the output, or correct the table.")
+
+
+def test_table_check_catches_a_wrong_figure() -> None:
+    """A table with a figure its source does not hold is reported; the Source line is parsed."""
+    text = ("| version | task | ms | vs ref |\n|---|---|---:|---:|\n| `relu_v3` | 1.3 | 0.712 | 1.00x |\n"
+            "| `relu_v1` | 1.1 | 0.905 | 0.79x |\n\n"
+            "Source: [results](../../results/nvidia-h100-80gb-hbm3/results.md)\n")
+    (t,) = tables("lessons/01_relu/README.md", text)
+    assert t.sources == ["results/nvidia-h100-80gb-hbm3/results.md"] and _is_measured(t)
+    pool = [Decimal(x) for x in ("0.712", "1.00", "0.900", "0.79")]
+    assert missing_figures(t, pool) == ["row 2 '0.905': 0.905"]  # task ids 1.3/1.1 are labels, not figures
 
 
 def test_convention_finds_the_measured_tables() -> None:
