@@ -72,8 +72,10 @@ def main() -> None:
         torch.cuda.synchronize()
     avgs = prof.key_averages()
     table = avgs.table(sort_by="cuda_time_total", row_limit=10)
-    kern = next(e for e in avgs if "relu_v3_float4_kernel" in e.key)
-    launch = next(e for e in avgs if e.key == "cudaLaunchKernel")
+    kern = next((e for e in avgs if "relu_v3_float4_kernel" in e.key), None)
+    launch = next((e for e in avgs if e.key == "cudaLaunchKernel"), None)
+    if kern is None or launch is None:
+        raise SystemExit("the profiler table has no relu_v3_float4_kernel or cudaLaunchKernel row:\n" + table)
     kernel_total_us = getattr(kern, "self_device_time_total", None) or kern.self_cuda_time_total
     kernel_us = kernel_total_us / kern.count
     launch_us = launch.cpu_time_total / launch.count
