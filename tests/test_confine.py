@@ -249,7 +249,7 @@ def test_source_size_limit(tmp_path: Path) -> None:
     small.write_text("__global__ void k() {}\n")
     big.write_bytes(b"// pad\n" * 200_000)
     confine.check_source_size([small], max_bytes=1 << 20)
-    with pytest.raises(confine.SourceTooLarge, match=r"padded\.cu is 1\.4 MB.*at most 1\.0 MB"):
+    with pytest.raises(confine.SourceTooLarge, match=r"padded\.cu is too large \(1\.4 MB\).*at most 1\.0 MB"):
         confine.check_source_size([small, big], max_bytes=1 << 20)
 
 
@@ -434,3 +434,61 @@ def test_worker_exit_status_is_passed_through(fence) -> None:
     assert r.returncode == -signal.SIGSEGV and r.stdout == "x"
     r = run([sys.executable, "-c", "raise SystemExit(7)"], fence["scratch"])
     assert r.returncode == 7
+
+
+# ----------------------------------------------------------------------------------------------------
+# The hostile corpus (tests/attacks): well-formed, and every attack still applies to the course
+# ----------------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_PATHS = {"REPORT": "/grade/report.json", "JUNIT": "/grade/junit.xml", "HIDDEN": "/grade/hidden",
+              "COURSE": "/grade/course", "NEIGHBOUR": "/grade/subs/bob"}
+
+
+def _corpus():
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tests.attacks import corpus
+    finally:
+        sys.path.remove(str(ROOT))
+    return corpus
+
+
+def test_attack_corpus_covers_the_issue_and_applies() -> None:
+    corpus = _corpus()
+    attacks = corpus.load()
+    assert len(attacks) >= 15
+    ids = {a.id for a in attacks}
+    # issue 14's list, each present
+    for need_id in ("ctor-rewrites-report", "ctor-rewrites-junit", "ctor-rewrites-hidden-tests",
+                    "ctor-rewrites-course-tests", "atexit-appends-pass-records", "kill-parent", "exit0-from-launcher",
+                    "setsid-daemon-edits-later", "setenv-grader-variables", "endless-host-loop", "host-alloc-many-gb",
+                    "cpu-answer-no-launch", "python-answers-with-torch", "read-hidden-tests", "read-solution",
+                    "include-hidden-test", "batch-writes-neighbour", "build-never-ends", "many-mb-source",
+                    "python-getattr-builtins", "python-subclasses", "python-importlib", "python-torch-save-load",
+                    "python-torch-ops"):
+        assert need_id in ids, need_id
+    for a in attacks:
+        files = corpus.build(a, ROOT, FAKE_PATHS)
+        (target, text), = files.items()
+        assert target == f"lessons/{a.base}" and (ROOT / "solutions" / a.base).is_file()
+        assert "@" + "REPORT@" not in text and "BEGIN SOLUTION" not in text, a.id
+        assert text != (ROOT / "solutions" / a.base).read_text(), a.id
+        if "many-mb" in a.id:
+            assert len(text) > 50_000_000
+        for placeholder, value in FAKE_PATHS.items():
+            if f"@{placeholder}@" in str(a.edits):
+                assert value in text, (a.id, placeholder)
+
+
+def test_attack_corpus_rejects_malformed_entries(tmp_path: Path) -> None:
+    corpus = _corpus()
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[attack]]\nid = "x"\nissue = "y"\nbase = "01_relu/relu.cu"\nfail = ["1.1"]\n'
+                   'must_not = ["nothing-happens"]\n[[attack.edit]]\nop = "append"\ncode = ""\n')
+    with pytest.raises(ValueError, match="attack x: must_not needs entries from"):
+        corpus.load(bad)
+    a = corpus.load()[0]
+    a.edits = [{"op": "patch_launcher", "at": "no_such_launcher", "code": "return;"}]
+    with pytest.raises(ValueError, match="launcher no_such_launcher found 0 times"):
+        corpus.build(a, ROOT, FAKE_PATHS)

@@ -312,7 +312,8 @@ def check_source_size(paths: Iterable[Path], max_bytes: int = 1 << 20) -> None:
         size = Path(p).stat().st_size
         if size > max_bytes:
             raise SourceTooLarge(
-                f"{p} is {size / 1e6:.1f} MB; submitted source files may be at most {max_bytes / 1e6:.1f} MB. "
+                f"{p} is too large ({size / 1e6:.1f} MB); submitted source files may be at most "
+                f"{max_bytes / 1e6:.1f} MB. "
                 "Remove generated or pasted data from it and submit the kernel code only.")
 
 
