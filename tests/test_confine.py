@@ -492,3 +492,32 @@ def test_attack_corpus_rejects_malformed_entries(tmp_path: Path) -> None:
     a.edits = [{"op": "patch_launcher", "at": "no_such_launcher", "code": "return;"}]
     with pytest.raises(ValueError, match="launcher no_such_launcher found 0 times"):
         corpus.build(a, ROOT, FAKE_PATHS)
+
+
+def test_nested_confinement(fence, tmp_path: Path) -> None:
+    """A confined worker starts its own confined worker (the grader's task process starting the simulator's
+    worker): the inner one is confined as well, and cannot read what only the outer one may read."""
+    need("landlock", "namespaces")
+    outer_only = tmp_path / "outer_only.txt"
+    outer_only.write_text("for the outer worker only\n")
+    inner = textwrap.dedent(f"""
+        import os
+        print('inner uid', os.getuid())
+        try:
+            print('inner read', open({str(outer_only)!r}).read())
+        except PermissionError:
+            print('inner refused')
+    """)
+    outer = textwrap.dedent(f"""
+        import pathlib, subprocess, sys
+        from cudacourse.grading import confine
+        print('outer read', open({str(outer_only)!r}).read().strip())
+        print('inner confinement:', confine.describe())
+        p = confine.confined_popen([sys.executable, '-c', {inner!r}], scratch=pathlib.Path('inner'),
+                                   env={{'PATH': '/usr/bin:/bin'}}, stdout=subprocess.PIPE, text=True)
+        print(p.communicate()[0], 'inner exit', p.returncode)
+    """)
+    r = run([sys.executable, "-c", outer], fence["scratch"], [outer_only])
+    assert "outer read for the outer worker only" in r.stdout, r.stdout
+    assert "inner refused" in r.stdout and "inner exit 0" in r.stdout, r.stdout
+    assert "inner confinement: landlock ABI" in r.stdout, r.stdout  # confined, not "unconfined: ..."

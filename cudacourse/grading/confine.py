@@ -261,7 +261,8 @@ def confined_popen(argv: Sequence[str | os.PathLike[str]], *, scratch: Path, env
         "ro": [str(p) for p in ro if p.exists()], "rw": [str(p) for p in rw],
         "dev": [d for d in devices if os.path.exists(d)],
         "limits": asdict(limits), "gpu": gpu,
-        "landlock": conf.landlock_abi > 0, "ns": bool(conf.namespaces), "proc": conf.private_proc,
+        "landlock": conf.landlock_abi > 0, "ns": bool(conf.namespaces),
+        "proc": conf.private_proc and not conf.details.get("nested"),
         "cgroup": conf.details.get("cgroup_parent", "") if conf.process_limit == "pids cgroup" else "",
         "uid": conf.worker_uid, "strict": not allow_unconfined,
     }
@@ -347,7 +348,9 @@ def _judge(probe: dict[str, Any]) -> Confinement:
         abi = abi if abi >= 1 and probe.get("landlockpy") else 0
     ns_ok = bool(probe.get("userns")) and "namespaces" not in off
     ns_why = f"switched off by {_OFF_ENV}" if "namespaces" in off else probe.get("userns_why", "")
-    proc_ok = ns_ok and bool(probe.get("proc"))
+    # Nested (a worker starting workers): Landlock forbids mounting, but /proc is already the enclosing
+    # sandbox's private one, which shows no grader process.
+    proc_ok = ns_ok and (bool(probe.get("proc")) or bool(probe.get("nested")))
     if not ns_ok:
         missing.append(f"private PID/network namespaces: unavailable ({ns_why}); a setsid() child escapes the group "
                        "stop and grader processes are visible")
@@ -356,7 +359,10 @@ def _judge(probe: dict[str, Any]) -> Confinement:
                        "visible in /proc")
     uid = int(probe.get("uid", os.getuid()))
     worker_uid = None
-    if uid == 0:
+    if probe.get("kuid0") and uid != 0 and probe.get("nested"):
+        # a worker of a root grader starting workers: the enclosing sandbox's pids cgroup counts them all
+        plimit, cg = "pids cgroup of the enclosing sandbox", ""
+    elif uid == 0 or probe.get("kuid0"):
         cg = probe.get("cgroup", "")
         if cg and "cgroup" not in off:
             plimit = "pids cgroup"
@@ -374,7 +380,8 @@ def _judge(probe: dict[str, Any]) -> Confinement:
         cg = ""
     return Confinement(landlock_abi=abi, namespaces=("user", "pid", "net", "mount") if ns_ok else (),
                        private_proc=proc_ok, process_limit=plimit, worker_uid=worker_uid, missing=tuple(missing),
-                       details={"cgroup_parent": cg or "", "probe": json.dumps(probe)})
+                       details={"cgroup_parent": cg or "", "nested": "yes" if probe.get("nested") else "",
+                                "probe": json.dumps(probe)})
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -411,12 +418,18 @@ def _unshare_namespaces() -> None:
     _check(_libc().unshare(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWNS), "unshare")
     inside_uid = uid if uid else 1000
     inside_gid = gid if gid else 1000
-    with open("/proc/self/setgroups", "w") as f:
-        f.write("deny")
-    with open("/proc/self/uid_map", "w") as f:
-        f.write(f"{inside_uid} {uid} 1\n")
-    with open("/proc/self/gid_map", "w") as f:
-        f.write(f"{inside_gid} {gid} 1\n")
+    try:
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        with open("/proc/self/uid_map", "w") as f:
+            f.write(f"{inside_uid} {uid} 1\n")
+        with open("/proc/self/gid_map", "w") as f:
+            f.write(f"{inside_gid} {gid} 1\n")
+    except PermissionError:
+        # Nested use: inside a confined worker, Landlock keeps /proc read-only, so the maps cannot be
+        # written. Without them the ids read as 65534 inside; the namespaces still work, and execve
+        # still drops every capability (the uid inside is not 0).
+        pass
 
 
 def _private_mounts(policy: dict[str, Any]) -> None:
@@ -675,9 +688,35 @@ def _launch(policy: dict[str, Any], argv: list[str]) -> NoReturn:
     _exit_like(st)
 
 
+def _inside_sandbox() -> bool:
+    """True inside a worker of this module: PID 1 of this PID namespace is a confine.py launcher's init.
+    (A worker cannot fake that: it cannot replace PID 1 of its own namespace.)"""
+    try:
+        cmd = Path("/proc/1/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"--policy" in cmd and any(a.endswith(b"/confine.py") for a in cmd)
+
+
+def _really_root() -> bool:
+    """True when this process is uid 0 of the machine, whatever its uid inside a user namespace (the kernel
+    exempts that uid from RLIMIT_NPROC)."""
+    if os.getuid() == 0:
+        return True
+    for f in ("/proc/self/uid_map", "/proc/1/uid_map"):
+        try:
+            rows = [ln.split() for ln in Path(f).read_text().splitlines()]
+        except OSError:
+            continue
+        if rows:  # "inside outside count": ours (or, unmapped and nested, the enclosing init's) maps to 0
+            mine = [r for r in rows if len(r) == 3 and int(r[0]) <= os.getuid() < int(r[0]) + int(r[2])]
+            return any(int(r[1]) == 0 for r in (mine if f == "/proc/self/uid_map" else rows) if len(r) == 3)
+    return False
+
+
 def _probe() -> dict[str, Any]:
     """What works here, tried for real in short-lived children (printed as JSON by ``--probe``)."""
-    out: dict[str, Any] = {"uid": os.getuid()}
+    out: dict[str, Any] = {"uid": os.getuid(), "nested": _inside_sandbox(), "kuid0": _really_root()}
     abi, why = _landlock_abi()
     out.update(landlock_abi=abi, landlock_why=why, landlockpy=bool(abi) or "not installed" not in why)
     r, w = os.pipe()
