@@ -113,7 +113,7 @@ class Confinement:
     landlock_abi: int = 0
     namespaces: tuple[str, ...] = ()
     private_proc: bool = False
-    process_limit: str = ""  # "pids cgroup", "RLIMIT_NPROC" or "" (none)
+    process_limit: str = ""  # "pids cgroup", "pids cgroup of the enclosing sandbox", "RLIMIT_NPROC" or ""
     worker_uid: int | None = None  # uid the worker runs as when it must leave root without namespaces
     missing: tuple[str, ...] = ()
     details: dict[str, str] = field(default_factory=dict)
@@ -130,8 +130,8 @@ class Confinement:
             parts.append(f"landlock ABI {self.landlock_abi}")
         if self.namespaces:
             parts.append("/".join(self.namespaces) + " namespaces")
-        if self.process_limit == "pids cgroup":
-            parts.append("pids cgroup")
+        if self.process_limit.startswith("pids cgroup"):
+            parts.append(self.process_limit)
         if self.worker_uid is not None:
             parts.append(f"uid {self.worker_uid}")
         parts.append("rlimits")
@@ -708,9 +708,12 @@ def _really_root() -> bool:
             rows = [ln.split() for ln in Path(f).read_text().splitlines()]
         except OSError:
             continue
-        if rows:  # "inside outside count": ours (or, unmapped and nested, the enclosing init's) maps to 0
-            mine = [r for r in rows if len(r) == 3 and int(r[0]) <= os.getuid() < int(r[0]) + int(r[2])]
-            return any(int(r[1]) == 0 for r in (mine if f == "/proc/self/uid_map" else rows) if len(r) == 3)
+        rows = [[int(x) for x in r] for r in rows if len(r) == 3]  # "inside outside count"
+        if rows and f == "/proc/self/uid_map":
+            uid = os.getuid()
+            return any(i <= uid < i + n and o + (uid - i) == 0 for i, o, n in rows)
+        if rows:  # unmapped ids in a nested sandbox: its init's single-id map says who started it
+            return any(o == 0 and n == 1 for _i, o, n in rows)
     return False
 
 
