@@ -521,3 +521,51 @@ def test_nested_confinement(fence, tmp_path: Path) -> None:
     assert "outer read for the outer worker only" in r.stdout, r.stdout
     assert "inner refused" in r.stdout and "inner exit 0" in r.stdout, r.stdout
     assert "inner confinement: landlock ABI" in r.stdout, r.stdout  # confined, not "unconfined: ..."
+
+
+# ----------------------------------------------------------------------------------------------------
+# The GPU worker (runs only where an NVIDIA GPU is present: the lead's GPU machine)
+# ----------------------------------------------------------------------------------------------------
+
+HAS_GPU = Path("/dev/nvidiactl").exists()
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU (/dev/nvidiactl absent): run on the GPU machine")
+def test_gpu_worker_is_confined_and_shares_tensors(fence) -> None:
+    """A confined gpu=True worker owns a CUDA context, computes, receives a CUDA tensor from this process
+    by CUDA IPC and writes into it, and still cannot read the hidden tests or open a socket."""
+    need("landlock", "namespaces")
+    import pickle
+
+    import torch
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    shared = torch.zeros(4096, device="cuda")
+    handle = fence["scratch"] / "tensor.pkl"
+    handle.write_bytes(pickle.dumps(reduce_tensor(shared)))
+    code = textwrap.dedent(f"""
+        import pickle, socket, torch
+        a = torch.randn(256, 256, device='cuda')
+        print('matmul ok', bool(torch.allclose((a @ a).cpu(), a.cpu() @ a.cpu(), atol=1e-3)))
+        fn, args = pickle.load(open('tensor.pkl', 'rb'))
+        t = fn(*args)
+        t.fill_(7.0)
+        torch.cuda.synchronize()
+        print('ipc wrote', t.device)
+        try:
+            open({str(fence['hidden'] / 'test_secret.py')!r}).read()
+            print('READ HIDDEN')
+        except PermissionError:
+            print('hidden refused')
+        try:
+            socket.create_connection(('127.0.0.1', 22), timeout=2)
+            print('CONNECTED')
+        except OSError as e:
+            print('socket refused', e.errno)
+    """)
+    r = run([sys.executable, "-c", code], fence["scratch"], gpu=True, read_write=[Path("/dev/shm")],
+            limits=Limits(memory=16 << 30))
+    assert "matmul ok True" in r.stdout and "ipc wrote cuda" in r.stdout, r.stdout
+    assert "hidden refused" in r.stdout and "socket refused" in r.stdout, r.stdout
+    torch.cuda.synchronize()
+    assert bool((shared == 7.0).all()), "the confined worker's write through CUDA IPC is not visible here"
