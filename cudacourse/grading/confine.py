@@ -245,9 +245,11 @@ def confined_popen(argv: Sequence[str | os.PathLike[str]], *, scratch: Path, env
         if not found:
             raise ValueError(f"{exe!r} is not on the worker's PATH ({env.get('PATH', os.defpath)})")
         argv[0] = found
+    made = []
     for var, sub in (("TMPDIR", "tmp"), ("HOME", ""), ("XDG_CACHE_HOME", ".cache"), ("CUDA_CACHE_PATH", ".nv")):
         d = scratch / sub if sub else scratch
         d.mkdir(exist_ok=True)
+        made.append(d)
         env[var] = str(d)
     ro = [*system_read_paths(gpu), *(Path(p).resolve() for p in read_only), Path(argv[0]).resolve()]
     rw = [scratch, *(Path(p).resolve() for p in read_write)]
@@ -267,7 +269,7 @@ def confined_popen(argv: Sequence[str | os.PathLike[str]], *, scratch: Path, env
         "uid": conf.worker_uid, "strict": not allow_unconfined,
     }
     if conf.worker_uid is not None:  # root without namespaces: the worker's uid must own its scratch
-        for p in rw:
+        for p in {*rw, *made}:
             os.chown(p, conf.worker_uid, conf.worker_uid)
     popen_kwargs.setdefault("cwd", str(scratch))
     popen_kwargs.setdefault("close_fds", True)
