@@ -592,3 +592,36 @@ def test_root_without_namespaces_runs_the_worker_as_nobody(monkeypatch: pytest.M
         monkeypatch.delenv("CUDA_COURSE_CONFINE_OFF")
         confine.available(refresh=True)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_shared_memory_of_others_is_out_of_reach(fence) -> None:
+    """The worker gets an empty private /dev/shm; when its caller hands it one shared-memory file (the
+    simulator's tensors), it can use that file and still no other."""
+    need("landlock")
+    secret = Path(f"/dev/shm/cc-confine-test-{os.getpid()}-grader")
+    mine = Path(f"/dev/shm/cc-confine-test-{os.getpid()}-worker")
+    secret.write_text("tensors of another task")
+    mine.write_text("")
+    code = textwrap.dedent(f"""
+        import os
+        try:
+            print('listing', sorted(n for n in os.listdir('/dev/shm') if n.startswith('cc-confine-test')))
+        except PermissionError:
+            print('listing refused')
+        try:
+            print('READ', open({str(secret)!r}).read())
+        except (PermissionError, FileNotFoundError) as e:
+            print('secret refused', type(e).__name__)
+    """)
+    try:
+        r = run([sys.executable, "-c", code], fence["scratch"])
+        assert "READ" not in r.stdout and "secret refused" in r.stdout, r.stdout
+        if CONF.private_proc:
+            assert "listing []" in r.stdout, r.stdout  # a private, empty /dev/shm
+        r = run([sys.executable, "-c", code + f"open({str(mine)!r}, 'w').write('mine')\n"], fence["scratch"],
+                read_write=[mine])
+        assert "READ" not in r.stdout and "secret refused PermissionError" in r.stdout, r.stdout
+        assert mine.read_text() == "mine" and secret.read_text() == "tensors of another task"
+    finally:
+        secret.unlink()
+        mine.unlink()

@@ -84,14 +84,15 @@ class Limits:
     ``memory`` is the address-space limit (RLIMIT_AS) in bytes; with ``gpu=True`` it becomes a data-segment
     limit (RLIMIT_DATA), because the CUDA driver reserves far more address space than it uses.
     ``cpu_s`` is CPU seconds per process (RLIMIT_CPU; SIGXCPU, then SIGKILL one second later).
-    ``processes`` counts the worker's processes and threads (a ``pids`` cgroup when the grader is root,
-    else RLIMIT_NPROC inside the worker's own user namespace). ``file_size`` caps every file written
+    ``processes`` counts the worker's processes *and threads* (a ``pids`` cgroup when the grader is root,
+    else RLIMIT_NPROC inside the worker's own user namespace; default 4 per core, at least 64, since torch
+    and the simulator start a thread pool per core). ``file_size`` caps every file written
     (RLIMIT_FSIZE: SIGXFSZ); it also sizes the private ``/dev/shm``. ``open_files`` is RLIMIT_NOFILE.
     """
 
     memory: int | None = 4 << 30
     cpu_s: int | None = 120
-    processes: int | None = 64
+    processes: int | None = field(default_factory=lambda: max(64, 4 * (os.cpu_count() or 1)))
     file_size: int | None = 256 << 20
     open_files: int | None = 1024
 
@@ -226,6 +227,7 @@ def confined_popen(argv: Sequence[str | os.PathLike[str]], *, scratch: Path, env
     report ``available().describe()``. Raises ``ValueError`` for bad arguments.
     """
     argv = [os.fspath(a) for a in argv]
+    read_only, read_write = list(read_only), list(read_write)
     if not argv:
         raise ValueError("confined_popen needs a command (argv is empty)")
     for bad in ("start_new_session", "preexec_fn", "executable", "shell", "env"):
@@ -253,7 +255,7 @@ def confined_popen(argv: Sequence[str | os.PathLike[str]], *, scratch: Path, env
         env[var] = str(d)
     ro = [*system_read_paths(gpu), *(Path(p).resolve() for p in read_only), Path(argv[0]).resolve()]
     rw = [scratch, *(Path(p).resolve() for p in read_write)]
-    for p in [*ro[-1:], *rw]:
+    for p in [*(Path(p) for p in read_only), *ro[-1:], *rw]:
         if not p.exists():
             raise ValueError(f"path given to confined_popen does not exist: {p}")
     devices = ["/dev/null", "/dev/full"]
@@ -434,7 +436,7 @@ def _unshare_namespaces() -> None:
         pass
 
 
-def _private_mounts(policy: dict[str, Any]) -> None:
+def _private_mounts(policy: dict[str, Any]) -> list[str]:
     """In the new mount namespace: a /proc that shows only this PID namespace, and empty private /run and
     /dev/shm (hiding sockets such as a Docker or D-Bus socket, and other processes' shared memory)."""
     libc = _libc()
@@ -442,13 +444,16 @@ def _private_mounts(policy: dict[str, Any]) -> None:
     _check(libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None), "mounting /proc")
     allowed = [*policy["ro"], *policy["rw"]]
     size = policy["limits"].get("file_size") or (64 << 20)
+    mounted = []
     for d in ("/run", "/dev/shm"):
         if os.path.isdir(d) and not os.path.islink(d) and not any(p == d or p.startswith(d + "/") for p in allowed):
             opts = f"size={size},nr_inodes=4096,mode=1777".encode()
             _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts), f"mounting {d}")
+            mounted.append(d)
+    return mounted
 
 
-def _landlock(policy: dict[str, Any]) -> None:
+def _landlock(policy: dict[str, Any], private: Sequence[str] = ()) -> None:
     """Restrict this process and its future children: the read/write allow-lists, no TCP, scoped signals
     and abstract UNIX sockets. Applied by the worker's init, so nothing inside escapes it."""
     from landlockpy import AccessFS, Ruleset, Scope, fs_for_abi
@@ -463,8 +468,7 @@ def _landlock(policy: dict[str, Any]) -> None:
     with Ruleset(handled_fs=every, scoped=Scope.ABSTRACT_UNIX_SOCKET | Scope.SIGNAL) as rs:
         rules = [(p, read) for p in policy["ro"]] + [(p, every) for p in policy["rw"]]
         rules += [(p, dev) for p in policy["dev"]]
-        if policy.get("proc"):
-            rules += [(p, every) for p in ("/dev/shm",) if os.path.isdir(p)]
+        rules += [(p, every) for p in private if p == "/dev/shm"]  # the worker's own empty tmpfs
         for path, access in rules:
             if not os.path.exists(path):
                 continue
@@ -619,10 +623,9 @@ def _init(policy: dict[str, Any], argv: list[str], status_w: int) -> NoReturn:
     """PID 1 of the worker's namespace: start the worker, forward signals, reap, exit with it."""
     try:
         _die_with_parent()
-        if policy.get("proc"):
-            _private_mounts(policy)
+        private = _private_mounts(policy) if policy.get("proc") else []
         if policy["landlock"]:
-            _landlock(policy)
+            _landlock(policy, private)
     except Exception as e:  # noqa: BLE001 - any failure here must stop the worker, never run it unconfined
         sys.stderr.write(f"confine: could not confine the worker: {e}\n")
         if policy["strict"]:
