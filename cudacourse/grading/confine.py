@@ -310,6 +310,7 @@ def _exec_worker(policy: dict[str, Any], argv: list[str], inside_userns: bool) -
         _set_rlimits(policy, inside_userns)
         for s in _FORWARDED:
             signal.signal(s, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)  # (blocked by the launcher around its forks)
         os.execv(argv[0], argv)
     except OSError as e:
         sys.stderr.write(f"confine: cannot start {argv[0]}: {e}\n")
@@ -333,6 +334,7 @@ def _init(policy: dict[str, Any], argv: list[str], status_w: int) -> NoReturn:
         os.close(status_w)
         _exec_worker(policy, argv, inside_userns=True)
     _forward_signals(worker)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)  # what arrived meanwhile goes to the worker now
     status = 1 << 8
     while True:
         try:
@@ -369,12 +371,16 @@ def _launch(policy: dict[str, Any], argv: list[str]) -> NoReturn:
     except OSError as e:
         sys.stderr.write(f"confine: could not create namespaces: {e}\n")
         os._exit(126)
+    # Signals that arrive before the forwarding handlers exist wait (blocked) instead of killing the launcher
+    # or being dropped by init (PID 1 ignores signals it has no handler for).
+    signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
     init = os.fork()
     if init == 0:
         os.close(status_r)
         _init(policy, argv, status_w)
     os.close(status_w)
     _forward_signals(init)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
     while True:
         try:
             _pid, st = os.waitpid(init, 0)
@@ -717,6 +723,11 @@ def stop_group(proc: subprocess.Popen, timeout: float | None = None) -> int:
     group, which a ``setsid()`` child does escape (``available().missing`` says so).
     """
     if proc.poll() is not None:
+        if not available().namespaces:  # what the worker left in its process group (setsid() escapes it)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         return proc.returncode
     try:
         with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
