@@ -67,6 +67,7 @@ const char* ccsim_rt_error_json(void);
 void* ccsim_rt_shared(int site, size_t bytes, size_t elem, size_t d0, size_t d1, size_t d2, int line,
                       const char* name);
 void* ccsim_rt_dyn_shared(void);
+int ccsim_rt_new_site(void);
 void ccsim_rt_syncthreads(const char* file, int line);
 int ccsim_rt_syncthreads_op(int op, int pred, const char* file, int line);
 unsigned long long ccsim_rt_warp(int op, unsigned mask, unsigned long long value, int arg, int width,
@@ -93,10 +94,13 @@ static inline ccsim_view* self() { return ccsim_cur_view; }
 // ---------------------------------------------------------------------------------------------------
 // Built-ins
 // ---------------------------------------------------------------------------------------------------
-#define threadIdx (::ccsim::self()->ti)
-#define blockIdx (::ccsim::self()->bi)
-#define blockDim (::ccsim::self()->bd)
-#define gridDim (::ccsim::self()->gd)
+// Thread-local variables, not macros, so host code may name its own locals blockDim, gridDim, threadIdx
+// (built-ins only in device code). The runtime sets threadIdx at every fiber switch and the other three
+// once per block (a block's fibers all run on one OS thread).
+extern "C" __thread dim3 threadIdx __attribute__((tls_model("initial-exec")));
+extern "C" __thread dim3 blockIdx __attribute__((tls_model("initial-exec")));
+extern "C" __thread dim3 blockDim __attribute__((tls_model("initial-exec")));
+extern "C" __thread dim3 gridDim __attribute__((tls_model("initial-exec")));
 static constexpr int warpSize = 32;
 
 // ---------------------------------------------------------------------------------------------------
@@ -545,6 +549,14 @@ template <class T, class S> static inline cudaError_t cudaMemcpyToSymbol(T& sym,
 template <class T, class D> static inline cudaError_t cudaMemcpyFromSymbol(D* dst, const T& sym, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyDeviceToHost) {
     std::memcpy((void*)dst, (const char*)&sym + off, n); return cudaSuccess;
 }
+// The rewriter turns cudaFuncSetAttribute(kernel, attr, v) into func_set_attribute("kernel", ...): the opt-in
+// above 48 KB of dynamic shared memory is remembered by kernel name and checked at its launches.
+extern "C" cudaError_t ccsim_rt_func_attr(const char* kernel, int attr, int value);
+namespace ccsim {
+template <class F> static inline cudaError_t func_set_attribute(const char* kernel, F, cudaFuncAttribute a, int v) {
+    return ccsim_rt_func_attr(kernel, (int)a, v);
+}
+}  // namespace ccsim
 template <class F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 #define cudaStreamPerThread ((cudaStream_t)0)
 #define cudaStreamLegacy ((cudaStream_t)0)
