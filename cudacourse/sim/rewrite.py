@@ -44,6 +44,23 @@ UNSUPPORTED_HEADERS = {
     "cudnn": "cuDNN",
 }
 
+# Constructs g++ would reject with an unhelpful message, or the simulator could not run faithfully: refused
+# at build time naming the construct, the line and what to do.
+_REFUSED = [
+    (r"\b(?:tex1Dfetch|tex1D|tex2D|tex3D|tex1DLayered|tex2DLayered|texCubemap|surf1Dwrite|surf2Dwrite|surf3Dwrite|"
+     r"surf1Dread|surf2Dread|surf3Dread|cudaCreateTextureObject|cudaCreateSurfaceObject|cudaTextureObject_t|"
+     r"cudaSurfaceObject_t|cudaBindTexture|cudaBindTexture2D)\b|\btexture\s*<", "texture and surface memory"),
+    (r"\bthis_grid\s*\(|\bgrid_group\b|\bcudaLaunchCooperativeKernel\w*\b",
+     "grid-wide synchronisation (cooperative launch, this_grid().sync())"),
+    (r"\bthis_multi_grid\s*\(|\bcluster_group\b|\bthis_cluster\s*\(|__cluster_dims__|\bcudaLaunchKernelEx\b",
+     "thread-block clusters and multi-grid groups"),
+    (r"\bcudaGraph\w*\b|\bcudaStreamBeginCapture\b", "CUDA graphs"),
+]
+_REFUSED_FIX = {
+    _REFUSED[1][0]: "split the kernel at the grid-wide barrier into two launches, or run this file on a GPU",
+    _REFUSED[3][0]: "launch the kernels directly, or run this file on a GPU",
+}
+
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 
@@ -240,6 +257,12 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
     for mm in re.finditer(r"\bnvcuda\b|\bwmma::", m):
         raise _err(UnsupportedError, "WMMA (nvcuda::wmma tensor-core fragments) is not supported by the CPU simulator",
                    path, line_of(source, mm.start()))
+    for pattern, what in _REFUSED:
+        mm = re.search(pattern, m)
+        if mm:
+            raise _err(UnsupportedError, f"{what} is not supported by the CPU simulator (line "
+                       f"{line_of(source, mm.start())}): {_REFUSED_FIX.get(pattern, 'run this file on a GPU')}",
+                       path, line_of(source, mm.start()))
 
     # --- includes -----------------------------------------------------------------------------------
     for mm in _INCLUDE_RE.finditer(source):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import cudacourse as cc
-from cudacourse.errors import BarrierError, KernelError, LaunchError, RaceError
+from cudacourse.errors import BarrierError, KernelError, LaunchError, RaceError, UninitializedReadError
 from cudacourse.source import find_launchers
 
 ORDERS = ["forward", "reverse", "shuffle:7"]
@@ -345,3 +345,155 @@ def test_lesson01_stub_takes_a_strided_one_element_view() -> None:
     m.relu_v1_scalar(torch.randn(2)[::2], y, 1)   # must not raise inside the course
     assert y.numel() == 1
 
+
+
+# ----------------------------------------------------------------------------------------------------
+# 6. global memory in checked mode: uninitialised cudaMalloc reads, races between threads and blocks
+# ----------------------------------------------------------------------------------------------------
+
+GLOBAL_SRC = r"""
+#include <cuda_runtime.h>
+__global__ void copy_k(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i];
+}
+void uninit_read(float* y, int n, int init) {
+    float* d; cudaMalloc(&d, n * sizeof(float));
+    if (init == 1) cudaMemset(d, 0, n * sizeof(float));
+    if (init == 2) cudaMemcpy(d, y, (n - 1) * sizeof(float), cudaMemcpyDeviceToDevice);  // the last one stays unset
+    copy_k<<<(n + 63) / 64, 64>>>(d, y, n);
+    cudaFree(d);
+}
+__global__ void one_slot(float* out, int same) {
+    out[0] = same ? 1.0f : (float)(blockIdx.x * blockDim.x + threadIdx.x);
+}
+void global_waw(float* out, int same) { one_slot<<<4, 32>>>(out, same); }
+__global__ void shift_left(float* x, int n) {      // in place: reads the element its neighbour overwrites
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i + 1 < n) x[i] = x[i + 1] * 2.0f;
+}
+void global_rw(float* x, int n) { shift_left<<<(n + 31) / 32, 32>>>(x, n); }
+void global_rw_fixed(const float* x, float* y, int n) { copy_k<<<(n + 31) / 32, 32>>>(x + 1, y, n - 1); }
+"""
+
+
+def test_uninitialised_cudamalloc_reads(sim) -> None:
+    lib = sim(GLOBAL_SRC)
+    n = 100
+    y = torch.randn(n)
+    with pytest.raises(UninitializedReadError, match=r"cudaMalloc buffer \(line 8\)\[0\]") as e:
+        lib.call("uninit_read", [y.clone(), n, 0])
+    assert e.value.line == 5
+    out = y.clone()
+    lib.call("uninit_read", [out, n, 1])
+    assert (out == 0).all()
+    with pytest.raises(UninitializedReadError, match=r"\[99\]"):
+        lib.call("uninit_read", [y.clone(), n, 2])
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_global_races(sim, order: str) -> None:
+    lib = sim(GLOBAL_SRC, order=order)
+    out = torch.full((1,), float("nan"))
+    lib.call("global_waw", [out, 1])                 # 128 threads, 4 blocks, one value: no race
+    assert out[0] == 1.0
+    with pytest.raises(RaceError, match="different value") as e:
+        lib.call("global_waw", [out, 0])
+    assert e.value.line == 15
+    with pytest.raises(RaceError) as e:
+        lib.call("global_rw", [torch.randn(100), 100])
+    assert e.value.line == 20
+    x, y = torch.randn(100), torch.full((99,), float("nan"))
+    lib.call("global_rw_fixed", [x, y, 100])
+    torch.testing.assert_close(y, x[1:])
+
+
+def test_global_races_are_not_checked_in_fast_mode(sim) -> None:
+    lib = sim(GLOBAL_SRC, checked=False)
+    out = torch.full((1,), float("nan"))
+    lib.call("global_waw", [out, 0])                 # fast mode: some thread's value, no diagnosis
+    assert 0 <= out[0] < 128
+
+
+# ----------------------------------------------------------------------------------------------------
+# 7. the audit: common constructs run right; the rest are refused naming the construct and the line
+# ----------------------------------------------------------------------------------------------------
+
+SUPPORTED_SRC = r"""
+#include <cuda_runtime.h>
+#include <cstdio>
+__constant__ float c_scale[2];
+static __device__ int d_calls;
+__global__ void __launch_bounds__(128, 2) features(const float* __restrict__ x, float* __restrict__ y,
+                                                   double* total, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    auto twice = [] __device__ (float v) { return 2.0f * v; };
+    float acc = 0.0f;
+#pragma unroll 4
+    for (int k = 0; k < 4; ++k) acc += c_scale[0];
+    if (i < n) {
+        y[i] = twice(__ldg(&x[i])) + acc;
+        atomicAdd(total, (double)x[i]);
+    }
+    __nanosleep(10);
+    if (i == 0) { atomicAdd(&d_calls, 1); printf("features ran\n"); }
+}
+__global__ void plus_one(float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] += 1.0f; }
+void supported(const float* x, float* y, double* total, int* calls, int n) {
+    float scale[2] = {0.25f, 0.0f};
+    cudaMemcpyToSymbol(c_scale, scale, sizeof(scale));
+    int zero = 0;
+    cudaMemcpyToSymbol(d_calls, &zero, sizeof(int));
+    features<<<(n + 127) / 128, 128>>>(x, y, total, n);
+    void (*kernel_ptr)(float*, int) = plus_one;         // a launch through a function pointer
+    kernel_ptr<<<(n + 127) / 128, 128>>>(y, n);
+    void* args[] = {&y, &n};
+    cudaLaunchKernel(plus_one, dim3((n + 127) / 128), dim3(128), args, 0, 0);
+    cudaMemcpyFromSymbol(calls, d_calls, sizeof(int));
+}
+void erased(float* y, int n) {
+    void* args[] = {&y, &n};
+    cudaLaunchKernel((const void*)plus_one, dim3(1), dim3(128), args, 0, 0);
+}
+"""
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["checked", "fast"])
+def test_common_constructs_run_right(sim, checked: bool, capsys) -> None:
+    lib = sim(SUPPORTED_SRC, checked=checked)
+    n = 300
+    x, y = torch.randn(n), torch.full((n,), float("nan"))
+    total, calls = torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.int32)
+    lib.call("supported", [x, y, total, calls, n])
+    torch.testing.assert_close(y, 2 * x + 1.0 + 2.0)
+    torch.testing.assert_close(total[0], x.double().sum())
+    assert calls[0] == 1
+    assert "features ran" in capsys.readouterr().out
+    with pytest.raises(LaunchError, match=r"cast to void\* is not supported.*test.cu:35"):
+        lib.call("erased", [y, n])
+
+
+REFUSED = {
+    "texture and surface memory": "__global__ void k(cudaTextureObject_t t, float* y) {\n"
+                                  "    y[0] = tex1Dfetch<float>(t, 0); }",
+    "grid-wide synchronisation": "#include <cooperative_groups.h>\nnamespace cg = cooperative_groups;\n"
+                                 "__global__ void k(float* y) { cg::this_grid().sync(); y[0] = 1; }",
+    "thread-block clusters": "__global__ void __cluster_dims__(2, 1, 1) k(float* y) { y[0] = 1; }",
+    "CUDA graphs": "void f(float* y) { cudaGraph_t g; (void)g; }",
+    "inline PTX": "__global__ void k(float* y) { asm volatile(\"membar.gl;\"); y[0] = 1; }",
+}
+
+
+@pytest.mark.parametrize("what", list(REFUSED))
+def test_unsupported_constructs_are_refused_at_build_time(what: str) -> None:
+    from cudacourse.errors import UnsupportedError
+    from cudacourse.sim import rewrite
+
+    src = "#include <cuda_runtime.h>\n\n" + REFUSED[what] + "\n"
+    bad_line = next(i + 1 for i, ln in enumerate(src.splitlines()) if ("Texture" in ln or "this_grid" in ln or
+                                                                      "__cluster" in ln or "cudaGraph" in ln or
+                                                                      "asm" in ln))
+    with pytest.raises(UnsupportedError, match=what.split()[0]) as e:
+        rewrite(src, "k.cu")
+    assert e.value.line == bad_line
+    assert f"k.cu:{bad_line}" in str(e.value)

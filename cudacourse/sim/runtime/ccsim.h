@@ -542,7 +542,8 @@ template <class T> static inline cudaError_t cudaMalloc(T** p, size_t n, int lin
 static inline cudaError_t cudaMalloc(void** p, size_t n, int line = __builtin_LINE()) { return ccsim_cudaMalloc(p, n, line); }
 template <class T> static inline cudaError_t cudaMallocHost(T** p, size_t n) { return cudaMallocHost((void**)p, n); }
 template <class T> static inline cudaError_t cudaHostAlloc(T** p, size_t n, unsigned) { return cudaMallocHost((void**)p, n); }
-template <class T> static inline cudaError_t cudaMallocManaged(T** p, size_t n, unsigned = 0) { return ccsim_cudaMalloc((void**)p, n, 0); }
+extern "C" cudaError_t ccsim_cudaMallocManaged(void** p, size_t n);
+template <class T> static inline cudaError_t cudaMallocManaged(T** p, size_t n, unsigned = 0) { return ccsim_cudaMallocManaged((void**)p, n); }
 template <class T, class S> static inline cudaError_t cudaMemcpyToSymbol(T& sym, const S* src, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyHostToDevice) {
     std::memcpy((char*)&sym + off, (const void*)src, n); return cudaSuccess;
 }
@@ -581,7 +582,31 @@ static inline void launch(const char* name, const char* file, int line, LaunchCf
     if (ccsim_rt_launch(name, file, line, &c.g, &c.b, c.smem, body, &ctx)) raise_error();
 }
 static inline void launch_check() { const char* e = ccsim_rt_error_json(); if (e && *e) raise_error(); }
+template <class... P, size_t... I>
+static inline void launch_argv(void (*k)(P...), const char* file, int line, LaunchCfg c, void** args,
+                               std::index_sequence<I...>) {
+    launch("kernel launched with cudaLaunchKernel", file, line, c, [k](auto... a) { k(a...); },
+           *(std::remove_cv_t<std::remove_reference_t<P>>*)args[I]...);
+}
 }  // namespace ccsim
+
+// cudaLaunchKernel with the kernel's own (typed) pointer: the argument array is unpacked by its parameter
+// types. A type-erased (void*) kernel cannot be called on the CPU: refused at the call, naming the line.
+template <class... P>
+static inline cudaError_t cudaLaunchKernel(void (*k)(P...), dim3 g, dim3 b, void** args, size_t smem = 0,
+                                           cudaStream_t s = nullptr, const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
+    ::ccsim::launch_argv(k, f, l, ::ccsim::LaunchCfg(g, b, smem, s), args, std::index_sequence_for<P...>{});
+    return cudaSuccess;
+}
+extern "C" void ccsim_api_set_error(const char*, const char*);
+static inline cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t = 0, cudaStream_t = nullptr,
+                                           const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
+    std::string m = std::string("cudaLaunchKernel with a kernel cast to void* is not supported by the CPU simulator (") +
+                    f + ":" + std::to_string(l) + "): pass the kernel itself (cudaLaunchKernel(my_kernel, ...)) or use "
+                    "my_kernel<<<grid, block, smem, stream>>>(args...).";
+    ccsim_api_set_error("launch", m.c_str());
+    ::ccsim::raise_error();
+}
 
 // Classic torch route helpers (only meaningful when the file also includes torch).
 #define C10_CUDA_KERNEL_LAUNCH_CHECK() ::ccsim::launch_check()

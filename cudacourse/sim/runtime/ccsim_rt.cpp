@@ -108,6 +108,8 @@ struct Launch {
     std::atomic<unsigned long long> next;
     std::atomic<bool> abort;
     std::vector<int> order;
+    uint16_t seq;                    // launch sequence (never 0) for the global-memory shadow
+    std::atomic<bool> fenced;        // a thread ran __threadfence(): cross-block reads are not judged
 };
 
 struct Worker {
@@ -125,6 +127,10 @@ struct Worker {
     std::vector<int> site_idx;
     std::vector<Site> sites;         // arrays allocated in the current block; index 0 is the dynamic part
     std::vector<Pending> pend;       // conflicting writes whose values are not compared yet (checked mode)
+    struct GPending { uintptr_t word; uint32_t old; uint8_t bm; bool war; uint32_t other; uint16_t tid; uintptr_t pc;
+                      const struct Buffer* buf; };
+    std::vector<GPending> gpend;     // the same for global memory, decided when the block ends
+    unsigned long long blin = 0;     // linear index of the running block
     uint32_t epoch = 1;
     uint32_t wseq[MAX_THREADS / 32];
     dim3 bidx;
@@ -160,7 +166,17 @@ uintptr_t g_base = 0;              // load address of this module (for pc -> fil
 struct Range { uintptr_t lo, hi; };
 Range g_image[16]; int g_nimage = 0;
 
-struct Buffer { uintptr_t base; size_t bytes; size_t elem; char name[64]; };
+// Shadow of one 4-byte word of a registered buffer (checked mode): the last writer and last reader
+// (global thread number + 1, launch sequence, barrier epoch) for races between threads and blocks of one
+// launch, the word before the writer's first store (a read of an unchanged value is no race), and which
+// bytes were ever written (cudaMalloc memory only: tensors from Python count as initialised).
+struct GShadow {
+    uint32_t wthr, rthr;
+    uint16_t wl, rl, we, re;
+    uint32_t wold;
+    uint8_t init, wm, rm, pad;
+};
+struct Buffer { uintptr_t base; size_t bytes; size_t elem; char name[64]; GShadow* sh; size_t shbytes; bool track_init; };
 std::mutex g_buf_mu;
 Buffer g_bufs[256]; std::atomic<int> g_nbufs{0};
 
@@ -751,6 +767,102 @@ void global_bad(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
 
 Range g_host_stack{0, 0};
 
+inline uint32_t byte_mask32(uint8_t bm) {
+    uint32_t mask = 0;
+    for (int b = 0; b < 4; ++b) if ((bm >> b) & 1u) mask |= 0xffu << (8 * b);
+    return mask;
+}
+
+// Element index by the buffer's element size; cudaMalloc memory is untyped: by the access size then.
+std::string gname(const Buffer& b, uintptr_t a, unsigned size = 4) {
+    size_t el = b.elem > 1 ? b.elem : (size ? size : 1);
+    return std::string(b.name) + "[" + std::to_string((a - b.base) / el) + "]";
+}
+
+std::string gthread(const Launch* L, uint32_t thr1) {
+    unsigned long long t = thr1 - 1ull;
+    return "thread " + tstr(unlinear(t % L->nthreads, L->b)) + " of block " + tstr(unlinear(t / L->nthreads, L->g));
+}
+
+const char* GLOBAL_NOTE =
+    " Blocks of a launch run in any order and threads of a block are only ordered by __syncthreads(): use atomics, "
+    "let one thread own each element, or split the work into two launches.";
+
+// A global-memory access by a CUDA thread inside registered buffer b: initialisation (cudaMalloc memory)
+// and races with other threads of the same launch.
+void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int kind, bool vol, uintptr_t pc) {
+    Worker* w = f->w;
+    Launch* L = w->L;
+    uint32_t T = (uint32_t)(w->blin * L->nthreads + (unsigned)f->tid + 1);
+    uint16_t E = (uint16_t)w->epoch, S = L->seq;
+    uintptr_t lo_w = (a - b.base) / 4, hi_w = (a + size - 1 - b.base) / 4;
+    for (uintptr_t i = lo_w; i <= hi_w && i * 4 < b.bytes; ++i) {
+        GShadow& s = b.sh[i];
+        uintptr_t wa = b.base + i * 4;
+        uintptr_t lo = std::max(wa, a), hi = std::min(wa + 4, a + size);
+        uint8_t bm = (uint8_t)(((1u << (hi - lo)) - 1u) << (lo - wa));
+        uint32_t cur; std::memcpy(&cur, (const void*)wa, 4);
+        auto ordered = [&](uint32_t other, uint16_t oe) {
+            return (other - 1ull) / L->nthreads == w->blin && oe != E;   // same block, separated by a barrier
+        };
+        if (kind != 1 && b.track_init && (s.init & bm) != bm) {
+            RtGuard guard;
+            fail_here("uninitialized-read",
+                      "UninitializedReadError " + where(L, w->bidx) + ": " + thr(f) + (kind == 0 ? " reads " : " atomically updates ") +
+                      gname(b, lo, size) + " at " + pctok(pc) + ", which nothing has written since cudaMalloc (device memory starts "
+                      "undefined; compute-sanitizer's initcheck reports this). Initialise it first: cudaMemset/cudaMemcpy, "
+                      "or a kernel that writes every element it later reads.", nullptr, 0, pc);
+        }
+        if (kind == 2) { s.init |= bm; continue; }   // atomics never race with each other
+        bool cross_ok = vol || L->fenced.load(std::memory_order_relaxed);
+        if (kind == 0) {
+            if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we) &&
+                ((cur ^ s.wold) & byte_mask32(bm)) && !(cross_ok && (s.wthr - 1ull) / L->nthreads != w->blin)) {
+                RtGuard guard;
+                fail_here("race", "RaceError " + where(L, w->bidx) + ": " + thr(f) + " reads " + gname(b, lo, size) + " at " +
+                          pctok(pc) + ", which " + gthread(L, s.wthr) + " wrote (changing its value) in the same launch with "
+                          "nothing ordering the two, so the read may see either value." + GLOBAL_NOTE, nullptr, 0, pc);
+            }
+            if (!(s.wthr == T && s.wl == S)) { s.rthr = T; s.rl = S; s.re = E; s.rm = bm; }
+            continue;
+        }
+        // a write: its value is not known yet, so a conflict is decided when the block ends
+        bool pend = false;
+        if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we)) {
+            w->gpend.push_back({wa, cur, bm, false, s.wthr, (uint16_t)f->tid, pc, &b});
+            pend = true;
+        } else if (!vol && s.rl == S && s.rthr && s.rthr != T && (s.rm & bm) && !ordered(s.rthr, s.re) &&
+                   !(cross_ok && (s.rthr - 1ull) / L->nthreads != w->blin)) {
+            w->gpend.push_back({wa, cur, bm, true, s.rthr, (uint16_t)f->tid, pc, &b});
+            pend = true;
+        }
+        (void)pend;
+        if (!(s.wthr == T && s.wl == S)) { s.wold = cur; s.wm = 0; }
+        s.wthr = T; s.wl = S; s.we = E; s.wm |= bm; s.init |= bm;
+    }
+}
+
+// Block end: conflicting global writes that changed the value are races.
+bool resolve_global_pending(Worker* w) {
+    Launch* L = w->L;
+    for (const auto& p : w->gpend) {
+        uint32_t now; std::memcpy(&now, (const void*)p.word, 4);
+        if (!((now ^ p.old) & byte_mask32(p.bm))) continue;
+        std::string msg = "RaceError " + where(L, w->bidx) + ": " + thr_of(w, p.tid) + " writes " + gname(*p.buf, p.word) +
+                          " at " + pctok(p.pc) + (p.war ? " after " + gthread(L, p.other) + " read it" :
+                                                  " after " + gthread(L, p.other) + " wrote a different value to it") +
+                          " in the same launch with nothing ordering the two" +
+                          (p.war ? ", so the reader may see either value." : ": which value survives depends on thread order.") +
+                          GLOBAL_NOTE;
+        dim3 t = unlinear(p.tid, L->b);
+        set_error("race", msg, L, &w->bidx, &t, nullptr, 0, p.pc);
+        w->gpend.clear();
+        return true;
+    }
+    w->gpend.clear();
+    return false;
+}
+
 __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int kind, void* pc) {
     Fiber* f = t_fiber;
     if (!f || t_in_rt) return;
@@ -760,12 +872,15 @@ __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int
     if (a - (uintptr_t)&threadIdx < sizeof(dim3) || a - (uintptr_t)&blockIdx < sizeof(dim3) ||
         a - (uintptr_t)&blockDim < sizeof(dim3) || a - (uintptr_t)&gridDim < sizeof(dim3)) return;
     Worker* w = f->w;
-    if (a - (uintptr_t)w->arena < ARENA_CAP) { shared_access(f, a, size, kind, (uintptr_t)pc - g_base); return; }
+    if (a - (uintptr_t)w->arena < ARENA_CAP) { shared_access(f, a, size, kind & 3, (uintptr_t)pc - g_base); return; }
     int n = g_nbufs.load(std::memory_order_relaxed);
     for (int i = 0; i < n; ++i) {
         const Buffer& b = g_bufs[i];
         if (a - b.base < b.bytes) {
-            if (a + size <= b.base + b.bytes) return;
+            if (a + size <= b.base + b.bytes) {
+                if (b.sh) global_access(f, b, a, size, kind & 3, kind & 8, (uintptr_t)pc - g_base);
+                return;
+            }
             break;
         }
     }
@@ -791,8 +906,8 @@ HOOK void __tsan_ignore_thread_end() {}
     HOOK void __tsan_write##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 1, RA); } \
     HOOK void __tsan_unaligned_read##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 0, RA); } \
     HOOK void __tsan_unaligned_write##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 1, RA); } \
-    HOOK void __tsan_volatile_read##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 0, RA); } \
-    HOOK void __tsan_volatile_write##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 1, RA); } \
+    HOOK void __tsan_volatile_read##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 8 | 0, RA); } \
+    HOOK void __tsan_volatile_write##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 8 | 1, RA); } \
     HOOK void __tsan_read##N##_pc(void* a, void* pc) { if (t_fiber) check((uintptr_t)a, N, 0, pc); } \
     HOOK void __tsan_write##N##_pc(void* a, void* pc) { if (t_fiber) check((uintptr_t)a, N, 1, pc); }
 RW(1) RW(2) RW(4) RW(8) RW(16)
@@ -1010,6 +1125,8 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
     while (w->fibers.size() < n) w->fibers.push_back(fiber_new(w, (int)w->fibers.size()));
     w->L = L;
     w->bidx = unlinear(bl, L->g);
+    w->blin = bl;
+    w->gpend.clear();
     blockIdx = w->bidx; blockDim = L->b; gridDim = L->g;
     block_reset_shared(w, L);
     for (unsigned i = 0; i < n; ++i) {
@@ -1047,6 +1164,7 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
         }
         if (exited == n) {
             if (!w->pend.empty() && resolve_all_pending(w)) { L->abort.store(true); return false; }
+            if (!w->gpend.empty() && resolve_global_pending(w)) { L->abort.store(true); return false; }
             return true;
         }
         std::string msg;
@@ -1275,7 +1393,12 @@ API int ccsim_rt_launch(const char* name, const char* file, int line, const dim3
     L.nthreads = b->x * b->y * b->z;
     L.smem_limit = optin_for(name);
     L.nblocks = (unsigned long long)g->x * g->y * g->z;
-    L.next.store(0); L.abort.store(false);
+    L.next.store(0); L.abort.store(false); L.fenced.store(false);
+    {
+        static uint16_t seq = 0;
+        if (++seq == 0) ++seq;
+        L.seq = seq;
+    }
     std::string bad = validate(&L);
     if (!bad.empty()) { set_error("launch", bad, &L, nullptr, nullptr, file, line, 0); return 1; }
     L.order.resize(L.nthreads);
@@ -1352,7 +1475,11 @@ API unsigned long long ccsim_rt_warp(int op, unsigned mask, unsigned long long v
     return f->wres;
 }
 
-API void ccsim_rt_threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+API void ccsim_rt_threadfence(void) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    // the publish-then-signal pattern (threadFenceReduction): reads across blocks are not judged afterwards
+    if (t_fiber && g_checked) t_fiber->w->L->fenced.store(true, std::memory_order_relaxed);
+}
 
 API void ccsim_rt_trap(const char* file, int line) {
     Fiber* f = t_fiber;
@@ -1360,7 +1487,21 @@ API void ccsim_rt_trap(const char* file, int line) {
     abort();
 }
 
-API void ccsim_rt_register(const void* p, size_t bytes, const char* name, size_t elem) {
+// Checked mode keeps a GShadow per word of every registered buffer (zero pages until touched).
+static void shadow_free(Buffer& b) {
+    if (b.sh) munmap(b.sh, b.shbytes);
+    b.sh = nullptr; b.shbytes = 0;
+}
+static void shadow_alloc(Buffer& b) {
+    shadow_free(b);
+    if (!g_checked || !b.bytes) return;
+    size_t sz = ((b.bytes + 3) / 4 * sizeof(GShadow) + PAGE - 1) & ~(PAGE - 1);
+    void* m = mmap(nullptr, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return;   // no shadow: the buffer is still bounds-checked
+    b.sh = (GShadow*)m; b.shbytes = sz;
+}
+
+static void register_buffer(const void* p, size_t bytes, const char* name, size_t elem, bool track_init) {
     if (!p) return;
     std::lock_guard<std::mutex> lk(g_buf_mu);
     int n = g_nbufs.load();
@@ -1368,13 +1509,38 @@ API void ccsim_rt_register(const void* p, size_t bytes, const char* name, size_t
         if (g_bufs[i].base == (uintptr_t)p) {   // re-registration updates in place
             g_bufs[i].bytes = bytes; g_bufs[i].elem = elem;
             snprintf(g_bufs[i].name, sizeof g_bufs[i].name, "%s", name ? name : "buffer");
+            g_bufs[i].track_init = track_init;
+            shadow_alloc(g_bufs[i]);
             return;
         }
     int slot = n < 256 ? n : (int)(((uintptr_t)p >> 6) % 256);
     Buffer& b = g_bufs[slot];
+    if (n >= 256) shadow_free(b);
     b.base = (uintptr_t)p; b.bytes = bytes; b.elem = elem ? elem : 1;
     snprintf(b.name, sizeof b.name, "%s", name ? name : "buffer");
+    b.track_init = track_init;
+    b.sh = nullptr; b.shbytes = 0;
+    shadow_alloc(b);
     if (n < 256) g_nbufs.store(n + 1, std::memory_order_release);
+}
+
+// Tensors from Python, pinned host memory, managed memory: counted as initialised.
+API void ccsim_rt_register(const void* p, size_t bytes, const char* name, size_t elem) {
+    register_buffer(p, bytes, name, elem, false);
+}
+
+// Host-side writes into cudaMalloc memory (cudaMemcpy, cudaMemset) initialise it for initcheck.
+static void mark_initialised(const void* p, size_t n) {
+    if (!g_checked || !n) return;
+    uintptr_t a = (uintptr_t)p;
+    int nb = g_nbufs.load();
+    for (int i = 0; i < nb; ++i) {
+        Buffer& b = g_bufs[i];
+        if (!b.sh || !b.track_init || a - b.base >= b.bytes) continue;
+        uintptr_t end = std::min(a + n, b.base + b.bytes);
+        for (uintptr_t x = a; x < end; ++x) b.sh[(x - b.base) / 4].init |= (uint8_t)(1u << ((x - b.base) % 4));
+        return;
+    }
 }
 
 // Forget a buffer; true if it was registered under a name starting with `prefix`.
@@ -1385,6 +1551,7 @@ static bool unregister(const void* p, const char* prefix) {
     for (int i = 0; i < n; ++i)
         if (g_bufs[i].base == (uintptr_t)p && strncmp(g_bufs[i].name, prefix, strlen(prefix)) == 0) {
             g_bufs[i].base = 0; g_bufs[i].bytes = 0; found = true;
+            shadow_free(g_bufs[i]);
         }
     return found;
 }
@@ -1443,9 +1610,17 @@ API cudaError_t ccsim_cudaMalloc(void** p, size_t n, int line) {
     std::memcpy(base - 16, &raw, sizeof raw);
     std::memset(base, 0xFF, n);  // like the harness's poison: unwritten outputs read as NaN
     char name[64]; snprintf(name, sizeof name, "cudaMalloc buffer (line %d)", line);
-    ccsim_rt_register(base, n, name, 1);
+    register_buffer(base, n, name, 1, true);
     *p = base;
     return cudaSuccess;
+}
+API cudaError_t ccsim_cudaMallocManaged(void** p, size_t n) {
+    cudaError_t e = ccsim_cudaMalloc(p, n, 0);
+    if (e == cudaSuccess) {  // the host may write managed memory directly: count it as initialised
+        std::lock_guard<std::mutex> lk(g_buf_mu);
+        for (int i = 0; i < g_nbufs.load(); ++i) if (g_bufs[i].base == (uintptr_t)*p) g_bufs[i].track_init = false;
+    }
+    return e;
 }
 API cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
@@ -1468,9 +1643,13 @@ API cudaError_t cudaFreeHost(void* p) {
     free(p);
     return cudaSuccess;
 }
-API cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { if (n) std::memmove(d, s, n); return cudaSuccess; }
+API cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+    if (n) std::memmove(d, s, n);
+    mark_initialised(d, n);
+    return cudaSuccess;
+}
 API cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) { return cudaMemcpy(d, s, n, k); }
-API cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
+API cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); mark_initialised(d, n); return cudaSuccess; }
 API cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t) { return cudaMemset(d, v, n); }
 API cudaError_t cudaDeviceSynchronize(void) { return g_has_err.load() ? cudaErrorLaunchFailure : cudaSuccess; }
 API cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
@@ -1665,8 +1844,10 @@ API void ccsim_api_clear_buffers(void) {
     std::lock_guard<std::mutex> lk(g_buf_mu);
     int n = g_nbufs.load();
     int keep = 0;
-    for (int i = 0; i < n; ++i)   // cudaMalloc allocations outlive a call; the tensors passed in do not
+    for (int i = 0; i < n; ++i) {  // cudaMalloc allocations outlive a call; the tensors passed in do not
         if (g_bufs[i].base && strncmp(g_bufs[i].name, "cudaMalloc", 10) == 0) g_bufs[keep++] = g_bufs[i];
+        else shadow_free(g_bufs[i]);
+    }
     g_nbufs.store(keep);
 }
 
