@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -114,13 +115,18 @@ def sanitize(exe: Path, tool: str, timeout: float) -> dict:
     if tool == "racecheck":
         cmd += ["--racecheck-report=all"]
     t = time.monotonic()
+    # its own session: a hanging kernel is stopped with the whole process group (the sanitizer's target
+    # process included), so nothing keeps the GPU busy for the runs that follow
+    p = subprocess.Popen([*cmd, str(exe)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
     try:
-        r = subprocess.run([*cmd, str(exe)], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
         return {"errors": None, "hang": True, "rc": None, "seconds": round(time.monotonic() - t, 1),
-                "tail": out[-1500:]}
-    out = r.stdout + r.stderr
+                "tail": (out or "")[-1500:]}
+    r = subprocess.CompletedProcess(p.args, p.returncode)
     m = _SUMMARY.search(out)
     errors = int(m.group(1)) if m else None
     hz = _RACE_SUMMARY.search(out)

@@ -4,8 +4,9 @@
 (``runtime/``) into a shared library, content-cached; ``SimLibrary.call`` runs a launcher in an isolated
 worker process on shared-memory copies of the tensors, so a crash, an endless loop or a wild write never
 takes the caller down. Checked mode (the default) compiles the learner's code with g++'s thread-sanitizer
-instrumentation, whose hooks the runtime implements itself to diagnose races, out-of-bounds accesses and
-uninitialised shared-memory reads; fast mode skips the instrumentation.
+instrumentation, whose hooks the runtime implements itself to diagnose races (shared and global memory),
+out-of-bounds accesses and uninitialised reads (shared memory and ``cudaMalloc`` memory); fast mode skips the
+instrumentation.
 
 ``build_torch_extension`` serves the classic ``torch::Tensor`` route through ``load_inline``, in-process.
 """
