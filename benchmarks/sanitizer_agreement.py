@@ -182,7 +182,12 @@ def main() -> None:
             else:
                 san = f"{res['errors']} error(s)" if res["errors"] is not None else f"no summary (rc {res['rc']})"
                 found = bool(res["errors"])
-            agree = "yes" if found == sim_found else ("cannot see: " + BLIND[stem] if stem in BLIND else "**no**")
+            if found == sim_found:
+                agree = "yes"
+            elif sim_found and stem in BLIND:
+                agree = "no; the sanitizer cannot see it: " + BLIND[stem]
+            else:
+                agree = "**no**"
             r["agree"] = agree
         rows.append(f"| {stem} | {r['sim']} (expected {r['expect']}) | {tool} | {san} | {agree} |")
     elapsed = time.monotonic() - t0

@@ -108,7 +108,7 @@ struct Launch {
     std::atomic<unsigned long long> next;
     std::atomic<bool> abort;
     std::vector<int> order;
-    uint16_t seq;                    // launch sequence (never 0) for the global-memory shadow
+    uint32_t seq;                    // launch sequence (never 0) for the global-memory shadow
     std::atomic<bool> fenced;        // a thread ran __threadfence(): cross-block reads are not judged
 };
 
@@ -172,7 +172,8 @@ Range g_image[16]; int g_nimage = 0;
 // bytes were ever written (cudaMalloc memory only: tensors from Python count as initialised).
 struct GShadow {
     uint32_t wthr, rthr;
-    uint16_t wl, rl, we, re;
+    uint32_t wl, rl;             // launch sequence (32 bits: cudaMalloc memory outlives many launches)
+    uint16_t we, re;
     uint32_t wold;
     uint8_t init, wm, rm, pad;
 };
@@ -794,7 +795,8 @@ void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int ki
     Worker* w = f->w;
     Launch* L = w->L;
     uint32_t T = (uint32_t)(w->blin * L->nthreads + (unsigned)f->tid + 1);
-    uint16_t E = (uint16_t)w->epoch, S = L->seq;
+    uint16_t E = (uint16_t)w->epoch;
+    uint32_t S = L->seq;
     uintptr_t lo_w = (a - b.base) / 4, hi_w = (a + size - 1 - b.base) / 4;
     for (uintptr_t i = lo_w; i <= hi_w && i * 4 < b.bytes; ++i) {
         GShadow& s = b.sh[i];
@@ -1395,7 +1397,7 @@ API int ccsim_rt_launch(const char* name, const char* file, int line, const dim3
     L.nblocks = (unsigned long long)g->x * g->y * g->z;
     L.next.store(0); L.abort.store(false); L.fenced.store(false);
     {
-        static uint16_t seq = 0;
+        static uint32_t seq = 0;
         if (++seq == 0) ++seq;
         L.seq = seq;
     }
