@@ -4,8 +4,9 @@
 (``runtime/``) into a shared library, content-cached; ``SimLibrary.call`` runs a launcher in an isolated
 worker process on shared-memory copies of the tensors, so a crash, an endless loop or a wild write never
 takes the caller down. Checked mode (the default) compiles the learner's code with g++'s thread-sanitizer
-instrumentation, whose hooks the runtime implements itself to diagnose races, out-of-bounds accesses and
-uninitialised shared-memory reads; fast mode skips the instrumentation.
+instrumentation, whose hooks the runtime implements itself to diagnose races (shared and global memory),
+out-of-bounds accesses and uninitialised reads (shared memory and ``cudaMalloc`` memory); fast mode skips the
+instrumentation.
 
 ``build_torch_extension`` serves the classic ``torch::Tensor`` route through ``load_inline``, in-process.
 """
@@ -190,6 +191,16 @@ def make_error(rec: dict, sym: _Symbolizer | None, launcher: str, path: str) -> 
             head = f"KernelError: the host code of launcher {launcher} crashed with {sig}{loc}."
             hint = " Check host-side pointers (cudaMalloc results, cudaMemcpy sizes and directions)."
         msg = head + hint
+    elif kind == "exit":
+        loc = f" at {os.path.basename(file)}:{line}" if line and file else ""
+        where = f"a kernel ({kernel})" if rec.get("in_kernel") else f"the host code of launcher {launcher}"
+        msg = (f"KernelError: {where} called exit({rec.get('status')}){loc}. A launcher must return (or throw) "
+               "instead of ending the process: the simulator's worker ended, and the next call starts a fresh one.")
+    elif kind == "assert" and rec.get("host"):
+        loc = f"{os.path.basename(file)}:{line}" if line and file else "an unknown line"
+        msg = (f"KernelError: assert({rec.get('expression', '')}) failed in the host code of launcher {launcher} at "
+               f"{loc} (in {rec.get('function', '?')}). Look at why the asserted condition is false for these "
+               "arguments; the simulator's worker ended, and the next call starts a fresh one.")
     elif kind == "exception":
         msg = f"launcher {launcher} raised an exception: {msg}"
     if not msg:
@@ -402,7 +413,9 @@ class SimLibrary:
                     params.append({"kind": "ptr", "null": True, "offset": 0, "nbytes": 0, "name": p.name, "elem": 1})
                     continue
                 if nbytes:
-                    shm[o:o + nbytes].copy_(a.detach().reshape(-1).view(torch.uint8))
+                    # through a typed view of the shared memory: copy_ accepts any strides, so a strided
+                    # 1-element view or an offset into a larger storage copies like a plain tensor
+                    shm[o:o + nbytes].view(a.dtype).copy_(a.detach().reshape(-1))
                 elem = a.element_size() * (2 if p.base in ("float2", "int2", "double2", "__half2") else
                                            4 if p.base in ("float4", "int4") else 1)
                 params.append({"kind": "ptr", "offset": o, "nbytes": nbytes, "name": p.name, "elem": elem})
@@ -429,15 +442,15 @@ class SimLibrary:
             err = KernelError(f"KernelError: the simulator worker died while running launcher {name} (no report; "
                               "killed by the system, e.g. out of memory?)")
             err.kind = "crash"
-        elif "error" in resp or resp.get("kind") == "crash":
+        elif "error" in resp or resp.get("kind") in ("crash", "assert", "exit"):
             rec = resp.get("error", resp)
             err = make_error(rec, self._sym, name, self.path)
-            if rec.get("kind") in ("crash",) and "signal" in rec:
-                self._kill()  # the worker exits after a crash report
+            if "error" not in resp:
+                self._kill()  # a crash, a host assert or exit(): the worker ends after its report
         # copy every pointer argument back (even const ones: a kernel writing an input must be visible)
         for p, (o, a, nbytes) in zip(la.params, layout, strict=True):
             if p.pointer and a is not None and nbytes:
-                a.reshape(-1).view(torch.uint8).copy_(shm[o:o + nbytes])
+                a.copy_(shm[o:o + nbytes].view(a.dtype).view(a.shape))
         del shm
         self._flush_log()
         if err is not None:

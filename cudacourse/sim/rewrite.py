@@ -44,6 +44,23 @@ UNSUPPORTED_HEADERS = {
     "cudnn": "cuDNN",
 }
 
+# Constructs g++ would reject with an unhelpful message, or the simulator could not run faithfully: refused
+# at build time naming the construct, the line and what to do.
+_REFUSED = [
+    (r"\b(?:tex1Dfetch|tex1D|tex2D|tex3D|tex1DLayered|tex2DLayered|texCubemap|surf1Dwrite|surf2Dwrite|surf3Dwrite|"
+     r"surf1Dread|surf2Dread|surf3Dread|cudaCreateTextureObject|cudaCreateSurfaceObject|cudaTextureObject_t|"
+     r"cudaSurfaceObject_t|cudaBindTexture|cudaBindTexture2D)\b|\btexture\s*<", "texture and surface memory"),
+    (r"\bthis_grid\s*\(|\bgrid_group\b|\bcudaLaunchCooperativeKernel\w*\b",
+     "grid-wide synchronisation (cooperative launch, this_grid().sync())"),
+    (r"\bthis_multi_grid\s*\(|\bcluster_group\b|\bthis_cluster\s*\(|__cluster_dims__|\bcudaLaunchKernelEx\b",
+     "thread-block clusters and multi-grid groups"),
+    (r"\bcudaGraph\w*\b|\bcudaStreamBeginCapture\b", "CUDA graphs"),
+]
+_REFUSED_FIX = {
+    _REFUSED[1][0]: "split the kernel at the grid-wide barrier into two launches, or run this file on a GPU",
+    _REFUSED[3][0]: "launch the kernels directly, or run this file on a GPU",
+}
+
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.M)
 
 
@@ -149,6 +166,15 @@ def _kernel_expr_start(m: str, i: int) -> int:
         return j
 
 
+def _token_spans(m: str, lo: int, hi: int, word: str) -> list[tuple[int, int]]:
+    """``[lo, hi)`` cut into spans, each occurrence of the identifier ``word`` in masked ``m`` its own span."""
+    out, last = [], lo
+    for mm in re.finditer(rf"\b{word}\b", m[lo:hi]):
+        out += [(last, lo + mm.start()), (lo + mm.start(), lo + mm.end())]
+        last = lo + mm.end()
+    return [*out, (last, hi)]
+
+
 def _brace_scopes(m: str) -> list[tuple[int, int, bool]]:
     """Every ``{...}`` block as (open, close, is_namespace_like)."""
     out, stack = [], []
@@ -174,6 +200,22 @@ def _at_file_scope(scopes: list[tuple[int, int, bool]], i: int) -> bool:
 _SHARED_DROP = re.compile(r"\b(__shared__|extern|static)\b|\b__align__\s*\([^)]*\)|\balignas\s*\([^)]*\)|"
                           r"__attribute__\s*\(\(.*?\)\)")
 _DECL_RE = re.compile(r"^(?P<type>.*?)(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]*\]\s*)*)(?P<init>=.*)?$", re.S)
+
+
+def _kernel_key(expr: str) -> str:
+    """The kernel a ``cudaFuncSetAttribute`` argument names, spelled as its launches are (no spaces, no
+    leading ``&`` or pointer casts): ``(const void*)&k<64>`` -> ``k<64>``."""
+    e = "".join(expr.split())
+    while True:
+        cast = re.match(r"^\((?:const)?(?:void|char)\*\)|^reinterpret_cast<[^<>]*>|^static_cast<[^<>]*>", e)
+        if cast:
+            e = e[cast.end():]
+        elif e.startswith("&"):
+            e = e[1:]
+        elif e.startswith("(") and _match_forward(e, 0) == len(e) - 1:
+            e = e[1:-1]
+        else:
+            return e.replace('"', "'")
 
 
 def _torch_prepass(source: str) -> str:
@@ -215,6 +257,12 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
     for mm in re.finditer(r"\bnvcuda\b|\bwmma::", m):
         raise _err(UnsupportedError, "WMMA (nvcuda::wmma tensor-core fragments) is not supported by the CPU simulator",
                    path, line_of(source, mm.start()))
+    for pattern, what in _REFUSED:
+        mm = re.search(pattern, m)
+        if mm:
+            raise _err(UnsupportedError, f"{what} is not supported by the CPU simulator (line "
+                       f"{line_of(source, mm.start())}): {_REFUSED_FIX.get(pattern, 'run this file on a GPU')}",
+                       path, line_of(source, mm.start()))
 
     # --- includes -----------------------------------------------------------------------------------
     for mm in _INCLUDE_RE.finditer(source):
@@ -267,7 +315,10 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
         close = _match_forward(m, p)
         if close < 0:
             raise _err(CompileError, "kernel launch: unbalanced parentheses in the arguments", path, line)
-        args = source[p + 1:close]
+        # NULL is an integer in C++ (g++: __null, a long) and would stop being a null pointer constant once
+        # forwarded through the launch's argument copy; nullptr converts to every pointer parameter.
+        args = "".join("nullptr" if m[a:b] == "NULL" else source[a:b] for a, b in
+                       _token_spans(m, p + 1, close, "NULL"))
         kexpr = " ".join(source[k0:i].split())
         cfg_parts = [c.strip() for c in _split_top(" ".join(cfg.split()))]
         if not 2 <= len(cfg_parts) <= 4 or not all(cfg_parts):
@@ -280,6 +331,22 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
         nl = source.count("\n", k0, close + 1)
         edits.append(_Edit(k0, close + 1, text + "\n" * nl))
         pos = close + 1
+
+    # --- cudaFuncSetAttribute(kernel, attr, value): keyed by the kernel's text, as launches are named ---
+    for mm in re.finditer(r"\bcudaFuncSetAttribute\s*\(", m):
+        if _in_preprocessor_line(m, mm.start()):
+            continue
+        p = mm.end() - 1
+        close = _match_forward(m, p)
+        if close < 0:
+            continue
+        parts = _split_top(source[p + 1:close])
+        if len(parts) != 3:
+            continue
+        key = _kernel_key(parts[0])
+        nl = source.count("\n", mm.start(), close + 1)
+        text = f'::ccsim::func_set_attribute("{key}", {" ".join(source[p + 1:close].split())})'
+        edits.append(_Edit(mm.start(), close + 1, text + "\n" * nl))
 
     # --- __shared__ declarations ----------------------------------------------------------------------
     scopes = _brace_scopes(m)
@@ -331,11 +398,15 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
                     expr = f"(::ccsim::dyn_shared<{typ}>())"
                     decl = f"{typ}* const {name} = {expr};"
             else:
-                expr = f'(*::ccsim::shared_alloc<{typ}{dims}>({site}, __LINE__, "{name}"))'
-                decl = f"auto& {name} = {expr};"
+                # The site number lives in a function-local static, so every instantiation of a template
+                # (static storage per specialization, as on the GPU) gets its own array.
+                sv = f"ccsim_site_{site}"
+                expr = f'(*::ccsim::shared_alloc<{typ}{dims}>({sv}, __LINE__, "{name}"))'
+                decl = f"static const int {sv} = ::ccsim_rt_new_site(); auto& {name} = {expr};"
                 site += 1
             if file_scope:
-                out.append(f"static inline auto& ccsim_fs_{name}() {{ return {expr}; }}" if not extern else
+                out.append(f"static inline auto& ccsim_fs_{name}() {{ static const int {sv} = ::ccsim_rt_new_site(); "
+                           f"return {expr}; }}" if not extern else
                            f"static inline auto ccsim_fs_{name}() {{ return {expr}; }}")
                 defines.append(f"#define {name} (ccsim_fs_{name}())")
             else:

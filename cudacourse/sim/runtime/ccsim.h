@@ -67,6 +67,7 @@ const char* ccsim_rt_error_json(void);
 void* ccsim_rt_shared(int site, size_t bytes, size_t elem, size_t d0, size_t d1, size_t d2, int line,
                       const char* name);
 void* ccsim_rt_dyn_shared(void);
+int ccsim_rt_new_site(void);
 void ccsim_rt_syncthreads(const char* file, int line);
 int ccsim_rt_syncthreads_op(int op, int pred, const char* file, int line);
 unsigned long long ccsim_rt_warp(int op, unsigned mask, unsigned long long value, int arg, int width,
@@ -93,10 +94,13 @@ static inline ccsim_view* self() { return ccsim_cur_view; }
 // ---------------------------------------------------------------------------------------------------
 // Built-ins
 // ---------------------------------------------------------------------------------------------------
-#define threadIdx (::ccsim::self()->ti)
-#define blockIdx (::ccsim::self()->bi)
-#define blockDim (::ccsim::self()->bd)
-#define gridDim (::ccsim::self()->gd)
+// Thread-local variables, not macros, so host code may name its own locals blockDim, gridDim, threadIdx
+// (built-ins only in device code). The runtime sets threadIdx at every fiber switch and the other three
+// once per block (a block's fibers all run on one OS thread).
+extern "C" __thread dim3 threadIdx __attribute__((tls_model("initial-exec")));
+extern "C" __thread dim3 blockIdx __attribute__((tls_model("initial-exec")));
+extern "C" __thread dim3 blockDim __attribute__((tls_model("initial-exec")));
+extern "C" __thread dim3 gridDim __attribute__((tls_model("initial-exec")));
 static constexpr int warpSize = 32;
 
 // ---------------------------------------------------------------------------------------------------
@@ -538,13 +542,22 @@ template <class T> static inline cudaError_t cudaMalloc(T** p, size_t n, int lin
 static inline cudaError_t cudaMalloc(void** p, size_t n, int line = __builtin_LINE()) { return ccsim_cudaMalloc(p, n, line); }
 template <class T> static inline cudaError_t cudaMallocHost(T** p, size_t n) { return cudaMallocHost((void**)p, n); }
 template <class T> static inline cudaError_t cudaHostAlloc(T** p, size_t n, unsigned) { return cudaMallocHost((void**)p, n); }
-template <class T> static inline cudaError_t cudaMallocManaged(T** p, size_t n, unsigned = 0) { return ccsim_cudaMalloc((void**)p, n, 0); }
+extern "C" cudaError_t ccsim_cudaMallocManaged(void** p, size_t n);
+template <class T> static inline cudaError_t cudaMallocManaged(T** p, size_t n, unsigned = 0) { return ccsim_cudaMallocManaged((void**)p, n); }
 template <class T, class S> static inline cudaError_t cudaMemcpyToSymbol(T& sym, const S* src, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyHostToDevice) {
     std::memcpy((char*)&sym + off, (const void*)src, n); return cudaSuccess;
 }
 template <class T, class D> static inline cudaError_t cudaMemcpyFromSymbol(D* dst, const T& sym, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyDeviceToHost) {
     std::memcpy((void*)dst, (const char*)&sym + off, n); return cudaSuccess;
 }
+// The rewriter turns cudaFuncSetAttribute(kernel, attr, v) into func_set_attribute("kernel", ...): the opt-in
+// above 48 KB of dynamic shared memory is remembered by kernel name and checked at its launches.
+extern "C" cudaError_t ccsim_rt_func_attr(const char* kernel, int attr, int value);
+namespace ccsim {
+template <class F> static inline cudaError_t func_set_attribute(const char* kernel, F, cudaFuncAttribute a, int v) {
+    return ccsim_rt_func_attr(kernel, (int)a, v);
+}
+}  // namespace ccsim
 template <class F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 #define cudaStreamPerThread ((cudaStream_t)0)
 #define cudaStreamLegacy ((cudaStream_t)0)
@@ -569,7 +582,31 @@ static inline void launch(const char* name, const char* file, int line, LaunchCf
     if (ccsim_rt_launch(name, file, line, &c.g, &c.b, c.smem, body, &ctx)) raise_error();
 }
 static inline void launch_check() { const char* e = ccsim_rt_error_json(); if (e && *e) raise_error(); }
+template <class... P, size_t... I>
+static inline void launch_argv(void (*k)(P...), const char* file, int line, LaunchCfg c, void** args,
+                               std::index_sequence<I...>) {
+    launch("kernel launched with cudaLaunchKernel", file, line, c, [k](auto... a) { k(a...); },
+           *(std::remove_cv_t<std::remove_reference_t<P>>*)args[I]...);
+}
 }  // namespace ccsim
+
+// cudaLaunchKernel with the kernel's own (typed) pointer: the argument array is unpacked by its parameter
+// types. A type-erased (void*) kernel cannot be called on the CPU: refused at the call, naming the line.
+template <class... P>
+static inline cudaError_t cudaLaunchKernel(void (*k)(P...), dim3 g, dim3 b, void** args, size_t smem = 0,
+                                           cudaStream_t s = nullptr, const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
+    ::ccsim::launch_argv(k, f, l, ::ccsim::LaunchCfg(g, b, smem, s), args, std::index_sequence_for<P...>{});
+    return cudaSuccess;
+}
+extern "C" void ccsim_api_set_error(const char*, const char*);
+static inline cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size_t = 0, cudaStream_t = nullptr,
+                                           const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
+    std::string m = std::string("cudaLaunchKernel with a kernel cast to void* is not supported by the CPU simulator (") +
+                    f + ":" + std::to_string(l) + "): pass the kernel itself (cudaLaunchKernel(my_kernel, ...)) or use "
+                    "my_kernel<<<grid, block, smem, stream>>>(args...).";
+    ccsim_api_set_error("launch", m.c_str());
+    ::ccsim::raise_error();
+}
 
 // Classic torch route helpers (only meaningful when the file also includes torch).
 #define C10_CUDA_KERNEL_LAUNCH_CHECK() ::ccsim::launch_check()

@@ -26,11 +26,6 @@
 #include <unistd.h>
 #include <vector>
 
-// The built-in macros are for kernels; the runtime names its own fields.
-#undef threadIdx
-#undef blockIdx
-#undef blockDim
-#undef gridDim
 using namespace ccsim;
 
 #define API extern "C" __attribute__((visibility("default")))
@@ -43,9 +38,11 @@ namespace {
 constexpr size_t REGION = CCSIM_REGION_SIZE;    // per fiber: control block pages, guard page, stack
 constexpr size_t STACK_LO = 3 * 4096;            // the stack starts above the control block and guard page
 constexpr size_t PAGE = 4096;
-constexpr size_t STATIC_LIMIT = 48 * 1024;       // CUDA's static shared memory limit per block
+constexpr size_t STATIC_LIMIT = 48 * 1024;       // CUDA's static shared memory limit per block (and the
+                                                 // dynamic default without cudaFuncSetAttribute)
+constexpr size_t OPTIN_LIMIT = 232448;           // the modelled GPU (H100): 227 KB per block with the opt-in
 constexpr size_t RZ = 64;                        // red zone between shared arrays
-constexpr size_t ARENA_CAP = 2 * STATIC_LIMIT + 64 * 1024;
+constexpr size_t ARENA_CAP = OPTIN_LIMIT + STATIC_LIMIT + 64 * 1024;
 constexpr int MAX_SITES = 4096;
 constexpr int MAX_THREADS = 1024;
 
@@ -77,12 +74,15 @@ struct Fiber {
 struct Site { uintptr_t base; size_t bytes, elem, d0, d1, d2; int line; const char* name; };
 
 // Shadow of one 4-byte shared-memory word (checked mode).
-enum { SH_INIT = 1, SH_RED = 2, SH_ATOMIC = 4 };
+enum { SH_INIT = 1, SH_RED = 2, SH_ATOMIC = 4, SH_PEND = 8 };
 // Byte masks (init, wm, r1m, r2m) keep char/short/__half arrays, whose neighbouring elements share a
 // word, free of false races: two accesses conflict only if they touch a common byte.
 struct Shadow {
     uint8_t flags; int16_t arr;
     uint8_t init, wm, r1m, r2m, w2m;
+    uint32_t pidx;               // index into Worker::pend while SH_PEND is set
+    uint32_t wold;               // the word before the last writer's first write in its epoch: a read of an
+                                 // unchanged value is no race
     uint16_t w2t; uint32_t w2e, w2s; uintptr_t w2pc;   // a second writer of other bytes of the word
     uint16_t wt, r1t, r2t;
     uint32_t we, r1e, r2e;       // barrier epochs
@@ -90,14 +90,26 @@ struct Shadow {
     uintptr_t wpc, r1pc, r2pc;
 };
 
+// A write that conflicts with another thread's unordered write or read of the same bytes is a race only
+// if it changes the value (compute-sanitizer's racecheck reports no hazard for identical stores, e.g. every
+// lane of a warp storing one value to s[warp]). The hook runs before the store, so the verdict waits until
+// the word is next touched, a barrier releases, or the block ends: then the bytes are compared with `old`.
+struct Pending {
+    size_t word; uint32_t old; uint8_t bm; bool war;
+    uint16_t tid, other; uintptr_t pc, opc;
+};
+
 struct Launch {
     const char* name; const char* file; int line;
     dim3 g, b; size_t smem;
+    size_t smem_limit;          // static + dynamic bytes this kernel may use: 48 KB, or its opt-in
     ccsim_body_fn body; void* ctx;
     unsigned nthreads; unsigned long long nblocks;
     std::atomic<unsigned long long> next;
     std::atomic<bool> abort;
     std::vector<int> order;
+    uint32_t seq;                    // launch sequence (never 0) for the global-memory shadow
+    std::atomic<bool> fenced;        // a thread ran __threadfence(): cross-block reads are not judged
 };
 
 struct Worker {
@@ -114,6 +126,11 @@ struct Worker {
     std::vector<uint64_t> site_gen;
     std::vector<int> site_idx;
     std::vector<Site> sites;         // arrays allocated in the current block; index 0 is the dynamic part
+    std::vector<Pending> pend;       // conflicting writes whose values are not compared yet (checked mode)
+    struct GPending { uintptr_t word; uint32_t old; uint8_t bm; bool war; uint32_t other; uint16_t tid; uintptr_t pc;
+                      const struct Buffer* buf; };
+    std::vector<GPending> gpend;     // the same for global memory, decided when the block ends
+    unsigned long long blin = 0;     // linear index of the running block
     uint32_t epoch = 1;
     uint32_t wseq[MAX_THREADS / 32];
     dim3 bidx;
@@ -129,6 +146,10 @@ __thread Fiber* t_fiber __attribute__((tls_model("initial-exec"))) = nullptr;
 }  // namespace
 extern "C" __attribute__((visibility("hidden"))) __thread ccsim_view* ccsim_cur_view
     __attribute__((tls_model("initial-exec"))) = nullptr;
+extern "C" __attribute__((visibility("hidden"))) __thread dim3 threadIdx __attribute__((tls_model("initial-exec"))) = dim3(0, 0, 0);
+extern "C" __attribute__((visibility("hidden"))) __thread dim3 blockIdx __attribute__((tls_model("initial-exec"))) = dim3(0, 0, 0);
+extern "C" __attribute__((visibility("hidden"))) __thread dim3 blockDim __attribute__((tls_model("initial-exec"))) = dim3(0, 0, 0);
+extern "C" __attribute__((visibility("hidden"))) __thread dim3 gridDim __attribute__((tls_model("initial-exec"))) = dim3(0, 0, 0);
 namespace {
 __thread Worker* t_worker __attribute__((tls_model("initial-exec"))) = nullptr;
 // Set while runtime code runs on a fiber (reports, shared-memory allocation): library templates such as
@@ -145,7 +166,18 @@ uintptr_t g_base = 0;              // load address of this module (for pc -> fil
 struct Range { uintptr_t lo, hi; };
 Range g_image[16]; int g_nimage = 0;
 
-struct Buffer { uintptr_t base; size_t bytes; size_t elem; char name[64]; };
+// Shadow of one 4-byte word of a registered buffer (checked mode): the last writer and last reader
+// (global thread number + 1, launch sequence, barrier epoch) for races between threads and blocks of one
+// launch, the word before the writer's first store (a read of an unchanged value is no race), and which
+// bytes were ever written (cudaMalloc memory only: tensors from Python count as initialised).
+struct GShadow {
+    uint32_t wthr, rthr;
+    uint32_t wl, rl;             // launch sequence (32 bits: cudaMalloc memory outlives many launches)
+    uint16_t we, re;
+    uint32_t wold;
+    uint8_t init, wm, rm, pad;
+};
+struct Buffer { uintptr_t base; size_t bytes; size_t elem; char name[64]; GShadow* sh; size_t shbytes; bool track_init; };
 std::mutex g_buf_mu;
 Buffer g_bufs[256]; std::atomic<int> g_nbufs{0};
 
@@ -306,6 +338,7 @@ Fiber* fiber_new(Worker* w, int idx) {
 inline void switch_to_fiber(Worker* w, Fiber* f) {
     t_fiber = f;
     ccsim_cur_view = &f->v;
+    threadIdx = f->v.ti;
     g_cur_fiber[w->id & 63] = f;
 #if defined(__x86_64__)
     ccsim_ctx_switch(&w->sched_sp, f->sp);
@@ -338,6 +371,7 @@ inline void yield_next(Fiber* f) {
         if (g->state != F_READY) continue;
         t_fiber = g;
         ccsim_cur_view = &g->v;
+        threadIdx = g->v.ti;
         g_cur_fiber[w->id & 63] = g;
 #if defined(__x86_64__)
         ccsim_ctx_switch(&f->sp, g->sp);
@@ -399,6 +433,7 @@ void shadow_mark(Worker* w, size_t off, size_t bytes, uint8_t flags, int arr) {
 void block_reset_shared(Worker* w, Launch* L) {
     w->gen++;
     w->sites.clear();
+    w->pend.clear();
     w->epoch = 1;
     std::memset(w->wseq, 0, sizeof w->wseq);
     // dynamic part first: [RZ][dyn][RZ] then static arrays, each followed by a red zone
@@ -436,14 +471,24 @@ API void* ccsim_rt_shared(int site, size_t bytes, size_t elem, size_t d0, size_t
     if (w->site_gen[site] == w->gen) return (void*)w->sites[w->site_idx[site]].base;
     RtGuard guard;
     size_t off = (w->arena_used + 15) & ~(size_t)15;
-    if (w->static_bytes + bytes > STATIC_LIMIT || w->static_bytes + bytes + w->dyn_bytes > STATIC_LIMIT ||
+    if (w->static_bytes + bytes > STATIC_LIMIT || w->static_bytes + bytes + w->dyn_bytes > w->L->smem_limit ||
         off + bytes + RZ > ARENA_CAP) {
-        char b[400];
-        snprintf(b, sizeof b,
-                 "LaunchError: %s %s needs %zu bytes of static shared memory (__shared__ %s at line %d, %zu bytes) "
-                 "plus %zu bytes of dynamic shared memory, more than the 48 KB (49152 bytes) a block may use. "
-                 "Use smaller tiles, or fewer/smaller __shared__ arrays.",
-                 w->L->name, launch_cfg(w->L).c_str(), w->static_bytes + bytes, name, line, bytes, w->dyn_bytes);
+        char b[600];
+        if (w->static_bytes + bytes > STATIC_LIMIT)
+            snprintf(b, sizeof b,
+                     "LaunchError: %s %s needs %zu bytes of static shared memory (__shared__ %s at line %d, %zu bytes), "
+                     "more than the 48 KB (49152 bytes) of static shared memory a block may declare. Use smaller tiles, "
+                     "or fewer/smaller __shared__ arrays (above 48 KB only dynamic shared memory works, with "
+                     "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)).",
+                     w->L->name, launch_cfg(w->L).c_str(), w->static_bytes + bytes, name, line, bytes);
+        else
+            snprintf(b, sizeof b,
+                     "LaunchError: %s %s needs %zu bytes of static shared memory (__shared__ %s at line %d, %zu bytes) "
+                     "plus %zu bytes of dynamic shared memory, more than the %zu bytes this kernel may use (48 KB, or "
+                     "its cudaFuncSetAttribute opt-in; at most %zu on the modelled H100). Use smaller tiles, or "
+                     "fewer/smaller __shared__ arrays.",
+                     w->L->name, launch_cfg(w->L).c_str(), w->static_bytes + bytes, name, line, bytes, w->dyn_bytes,
+                     w->L->smem_limit, OPTIN_LIMIT);
         fail_here("launch", b, nullptr, line, 0);
     }
     w->static_bytes += bytes;
@@ -456,6 +501,18 @@ API void* ccsim_rt_shared(int site, size_t bytes, size_t elem, size_t d0, size_t
     shadow_mark(w, off + bytes, ((off + bytes + 3) & ~(size_t)3) - (off + bytes) + RZ, SH_RED, idx);
     w->arena_used = off + bytes + RZ;
     return (void*)s.base;
+}
+
+// One number per __shared__ declaration *per instantiation*: the rewriter keeps it in a function-local
+// static, which C++ gives every template specialization separately.
+API int ccsim_rt_new_site(void) {
+    static std::atomic<int> next{0};
+    int s = next.fetch_add(1);
+    if (s >= MAX_SITES) {
+        fprintf(stderr, "ccsim: more than %d __shared__ declarations (counting template instantiations)\n", MAX_SITES);
+        abort();
+    }
+    return s;
 }
 
 API void* ccsim_rt_dyn_shared(void) {
@@ -491,12 +548,68 @@ const char* GUIDE_NOTE =
     " (Per the CUDA Programming Guide threads of a block are only ordered by __syncthreads(), or within a warp "
     "by __syncwarp()/warp collectives; a real GPU may happen to give the expected value, but the result is undefined.)";
 
+// The report for a pending conflict whose bytes did change; empty if they did not (then it is forgotten).
+std::string pending_verdict(Worker* w, const Pending& p) {
+    Shadow& s = w->shadow[p.word];
+    s.flags &= (uint8_t)~SH_PEND;
+    uint32_t now; std::memcpy(&now, w->arena + p.word * 4, 4);
+    uint32_t mask = 0;
+    for (int b = 0; b < 4; ++b) if ((p.bm >> b) & 1u) mask |= 0xffu << (8 * b);
+    if (((now ^ p.old) & mask) == 0) return "";
+    const Site* st = (s.arr >= 0 && s.arr < (int)w->sites.size()) ? &w->sites[s.arr] : nullptr;
+    uintptr_t wa = (uintptr_t)w->arena + p.word * 4 + (uintptr_t)__builtin_ctz(p.bm ? p.bm : 1);
+    std::string en = st ? elem_name(*st, wa) : "shared memory";
+    if (p.war)
+        return "RaceError " + where(w->L, w->bidx) + ": " + thr_of(w, p.tid) + " writes " + en + " at " + pctok(p.pc) +
+               " after " + thr_of(w, p.other) + " read it at " + pctok(p.opc) + " with no __syncthreads() between them, "
+               "and the write changes the value, so the reader may see either value. Put a __syncthreads() between the "
+               "read and the write (a buffer reused for a second reduction needs one before it is overwritten)." + GUIDE_NOTE;
+    return "RaceError " + where(w->L, w->bidx) + ": " + thr_of(w, p.tid) + " writes " + en + " at " + pctok(p.pc) +
+           " after " + thr_of(w, p.other) + " wrote a different value to it at " + pctok(p.opc) +
+           " with no __syncthreads() between them: which value survives depends on thread order. Separate the writes "
+           "with a __syncthreads(), or let only one thread write (identical values would be harmless)." + GUIDE_NOTE;
+}
+
+inline bool word_changed(Worker* w, size_t word, uint32_t old, uint8_t bm) {
+    uint32_t now; std::memcpy(&now, w->arena + word * 4, 4);
+    uint32_t mask = 0;
+    for (int b = 0; b < 4; ++b) if ((bm >> b) & 1u) mask |= 0xffu << (8 * b);
+    return ((now ^ old) & mask) != 0;
+}
+
+// Scheduler side (barrier release, block end): true if a pending conflict turned out to be a race (reported).
+bool resolve_all_pending(Worker* w) {
+    for (const Pending& p : w->pend) {
+        if (!(w->shadow[p.word].flags & SH_PEND) || w->shadow[p.word].pidx != (uint32_t)(&p - w->pend.data())) continue;
+        std::string msg = pending_verdict(w, p);
+        if (!msg.empty()) {
+            dim3 t = unlinear(p.tid, w->L->b);
+            set_error("race", msg, w->L, &w->bidx, &t, nullptr, 0, p.pc);
+            w->pend.clear();
+            return true;
+        }
+    }
+    w->pend.clear();
+    return false;
+}
+
 void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
     RtGuard guard;
     Worker* w = f->w;
     size_t off = a - (uintptr_t)w->arena;
     size_t w0 = off / 4, w1 = (off + size - 1) / 4;
     if (w1 >= ARENA_CAP / 4) w1 = ARENA_CAP / 4 - 1;
+    for (size_t i = w0; i <= w1; ++i) {   // the word's earlier conflicting write is decided before it is touched again
+        Shadow& s = w->shadow[i];
+        if (!(s.flags & SH_PEND)) continue;
+        const Pending p = w->pend[s.pidx];
+        std::string msg = pending_verdict(w, p);
+        if (!msg.empty()) {
+            dim3 t = unlinear(p.tid, w->L->b);
+            set_error("race", msg, w->L, &w->bidx, &t, nullptr, 0, p.pc);
+            fiber_fail(f);
+        }
+    }
     const char* verb = kind == 0 ? "reads" : kind == 1 ? "writes" : "atomically updates";
     for (size_t i = w0; i <= w1; ++i) {
         Shadow& s = w->shadow[i];
@@ -540,7 +653,8 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
             for (int k = 0; k < 2 && kind == 0; ++k) {
                 uint16_t wt = k ? s.w2t : s.wt; uint32_t we = k ? s.w2e : s.we, ws = k ? s.w2s : s.ws;
                 uint8_t wm = k ? s.w2m : s.wm; uintptr_t wpc = k ? s.w2pc : s.wpc;
-                if (we == E && wt != f->tid && (wm & bm) && !warp_ordered(w, wt, ws, f)) {
+                if (we == E && wt != f->tid && (wm & bm) && !warp_ordered(w, wt, ws, f) &&
+                    (k || word_changed(w, i, s.wold, bm))) {
                     fail_here("race", "RaceError " + where(w->L, w->bidx) + ": " + thr(f) + " reads " + ename + " at " +
                               pctok(pc) + " after " + thr_of(w, wt) + (!k && (s.flags & SH_ATOMIC) ? " atomically updated" : " wrote") +
                               " it at " + pctok(wpc) + " with no __syncthreads() between them. Put a __syncthreads() "
@@ -556,28 +670,32 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
             if (!waw && (s.w2m & bm) && s.w2e == E && s.w2t != f->tid && !warp_ordered(w, s.w2t, s.w2s, f)) {
                 waw = true; pwt = s.w2t; pwpc = s.w2pc;
             }
+            bool pending = false;
+            auto defer = [&](bool war, uint16_t other, uintptr_t opc) {
+                uint32_t old; std::memcpy(&old, w->arena + i * 4, 4);
+                s.pidx = (uint32_t)w->pend.size();
+                w->pend.push_back(Pending{i, old, bm, war, (uint16_t)f->tid, other, pc, opc});
+                s.flags |= SH_PEND;
+                pending = true;
+            };
+            if (waw && kind == 1) { defer(false, pwt, pwpc); waw = false; }
             if (waw) {
                 fail_here("race", "RaceError " + where(w->L, w->bidx) + ": " + thr(f) + " " + verb + " " + ename + " at " +
                           pctok(pc) + " after " + thr_of(w, pwt) + " wrote it at " + pctok(pwpc) +
                           " with no __syncthreads() between them: which value survives depends on thread order. "
                           "Separate the writes with a __syncthreads(), or let only one thread write." + GUIDE_NOTE, nullptr, 0, pc);
             }
-            if (kind == 1) {
+            if (kind == 1 && !pending) {
                 for (int r = 0; r < 2; ++r) {
                     uint16_t rt = r ? s.r2t : s.r1t; uint32_t re = r ? s.r2e : s.r1e, rs = r ? s.r2s : s.r1s;
                     uintptr_t rpc = r ? s.r2pc : s.r1pc;
                     uint8_t rm = r ? s.r2m : s.r1m;
-                    if (re == E && rt != f->tid && (rm & bm) && !warp_ordered(w, rt, rs, f)) {
-                        fail_here("race", "RaceError " + where(w->L, w->bidx) + ": " + thr(f) + " writes " + ename + " at " +
-                                  pctok(pc) + " after " + thr_of(w, rt) + " read it at " + pctok(rpc) +
-                                  " with no __syncthreads() between them, so the reader may see either value. Put a "
-                                  "__syncthreads() between the read and the write (a buffer reused for a second "
-                                  "reduction needs one before it is overwritten)." + GUIDE_NOTE, nullptr, 0, pc);
-                    }
+                    if (re == E && rt != f->tid && (rm & bm) && !warp_ordered(w, rt, rs, f)) { defer(true, rt, rpc); break; }
                 }
             }
-            s.flags = (uint8_t)((s.flags | SH_INIT) & ~SH_ATOMIC) | (kind == 2 ? SH_ATOMIC : 0);
+            s.flags = (uint8_t)((s.flags | SH_INIT) & ~SH_ATOMIC) | (kind == 2 ? SH_ATOMIC : 0);  // keeps SH_PEND
             s.init |= bm;
+            if (!(s.wt == f->tid && s.we == E)) std::memcpy(&s.wold, w->arena + i * 4, 4);
             if (s.wt == f->tid && s.we == E) {
                 s.wm |= bm;
             } else {
@@ -650,19 +768,121 @@ void global_bad(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
 
 Range g_host_stack{0, 0};
 
+inline uint32_t byte_mask32(uint8_t bm) {
+    uint32_t mask = 0;
+    for (int b = 0; b < 4; ++b) if ((bm >> b) & 1u) mask |= 0xffu << (8 * b);
+    return mask;
+}
+
+// Element index by the buffer's element size; cudaMalloc memory is untyped: by the access size then.
+std::string gname(const Buffer& b, uintptr_t a, unsigned size = 4) {
+    size_t el = b.elem > 1 ? b.elem : (size ? size : 1);
+    return std::string(b.name) + "[" + std::to_string((a - b.base) / el) + "]";
+}
+
+std::string gthread(const Launch* L, uint32_t thr1) {
+    unsigned long long t = thr1 - 1ull;
+    return "thread " + tstr(unlinear(t % L->nthreads, L->b)) + " of block " + tstr(unlinear(t / L->nthreads, L->g));
+}
+
+const char* GLOBAL_NOTE =
+    " Blocks of a launch run in any order and threads of a block are only ordered by __syncthreads(): use atomics, "
+    "let one thread own each element, or split the work into two launches.";
+
+// A global-memory access by a CUDA thread inside registered buffer b: initialisation (cudaMalloc memory)
+// and races with other threads of the same launch.
+void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int kind, bool vol, uintptr_t pc) {
+    Worker* w = f->w;
+    Launch* L = w->L;
+    uint32_t T = (uint32_t)(w->blin * L->nthreads + (unsigned)f->tid + 1);
+    uint16_t E = (uint16_t)w->epoch;
+    uint32_t S = L->seq;
+    uintptr_t lo_w = (a - b.base) / 4, hi_w = (a + size - 1 - b.base) / 4;
+    for (uintptr_t i = lo_w; i <= hi_w && i * 4 < b.bytes; ++i) {
+        GShadow& s = b.sh[i];
+        uintptr_t wa = b.base + i * 4;
+        uintptr_t lo = std::max(wa, a), hi = std::min(wa + 4, a + size);
+        uint8_t bm = (uint8_t)(((1u << (hi - lo)) - 1u) << (lo - wa));
+        uint32_t cur; std::memcpy(&cur, (const void*)wa, 4);
+        auto ordered = [&](uint32_t other, uint16_t oe) {
+            return (other - 1ull) / L->nthreads == w->blin && oe != E;   // same block, separated by a barrier
+        };
+        if (kind != 1 && b.track_init && (s.init & bm) != bm) {
+            RtGuard guard;
+            fail_here("uninitialized-read",
+                      "UninitializedReadError " + where(L, w->bidx) + ": " + thr(f) + (kind == 0 ? " reads " : " atomically updates ") +
+                      gname(b, lo, size) + " at " + pctok(pc) + ", which nothing has written since cudaMalloc (device memory starts "
+                      "undefined; compute-sanitizer's initcheck reports this). Initialise it first: cudaMemset/cudaMemcpy, "
+                      "or a kernel that writes every element it later reads.", nullptr, 0, pc);
+        }
+        if (kind == 2) { s.init |= bm; continue; }   // atomics never race with each other
+        bool cross_ok = vol || L->fenced.load(std::memory_order_relaxed);
+        if (kind == 0) {
+            if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we) &&
+                ((cur ^ s.wold) & byte_mask32(bm)) && !(cross_ok && (s.wthr - 1ull) / L->nthreads != w->blin)) {
+                RtGuard guard;
+                fail_here("race", "RaceError " + where(L, w->bidx) + ": " + thr(f) + " reads " + gname(b, lo, size) + " at " +
+                          pctok(pc) + ", which " + gthread(L, s.wthr) + " wrote (changing its value) in the same launch with "
+                          "nothing ordering the two, so the read may see either value." + GLOBAL_NOTE, nullptr, 0, pc);
+            }
+            if (!(s.wthr == T && s.wl == S)) { s.rthr = T; s.rl = S; s.re = E; s.rm = bm; }
+            continue;
+        }
+        // a write: its value is not known yet, so a conflict is decided when the block ends
+        bool pend = false;
+        if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we)) {
+            w->gpend.push_back({wa, cur, bm, false, s.wthr, (uint16_t)f->tid, pc, &b});
+            pend = true;
+        } else if (!vol && s.rl == S && s.rthr && s.rthr != T && (s.rm & bm) && !ordered(s.rthr, s.re) &&
+                   !(cross_ok && (s.rthr - 1ull) / L->nthreads != w->blin)) {
+            w->gpend.push_back({wa, cur, bm, true, s.rthr, (uint16_t)f->tid, pc, &b});
+            pend = true;
+        }
+        (void)pend;
+        if (!(s.wthr == T && s.wl == S)) { s.wold = cur; s.wm = 0; }
+        s.wthr = T; s.wl = S; s.we = E; s.wm |= bm; s.init |= bm;
+    }
+}
+
+// Block end: conflicting global writes that changed the value are races.
+bool resolve_global_pending(Worker* w) {
+    Launch* L = w->L;
+    for (const auto& p : w->gpend) {
+        uint32_t now; std::memcpy(&now, (const void*)p.word, 4);
+        if (!((now ^ p.old) & byte_mask32(p.bm))) continue;
+        std::string msg = "RaceError " + where(L, w->bidx) + ": " + thr_of(w, p.tid) + " writes " + gname(*p.buf, p.word) +
+                          " at " + pctok(p.pc) + (p.war ? " after " + gthread(L, p.other) + " read it" :
+                                                  " after " + gthread(L, p.other) + " wrote a different value to it") +
+                          " in the same launch with nothing ordering the two" +
+                          (p.war ? ", so the reader may see either value." : ": which value survives depends on thread order.") +
+                          GLOBAL_NOTE;
+        dim3 t = unlinear(p.tid, L->b);
+        set_error("race", msg, L, &w->bidx, &t, nullptr, 0, p.pc);
+        w->gpend.clear();
+        return true;
+    }
+    w->gpend.clear();
+    return false;
+}
+
 __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int kind, void* pc) {
     Fiber* f = t_fiber;
     if (!f || t_in_rt) return;
     f->last_pc = pc;
     if (a - f->base < REGION) return;                         // own stack and control block
-    if (a == (uintptr_t)&ccsim_cur_view) return;              // the built-ins' TLS slot
+    if (a == (uintptr_t)&ccsim_cur_view) return;              // the built-ins' TLS slots
+    if (a - (uintptr_t)&threadIdx < sizeof(dim3) || a - (uintptr_t)&blockIdx < sizeof(dim3) ||
+        a - (uintptr_t)&blockDim < sizeof(dim3) || a - (uintptr_t)&gridDim < sizeof(dim3)) return;
     Worker* w = f->w;
-    if (a - (uintptr_t)w->arena < ARENA_CAP) { shared_access(f, a, size, kind, (uintptr_t)pc - g_base); return; }
+    if (a - (uintptr_t)w->arena < ARENA_CAP) { shared_access(f, a, size, kind & 3, (uintptr_t)pc - g_base); return; }
     int n = g_nbufs.load(std::memory_order_relaxed);
     for (int i = 0; i < n; ++i) {
         const Buffer& b = g_bufs[i];
         if (a - b.base < b.bytes) {
-            if (a + size <= b.base + b.bytes) return;
+            if (a + size <= b.base + b.bytes) {
+                if (b.sh) global_access(f, b, a, size, kind & 3, kind & 8, (uintptr_t)pc - g_base);
+                return;
+            }
             break;
         }
     }
@@ -688,8 +908,8 @@ HOOK void __tsan_ignore_thread_end() {}
     HOOK void __tsan_write##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 1, RA); } \
     HOOK void __tsan_unaligned_read##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 0, RA); } \
     HOOK void __tsan_unaligned_write##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 1, RA); } \
-    HOOK void __tsan_volatile_read##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 0, RA); } \
-    HOOK void __tsan_volatile_write##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 1, RA); } \
+    HOOK void __tsan_volatile_read##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 8 | 0, RA); } \
+    HOOK void __tsan_volatile_write##N(void* a) { if (t_fiber) check((uintptr_t)a, N, 8 | 1, RA); } \
     HOOK void __tsan_read##N##_pc(void* a, void* pc) { if (t_fiber) check((uintptr_t)a, N, 0, pc); } \
     HOOK void __tsan_write##N##_pc(void* a, void* pc) { if (t_fiber) check((uintptr_t)a, N, 1, pc); }
 RW(1) RW(2) RW(4) RW(8) RW(16)
@@ -731,11 +951,29 @@ extern "C" __attribute__((visibility("hidden"), noreturn)) void __assert_fail(co
         set_error("assert", m, w->L, &w->bidx, &f->v.ti, file, (int)line, 0);
         fiber_fail(f);
     }
-    char b[1024];
-    int n = snprintf(b, sizeof b, "{\"kind\":\"assert\",\"file\":\"%s\",\"line\":%u,\"message\":\"assert(%s) failed in host code at %s:%u (%s)\"}\n",
-                     file, line, "...", file, line, func);
-    if (write(g_report_fd, b, (size_t)n) < 0) {}
+    // host code (a launcher): report file:line and the expression, then end the worker (assert does not return)
+    std::string o = "{\"kind\":\"assert\",\"host\":true,\"file\":";
+    json_str(o, file);
+    o += ",\"line\":" + std::to_string(line) + ",\"expression\":";
+    json_str(o, expr);
+    o += ",\"function\":";
+    json_str(o, func);
+    o += "}\n";
+    fflush(nullptr);
+    if (write(g_report_fd, o.data(), o.size()) < 0) {}
     _exit(4);
+}
+
+// Host exit(): a launcher that ends the process is reported (file:line from the caller's pc) before the
+// worker goes; only this module's calls bind here (hidden symbol), the worker's own exit is untouched.
+extern "C" __attribute__((visibility("hidden"), noreturn)) void exit(int status) noexcept {
+    uintptr_t pc = rel(__builtin_return_address(0));
+    fflush(nullptr);
+    char b[256];
+    int n = snprintf(b, sizeof b, "{\"kind\":\"exit\",\"status\":%d,\"pc\":%lu,\"in_kernel\":%s}\n", status,
+                     (unsigned long)pc, t_fiber ? "true" : "false");
+    if (write(g_report_fd, b, (size_t)n) < 0) {}
+    _exit(status & 0xff);
 }
 
 // ===================================================================================================
@@ -764,7 +1002,7 @@ int complete_warp_ops(Worker* w, unsigned n) {
         unsigned lanes = std::min(32u, n - wi * 32);
         for (unsigned li = 0; li < lanes; ++li) {
             Fiber* f = w->fibers[wi * 32 + li];
-            if (f->state != F_WARP) continue;
+            if (f->state != F_WARP || f->wop == W_ACTIVE) continue;
             unsigned m = f->wmask;
             unsigned existing = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u);
             if (!((m >> li) & 1u)) {
@@ -790,7 +1028,7 @@ int complete_warp_ops(Worker* w, unsigned n) {
                               L, &w->bidx, &f->v.ti, f->wfile, f->wline, 0);
                     return -1;
                 }
-                if (g->state != F_WARP) { ready = false; break; }
+                if (g->state != F_WARP || g->wop == W_ACTIVE) { ready = false; break; }
             }
             if (!ready) continue;
             // all lanes of the group wait at a warp operation: they must agree on the operation and mask
@@ -830,9 +1068,19 @@ int complete_warp_ops(Worker* w, unsigned n) {
                 unsigned long long res = g->wval;
                 switch (g->wop) {
                     case W_SHFL: case W_UP: case W_DOWN: case W_XOR:
-                        if (src >= 0 && src < (int)lanes && ((group >> src) & 1u)) res = w->fibers[wi * 32 + src]->wval;
-                        else res = g->wval;  // a non-participating source: undefined on a GPU; keep own value
-                        break;
+                        if (src >= 0 && src < (int)lanes && ((group >> src) & 1u)) { res = w->fibers[wi * 32 + src]->wval; break; }
+                        if (!g_checked) { res = ~0ull; break; }  // fast mode: poison (NaN / -1), as unwritten memory
+                        {   // a source lane outside the mask (or past the block's last thread): undefined on a GPU
+                            char b[16]; snprintf(b, 16, "%08x", g->wmask);
+                            set_error("barrier", "BarrierError " + where(L, w->bidx) + ": " + thr(g) + " (lane " + std::to_string(lj) +
+                                      ") calls " + op_name(g->wop) + " at " + at_line(g->wfile, g->wline) + " with mask 0x" + b +
+                                      " and reads lane " + std::to_string(src) + (src < (int)lanes ? ", which is not in the mask"
+                                      : ", which does not exist (the block has fewer threads)") + ": the value it gets is undefined "
+                                      "(CUDA Programming Guide). Read only lanes that take part (guard the source lane, e.g. "
+                                      "if (lane + offset < n)), or let every lane of the warp take part with a full mask.",
+                                      L, &w->bidx, &g->v.ti, g->wfile, g->wline, 0);
+                            return -1;
+                        }
                     case W_BALLOT: res = ballot; break;
                     case W_ANY: res = ballot != 0; break;
                     case W_ALL: res = ballot == group; break;
@@ -852,6 +1100,25 @@ int complete_warp_ops(Worker* w, unsigned n) {
             progressed = 1;
         }
     }
+    if (progressed) return progressed;
+    // __activemask(): only once nothing else can move (every live lane of the block is blocked or exited)
+    // are the lanes that execute one call site together known: those waiting at the same file and line.
+    for (unsigned wi = 0; wi < nwarps; ++wi) {
+        unsigned lanes = std::min(32u, n - wi * 32);
+        for (unsigned li = 0; li < lanes; ++li) {
+            Fiber* f = w->fibers[wi * 32 + li];
+            if (f->state != F_WARP || f->wop != W_ACTIVE) continue;
+            unsigned m = 0;
+            for (unsigned lj = 0; lj < lanes; ++lj) {
+                Fiber* g = w->fibers[wi * 32 + lj];
+                if (g->state == F_WARP && g->wop == W_ACTIVE && g->wline == f->wline &&
+                    (g->wfile == f->wfile || strcmp(g->wfile, f->wfile) == 0)) m |= 1u << lj;
+            }
+            for (unsigned lj = 0; lj < lanes; ++lj)
+                if ((m >> lj) & 1u) { Fiber* g = w->fibers[wi * 32 + lj]; g->wres = m; g->state = F_READY; }
+            progressed = 1;
+        }
+    }
     return progressed;
 }
 
@@ -860,6 +1127,9 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
     while (w->fibers.size() < n) w->fibers.push_back(fiber_new(w, (int)w->fibers.size()));
     w->L = L;
     w->bidx = unlinear(bl, L->g);
+    w->blin = bl;
+    w->gpend.clear();
+    blockIdx = w->bidx; blockDim = L->b; gridDim = L->g;
     block_reset_shared(w, L);
     for (unsigned i = 0; i < n; ++i) {
         Fiber* f = w->fibers[i];
@@ -894,7 +1164,11 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
             else if (f->state == F_BARRIER) { atbar++; if (!fb) fb = f; }
             else if (f->state == F_WARP) { atwarp++; if (!fw) fw = f; }
         }
-        if (exited == n) return true;
+        if (exited == n) {
+            if (!w->pend.empty() && resolve_all_pending(w)) { L->abort.store(true); return false; }
+            if (!w->gpend.empty() && resolve_global_pending(w)) { L->abort.store(true); return false; }
+            return true;
+        }
         std::string msg;
         Fiber* who = nullptr;
         if (atwarp) {
@@ -935,6 +1209,11 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
                     Fiber* f = w->fibers[i];
                     f->wres = f->wop == 1 ? (unsigned long long)cnt : f->wop == 2 ? (cnt == (int)n) : f->wop == 3 ? (cnt > 0) : 0;
                     f->state = F_READY;
+                }
+                if (!w->pend.empty() && resolve_all_pending(w)) {
+                    for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
+                    L->abort.store(true);
+                    return false;
                 }
                 w->epoch++;
                 continue;
@@ -1033,18 +1312,53 @@ void init_once() {
 
 std::string validate(const Launch* L) {
     const dim3 &g = L->g, &b = L->b;
-    char m[600];
+    char m[900];
     unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
-    const char* why = nullptr; char wb[200];
+    const char* why = nullptr; char wb[600];
     if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) why = "a grid or block dimension is 0 (an empty launch is an error in CUDA; check the grid size arithmetic, e.g. (n + 255) / 256)";
     else if (nt > 1024) { snprintf(wb, sizeof wb, "the block has %llu threads, more than the 1024 a block may have", nt); why = wb; }
     else if (b.x > 1024 || b.y > 1024 || b.z > 64) { snprintf(wb, sizeof wb, "block dimensions are limited to (1024, 1024, 64)"); why = wb; }
     else if (g.x > 2147483647u || g.y > 65535 || g.z > 65535) { snprintf(wb, sizeof wb, "grid dimensions are limited to (2^31-1, 65535, 65535) (a negative size converted to unsigned?)"); why = wb; }
-    else if (L->smem > STATIC_LIMIT) { snprintf(wb, sizeof wb, "the launch asks for %zu bytes of dynamic shared memory, more than 48 KB (49152 bytes)", L->smem); why = wb; }
+    else if (L->smem > OPTIN_LIMIT) { snprintf(wb, sizeof wb, "the launch asks for %zu bytes of dynamic shared memory, more than the %zu bytes (227 KB) a block may use on the modelled GPU (H100), even with cudaFuncSetAttribute", L->smem, OPTIN_LIMIT); why = wb; }
+    else if (L->smem > L->smem_limit) {
+        if (L->smem_limit == STATIC_LIMIT)
+            snprintf(wb, sizeof wb, "the launch asks for %zu bytes of dynamic shared memory, more than the 49152 bytes (48 KB) allowed without an opt-in; call cudaFuncSetAttribute(%s, cudaFuncAttributeMaxDynamicSharedMemorySize, %zu) first (at most %zu on the modelled H100)", L->smem, L->name, L->smem, OPTIN_LIMIT);
+        else
+            snprintf(wb, sizeof wb, "the launch asks for %zu bytes of dynamic shared memory, more than the %zu bytes this kernel opted in to with cudaFuncSetAttribute(..., cudaFuncAttributeMaxDynamicSharedMemorySize, %zu) (at most %zu on the modelled H100)", L->smem, L->smem_limit, L->smem_limit, OPTIN_LIMIT);
+        why = wb;
+    }
     if (!why) return "";
     snprintf(m, sizeof m, "LaunchError: %s%s at %s:%d: invalid configuration: %s.", L->name, launch_cfg(L).c_str(),
              L->file, L->line, why);
     return m;
+}
+
+// Opt-ins of cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), by the kernel's
+// spelling without spaces ("k<64>"); a launch of k<64> finds its own entry, else one made for the plain name k.
+std::mutex g_attr_mu;
+std::vector<std::pair<std::string, size_t>> g_optin;
+
+std::string kernel_key(const char* s) {
+    std::string o;
+    for (; s && *s; ++s) if (*s != ' ' && *s != '\t' && *s != '\n') o += *s;
+    return o;
+}
+
+size_t optin_for(const char* name) {
+    std::lock_guard<std::mutex> lk(g_attr_mu);
+    std::string k = kernel_key(name);
+    std::string base = k.substr(0, k.find('<'));
+    size_t pos = base.rfind("::");
+    if (pos != std::string::npos) base = base.substr(pos + 2);
+    size_t by_base = 0;
+    for (auto& e : g_optin) {
+        if (e.first == k) return std::max(e.second, STATIC_LIMIT);
+        std::string eb = e.first.substr(0, e.first.find('<'));
+        size_t ep = eb.rfind("::");
+        if (ep != std::string::npos) eb = eb.substr(ep + 2);
+        if (eb == base) by_base = std::max(by_base, e.second);
+    }
+    return std::max(by_base, STATIC_LIMIT);
 }
 
 }  // namespace
@@ -1052,6 +1366,20 @@ std::string validate(const Launch* L) {
 // ===================================================================================================
 // C API
 // ===================================================================================================
+API cudaError_t ccsim_rt_func_attr(const char* kernel, int attr, int value) {
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        // CUDA refuses an opt-in above the device's limit (and the launch then fails against 48 KB)
+        if (value < 0 || (size_t)value > OPTIN_LIMIT) return (cudaError_t)(g_last_cuda_error = cudaErrorInvalidValue);
+        std::lock_guard<std::mutex> lk(g_attr_mu);
+        std::string k = kernel_key(kernel);
+        for (auto& e : g_optin) if (e.first == k) { e.second = (size_t)value; return cudaSuccess; }
+        g_optin.emplace_back(k, (size_t)value);
+        return cudaSuccess;
+    }
+    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) return cudaSuccess;  // a hint; nothing to model
+    return (cudaError_t)(g_last_cuda_error = cudaErrorInvalidValue);
+}
+
 API int ccsim_rt_launch(const char* name, const char* file, int line, const dim3* g, const dim3* b, size_t smem,
                         ccsim_body_fn body, void* ctx) {
     if (g_has_err.load()) return 1;  // errors are sticky until the call ends
@@ -1065,8 +1393,14 @@ API int ccsim_rt_launch(const char* name, const char* file, int line, const dim3
     Launch L;
     L.name = name; L.file = file; L.line = line; L.g = *g; L.b = *b; L.smem = smem; L.body = body; L.ctx = ctx;
     L.nthreads = b->x * b->y * b->z;
+    L.smem_limit = optin_for(name);
     L.nblocks = (unsigned long long)g->x * g->y * g->z;
-    L.next.store(0); L.abort.store(false);
+    L.next.store(0); L.abort.store(false); L.fenced.store(false);
+    {
+        static uint32_t seq = 0;
+        if (++seq == 0) ++seq;
+        L.seq = seq;
+    }
     std::string bad = validate(&L);
     if (!bad.empty()) { set_error("launch", bad, &L, nullptr, nullptr, file, line, 0); return 1; }
     L.order.resize(L.nthreads);
@@ -1126,16 +1460,12 @@ API unsigned long long ccsim_rt_warp(int op, unsigned mask, unsigned long long v
     Fiber* f = t_fiber;
     if (!f) return value;
     if (op == W_ACTIVE) {
-        // approximation: the live (not exited) lanes of the warp
-        Worker* w = f->w; unsigned m = 0, n = w->L->nthreads;
-        for (unsigned l = 0; l < 32; ++l) {
-            unsigned t = (unsigned)f->warp * 32 + l;
-            if (t >= n) continue;
-            Fiber* g = w->fibers[t];
-            // live lanes, plus lanes that passed this lane's last warp sync with it and exited since
-            if (g->state != F_EXITED || (f->lcs > 0 && g->exit_seq >= f->lcs && ((f->lcm >> l) & 1u))) m |= 1u << l;
-        }
-        return m;
+        // exact in the simulator's model: wait until every live lane of the block is blocked or exited, then
+        // the answer is the lanes of this warp waiting at this same call site (complete_warp_ops)
+        f->wfile = file; f->wline = line; f->wop = op; f->wmask = 0; f->wval = 0; f->warg = 0; f->wwidth = 32;
+        f->state = F_WARP;
+        yield_next(f);
+        return f->wres;
     }
     if (width <= 0 || width > 32 || (width & (width - 1))) {
         fail_here("barrier", "BarrierError " + where(f->w->L, f->w->bidx) + ": " + thr(f) + " calls " + op_name(op) +
@@ -1147,7 +1477,11 @@ API unsigned long long ccsim_rt_warp(int op, unsigned mask, unsigned long long v
     return f->wres;
 }
 
-API void ccsim_rt_threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+API void ccsim_rt_threadfence(void) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    // the publish-then-signal pattern (threadFenceReduction): reads across blocks are not judged afterwards
+    if (t_fiber && g_checked) t_fiber->w->L->fenced.store(true, std::memory_order_relaxed);
+}
 
 API void ccsim_rt_trap(const char* file, int line) {
     Fiber* f = t_fiber;
@@ -1155,7 +1489,21 @@ API void ccsim_rt_trap(const char* file, int line) {
     abort();
 }
 
-API void ccsim_rt_register(const void* p, size_t bytes, const char* name, size_t elem) {
+// Checked mode keeps a GShadow per word of every registered buffer (zero pages until touched).
+static void shadow_free(Buffer& b) {
+    if (b.sh) munmap(b.sh, b.shbytes);
+    b.sh = nullptr; b.shbytes = 0;
+}
+static void shadow_alloc(Buffer& b) {
+    shadow_free(b);
+    if (!g_checked || !b.bytes) return;
+    size_t sz = ((b.bytes + 3) / 4 * sizeof(GShadow) + PAGE - 1) & ~(PAGE - 1);
+    void* m = mmap(nullptr, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return;   // no shadow: the buffer is still bounds-checked
+    b.sh = (GShadow*)m; b.shbytes = sz;
+}
+
+static void register_buffer(const void* p, size_t bytes, const char* name, size_t elem, bool track_init) {
     if (!p) return;
     std::lock_guard<std::mutex> lk(g_buf_mu);
     int n = g_nbufs.load();
@@ -1163,13 +1511,38 @@ API void ccsim_rt_register(const void* p, size_t bytes, const char* name, size_t
         if (g_bufs[i].base == (uintptr_t)p) {   // re-registration updates in place
             g_bufs[i].bytes = bytes; g_bufs[i].elem = elem;
             snprintf(g_bufs[i].name, sizeof g_bufs[i].name, "%s", name ? name : "buffer");
+            g_bufs[i].track_init = track_init;
+            shadow_alloc(g_bufs[i]);
             return;
         }
     int slot = n < 256 ? n : (int)(((uintptr_t)p >> 6) % 256);
     Buffer& b = g_bufs[slot];
+    if (n >= 256) shadow_free(b);
     b.base = (uintptr_t)p; b.bytes = bytes; b.elem = elem ? elem : 1;
     snprintf(b.name, sizeof b.name, "%s", name ? name : "buffer");
+    b.track_init = track_init;
+    b.sh = nullptr; b.shbytes = 0;
+    shadow_alloc(b);
     if (n < 256) g_nbufs.store(n + 1, std::memory_order_release);
+}
+
+// Tensors from Python, pinned host memory, managed memory: counted as initialised.
+API void ccsim_rt_register(const void* p, size_t bytes, const char* name, size_t elem) {
+    register_buffer(p, bytes, name, elem, false);
+}
+
+// Host-side writes into cudaMalloc memory (cudaMemcpy, cudaMemset) initialise it for initcheck.
+static void mark_initialised(const void* p, size_t n) {
+    if (!g_checked || !n) return;
+    uintptr_t a = (uintptr_t)p;
+    int nb = g_nbufs.load();
+    for (int i = 0; i < nb; ++i) {
+        Buffer& b = g_bufs[i];
+        if (!b.sh || !b.track_init || a - b.base >= b.bytes) continue;
+        uintptr_t end = std::min(a + n, b.base + b.bytes);
+        for (uintptr_t x = a; x < end; ++x) b.sh[(x - b.base) / 4].init |= (uint8_t)(1u << ((x - b.base) % 4));
+        return;
+    }
 }
 
 // Forget a buffer; true if it was registered under a name starting with `prefix`.
@@ -1180,6 +1553,7 @@ static bool unregister(const void* p, const char* prefix) {
     for (int i = 0; i < n; ++i)
         if (g_bufs[i].base == (uintptr_t)p && strncmp(g_bufs[i].name, prefix, strlen(prefix)) == 0) {
             g_bufs[i].base = 0; g_bufs[i].bytes = 0; found = true;
+            shadow_free(g_bufs[i]);
         }
     return found;
 }
@@ -1238,9 +1612,17 @@ API cudaError_t ccsim_cudaMalloc(void** p, size_t n, int line) {
     std::memcpy(base - 16, &raw, sizeof raw);
     std::memset(base, 0xFF, n);  // like the harness's poison: unwritten outputs read as NaN
     char name[64]; snprintf(name, sizeof name, "cudaMalloc buffer (line %d)", line);
-    ccsim_rt_register(base, n, name, 1);
+    register_buffer(base, n, name, 1, true);
     *p = base;
     return cudaSuccess;
+}
+API cudaError_t ccsim_cudaMallocManaged(void** p, size_t n) {
+    cudaError_t e = ccsim_cudaMalloc(p, n, 0);
+    if (e == cudaSuccess) {  // the host may write managed memory directly: count it as initialised
+        std::lock_guard<std::mutex> lk(g_buf_mu);
+        for (int i = 0; i < g_nbufs.load(); ++i) if (g_bufs[i].base == (uintptr_t)*p) g_bufs[i].track_init = false;
+    }
+    return e;
 }
 API cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
@@ -1263,9 +1645,13 @@ API cudaError_t cudaFreeHost(void* p) {
     free(p);
     return cudaSuccess;
 }
-API cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { if (n) std::memmove(d, s, n); return cudaSuccess; }
+API cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+    if (n) std::memmove(d, s, n);
+    mark_initialised(d, n);
+    return cudaSuccess;
+}
 API cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) { return cudaMemcpy(d, s, n, k); }
-API cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
+API cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); mark_initialised(d, n); return cudaSuccess; }
 API cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t) { return cudaMemset(d, v, n); }
 API cudaError_t cudaDeviceSynchronize(void) { return g_has_err.load() ? cudaErrorLaunchFailure : cudaSuccess; }
 API cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
@@ -1460,8 +1846,10 @@ API void ccsim_api_clear_buffers(void) {
     std::lock_guard<std::mutex> lk(g_buf_mu);
     int n = g_nbufs.load();
     int keep = 0;
-    for (int i = 0; i < n; ++i)   // cudaMalloc allocations outlive a call; the tensors passed in do not
+    for (int i = 0; i < n; ++i) {  // cudaMalloc allocations outlive a call; the tensors passed in do not
         if (g_bufs[i].base && strncmp(g_bufs[i].name, "cudaMalloc", 10) == 0) g_bufs[keep++] = g_bufs[i];
+        else shadow_free(g_bufs[i]);
+    }
     g_nbufs.store(keep);
 }
 
