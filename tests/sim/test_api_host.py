@@ -25,10 +25,12 @@ void copy2d(const float* src, float* dst, int rows, int cols, int spitch, int dp
     cudaMallocPitch(&d, &pitch, cols * sizeof(float), rows);
     cudaStream_t st; cudaStreamCreate(&st);
     cudaMemsetAsync(d, 0, pitch * rows, st);
-    cudaMemcpy2DAsync(d, pitch, src, spitch * sizeof(float), cols * sizeof(float), rows, cudaMemcpyDeviceToDevice, st);
+    cudaMemcpy2DAsync(d, pitch, src, spitch * sizeof(float), cols * sizeof(float), rows, cudaMemcpyDeviceToDevice,
+                      st);
     dim3 grid((cols + 31) / 32, rows);
     scale_rows<<<grid, 32, 0, st>>>(d, pitch, rows, cols, 2.0f);
-    cudaError_t e = cudaMemcpy2D(dst, dpitch * sizeof(float), d, pitch, cols * sizeof(float), rows, cudaMemcpyDeviceToDevice);
+    cudaError_t e = cudaMemcpy2D(dst, dpitch * sizeof(float), d, pitch, cols * sizeof(float), rows,
+                                 cudaMemcpyDeviceToDevice);
     cudaStreamSynchronize(st);
     status[0] = (float)pitch;
     status[1] = (float)e;
