@@ -40,7 +40,10 @@ void copy2d(const float* src, float* dst, int rows, int cols, int spitch, int dp
     cudaFree(d);
 }
 
-__global__ void fill(float* p, int n, float v) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] = v + i; }
+__global__ void fill(float* p, int n, float v) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v + i;
+}
 void managed(float* out, int n) {
     float* m;
     cudaMallocManaged(&m, n * sizeof(float));
