@@ -14,6 +14,8 @@ header line; its cases are strict xfails (only the checked-mode ones with ``chec
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,23 @@ def test_realworld_file_validates(path: Path, mode: str, order: str):
     assert outputs >= 1 and checked > 0, f"{path.name}: validate() compared nothing ({outputs} outputs)"
     assert mismatches == 0, (f"{path.name} ({mode}, {order}): {int(mismatches)} of {int(checked)} values differ "
                              f"from the file's CPU reference (largest error {max_err:g}); see the printed mismatches")
+
+
+def _nvcc_has(header: str) -> bool:
+    """True when nvcc's own include folder holds ``header``."""
+    nvcc = shutil.which("nvcc")
+    if not nvcc:
+        return False
+    roots = [Path(nvcc).resolve().parent.parent, *Path("/usr/local").glob("cuda*")]
+    return any((r / "include" / header).is_file() for r in roots)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed on this machine")
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_realworld_file_compiles_with_nvcc(path: Path, tmp_path: Path):
+    """The corpus is plain CUDA C++: nvcc compiles every file as it stands (g++ accepts more)."""
+    if "cublas_v2.h" in path.read_text() and not _nvcc_has("cublas_v2.h"):
+        pytest.skip("cuBLAS headers are not installed with this nvcc (checked on the GPU machine)")
+    r = subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90", "-c", str(path), "-o", str(tmp_path / "x.o")],
+                       capture_output=True, text=True, cwd=path.parent)
+    assert r.returncode == 0, f"{path.name} does not compile with nvcc:\n{r.stderr[-3000:]}"
