@@ -29,6 +29,13 @@ void copy2d(const float* src, float* dst, int rows, int cols, int spitch, int dp
                       st);
     dim3 grid((cols + 31) / 32, rows);
     scale_rows<<<grid, 32, 0, st>>>(d, pitch, rows, cols, 2.0f);
+    // round trip on the stream: out to a scratch buffer and back with cudaMemcpyAsync, in stream order
+    float* scratch;
+    cudaMalloc(&scratch, pitch * rows);
+    cudaMemcpyAsync(scratch, d, pitch * rows, cudaMemcpyDeviceToDevice, st);
+    cudaMemsetAsync(d, 0xFF, pitch * rows, st);
+    cudaMemcpyAsync(d, scratch, pitch * rows, cudaMemcpyDeviceToDevice, st);
+    cudaFree(scratch);
     cudaError_t e = cudaMemcpy2D(dst, dpitch * sizeof(float), d, pitch, cols * sizeof(float), rows,
                                  cudaMemcpyDeviceToDevice);
     cudaStreamSynchronize(st);
