@@ -3,7 +3,9 @@
 Runs only where a GPU is present (it compares the two backends); on a CPU-only machine every case is
 skipped with that reason. Warp-semantics kernels (shuffles of every width, votes, partial masks,
 cooperative groups, __syncthreads_count) must agree exactly; the solutions' kernels within float
-tolerance, on identical inputs.
+tolerance, on identical inputs. The real-world corpus (tests/sim/realworld) runs on the GPU against the
+same CPU references that validate it on the simulator (tests/sim/test_realworld.py), and the 16-bit
+conversions of the simulator are compared bit for bit with the GPU's.
 """
 
 from __future__ import annotations
@@ -118,3 +120,94 @@ def test_solution_kernels_match_the_gpu(lesson: str, file: str, fn: str, make) -
             check.assert_close(a[i], b[i], name=f"{fn} output {i}: sim vs GPU", rtol=1e-4, atol=1e-4)
         else:
             assert torch.equal(a[i], b[i]), f"{fn}: simulator {a[i].tolist()} vs GPU {b[i].tolist()}"
+
+
+# ----------------------------------------------------------------------------------------------------
+# The real-world corpus on the GPU, against each file's own CPU reference
+# ----------------------------------------------------------------------------------------------------
+
+REALWORLD = ROOT / "tests" / "sim" / "realworld"
+REALWORLD_FILES = sorted(REALWORLD.glob("*.cu"))
+REALWORLD_SEED = 1234  # the seed tests/sim/test_realworld.py uses
+
+
+def _inline_common(path: Path) -> str:
+    """The file's text with ``#include "common.h"`` replaced by the header (the GPU build compiles text)."""
+    return path.read_text().replace('#include "common.h"', (REALWORLD / "common.h").read_text())
+
+
+@pytest.mark.parametrize("path", REALWORLD_FILES, ids=[p.stem for p in REALWORLD_FILES])
+def test_realworld_corpus_validates_on_the_gpu(path: Path) -> None:
+    gpu = cc.load(_inline_common(path), ["validate"], backend="cuda")
+    report = torch.full((4,), float("nan"), device="cuda")
+    gpu.validate(REALWORLD_SEED, report)
+    mismatches, checked, max_err, outputs = report.cpu().tolist()
+    assert outputs >= 1 and checked > 0, f"{path.name}: validate() compared nothing on the GPU"
+    assert mismatches == 0, (f"{path.name} on the GPU: {int(mismatches)} of {int(checked)} values differ from the "
+                             f"file's CPU reference (largest error {max_err:g})")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 16-bit conversions: the simulator's bits are the GPU's bits
+# ----------------------------------------------------------------------------------------------------
+
+CONVERT_SRC = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+__global__ void to_float_kernel(const short* bits, int* out, int n, int bf) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float f = bf ? __bfloat162float(__ushort_as_bfloat16((unsigned short)bits[i]))
+                 : __half2float(__ushort_as_half((unsigned short)bits[i]));
+    out[i] = __float_as_int(f);
+}
+void to_float(const short* bits, int* out, int n, int bf) {
+    to_float_kernel<<<(n + 255) / 256, 256>>>(bits, out, n, bf);
+}
+__global__ void from_float_kernel(const float* x, short* out, int n, int bf, int mode) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = x[i];
+    unsigned short b;
+    if (bf) b = __bfloat16_as_ushort(mode == 0 ? __float2bfloat16_rn(v) : mode == 1 ? __float2bfloat16_rz(v)
+                                     : mode == 2 ? __float2bfloat16_rd(v) : __float2bfloat16_ru(v));
+    else b = __half_as_ushort(mode == 0 ? __float2half_rn(v) : mode == 1 ? __float2half_rz(v)
+                              : mode == 2 ? __float2half_rd(v) : __float2half_ru(v));
+    out[i] = (short)b;
+}
+void from_float(const float* x, short* out, int n, int bf, int mode) {
+    from_float_kernel<<<(n + 255) / 256, 256>>>(x, out, n, bf, mode);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def convert_modules() -> tuple[cc.Module, cc.Module]:
+    return _both(CONVERT_SRC, ["to_float", "from_float"])
+
+
+@pytest.mark.parametrize("bf", [0, 1], ids=["half", "bf16"])
+def test_16bit_to_float_matches_the_gpu_bit_for_bit(convert_modules, bf: int) -> None:
+    sim, gpu = convert_modules
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    a = _run(sim, "to_float", [bits.clone(), torch.zeros(65536, dtype=torch.int32), 65536, bf])[1]
+    b = _run(gpu, "to_float", [bits.clone(), torch.zeros(65536, dtype=torch.int32), 65536, bf])[1]
+    diff = (a != b).nonzero().flatten()
+    assert len(diff) == 0, f"{len(diff)} patterns differ, first 0x{int(bits[diff[0]]) & 0xFFFF:04x}"
+
+
+@pytest.mark.parametrize("mode", range(4), ids=["rn", "rz", "rd", "ru"])
+@pytest.mark.parametrize("bf", [0, 1], ids=["half", "bf16"])
+def test_float_to_16bit_matches_the_gpu_bit_for_bit(convert_modules, bf: int, mode: int) -> None:
+    sim, gpu = convert_modules
+    g = torch.Generator().manual_seed(13)
+    x = torch.cat([torch.randint(-2**31, 2**31 - 1, (300_000,), generator=g, dtype=torch.int32).view(torch.float32),
+                   torch.randn(100_000, generator=g) * 1e4,
+                   torch.tensor([0.0, -0.0, 65504.0, 65520.0, 65519.99, 2.0**-24, 2.0**-25, 3e38, float("inf"),
+                                 float("-inf"), float("nan")])])
+    n = len(x)
+    a = _run(sim, "from_float", [x.clone(), torch.zeros(n, dtype=torch.int16), n, bf, mode])[1]
+    b = _run(gpu, "from_float", [x.clone(), torch.zeros(n, dtype=torch.int16), n, bf, mode])[1]
+    diff = (a != b).nonzero().flatten()
+    assert len(diff) == 0, (f"{len(diff)} values differ, first x={float(x[diff[0]])!r}: simulator "
+                            f"0x{int(a[diff[0]]) & 0xFFFF:04x}, GPU 0x{int(b[diff[0]]) & 0xFFFF:04x}")

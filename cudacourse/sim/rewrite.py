@@ -26,12 +26,14 @@ from cudacourse.source import Launcher, line_of, mask
 # Headers whose contents the simulator runtime provides.
 MAPPED_HEADERS = {
     "cuda_runtime.h", "cuda.h", "cuda_runtime_api.h", "cuda_fp16.h", "cuda_bf16.h", "cuda_fp16.hpp",
-    "cuda_bf16.hpp", "cooperative_groups.h", "cooperative_groups/reduce.h", "device_launch_parameters.h",
-    "math_constants.h", "device_functions.h", "vector_types.h", "vector_functions.h", "driver_types.h",
-    "sm_30_intrinsics.h", "sm_60_atomic_functions.h", "crt/math_functions.h", "helper_cuda.h",
+    "cuda_bf16.hpp", "cooperative_groups.h", "cooperative_groups/reduce.h", "cooperative_groups/scan.h",
+    "device_launch_parameters.h", "math_constants.h", "device_functions.h", "vector_types.h", "vector_functions.h",
+    "driver_types.h", "library_types.h", "sm_30_intrinsics.h", "sm_60_atomic_functions.h", "crt/math_functions.h",
+    "helper_cuda.h", "cublas_v2.h", "cublas_api.h",
 }
 # Torch's CUDA-only headers: the classic route gets CPU stand-ins from ccsim_torch.h instead.
 TORCH_CUDA_PREFIXES = ("ATen/cuda/", "c10/cuda/", "ATen/CUDAGeneratorImpl", "THC/")
+# Refused by prefix (checked before MAPPED_HEADERS): the build stops naming the header and the alternative.
 UNSUPPORTED_HEADERS = {
     "mma.h": "WMMA tensor-core fragments",
     "cuda_pipeline.h": "asynchronous copies (cp.async)",
@@ -40,8 +42,11 @@ UNSUPPORTED_HEADERS = {
     "cuda/": "libcu++ (cuda::)",
     "cub/": "CUB",
     "thrust/": "Thrust",
-    "cublas": "cuBLAS",
+    "cublasLt": "cuBLASLt (not available on the simulator: use cublasGemmEx from <cublas_v2.h>)",
+    "cublasXt": "cuBLASXt (not available on the simulator)",
+    "cublas.h": "the legacy cuBLAS API (not available on the simulator: use <cublas_v2.h>)",
     "cudnn": "cuDNN",
+    "cuda_fp8": "FP8 types (cuda_fp8.h)",
 }
 
 # Constructs g++ would reject with an unhelpful message, or the simulator could not run faithfully: refused

@@ -120,116 +120,9 @@ CCSIM_VEC4(signed char, char4, 4) CCSIM_VEC4(unsigned char, uchar4, 4) CCSIM_VEC
 static inline dim3 make_dim3(unsigned x, unsigned y, unsigned z) { return dim3(x, y, z); }
 
 // ---------------------------------------------------------------------------------------------------
-// Half and bfloat16: storage types, arithmetic through float
+// Half and bfloat16 (cuda_fp16.h / cuda_bf16.h): bit-exact conversions, once-rounded arithmetic
 // ---------------------------------------------------------------------------------------------------
-namespace ccsim {
-static inline uint16_t f2h_bits(float f) {
-    uint32_t x; std::memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, mant = x & 0x7fffffu; int exp = (int)((x >> 23) & 0xff);
-    if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
-    int e = exp - 127 + 15;
-    if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-    if (e <= 0) {
-        if (e < -10) return (uint16_t)sign;
-        mant |= 0x800000u; int shift = 14 - e;
-        uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (h & 1))) h++;
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-}
-static inline float h2f_bits(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu, x;
-    if (e == 0) {
-        if (m == 0) x = sign;
-        else { e = 127 - 15 + 1; while (!(m & 0x400u)) { m <<= 1; e--; } m &= 0x3ffu; x = sign | (e << 23) | (m << 13); }
-    } else if (e == 31) x = sign | 0x7f800000u | (m << 13);
-    else x = sign | ((e - 15 + 127) << 23) | (m << 13);
-    float f; std::memcpy(&f, &x, 4); return f;
-}
-static inline uint16_t f2bf_bits(float f) {
-    uint32_t x; std::memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
-    x += 0x7fffu + ((x >> 16) & 1); return (uint16_t)(x >> 16);
-}
-static inline float bf2f_bits(uint16_t b) { uint32_t x = (uint32_t)b << 16; float f; std::memcpy(&f, &x, 4); return f; }
-}  // namespace ccsim
-
-struct __half {
-    uint16_t __x;
-    __half() = default;
-    __half(float f) : __x(ccsim::f2h_bits(f)) {}
-    __half(double f) : __x(ccsim::f2h_bits((float)f)) {}
-    __half(int i) : __x(ccsim::f2h_bits((float)i)) {}
-    operator float() const { return ccsim::h2f_bits(__x); }
-};
-struct __nv_bfloat16 {
-    uint16_t __x;
-    __nv_bfloat16() = default;
-    __nv_bfloat16(float f) : __x(ccsim::f2bf_bits(f)) {}
-    __nv_bfloat16(double f) : __x(ccsim::f2bf_bits((float)f)) {}
-    __nv_bfloat16(int i) : __x(ccsim::f2bf_bits((float)i)) {}
-    operator float() const { return ccsim::bf2f_bits(__x); }
-};
-typedef __half half;
-typedef __nv_bfloat16 nv_bfloat16;
-struct alignas(4) __half2 { __half x, y; };
-struct alignas(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
-typedef __half2 half2;
-
-#define CCSIM_HOPS(H) \
-    static inline H operator+(H a, H b) { return H((float)a + (float)b); } \
-    static inline H operator-(H a, H b) { return H((float)a - (float)b); } \
-    static inline H operator*(H a, H b) { return H((float)a * (float)b); } \
-    static inline H operator/(H a, H b) { return H((float)a / (float)b); } \
-    static inline H operator-(H a) { return H(-(float)a); } \
-    static inline H& operator+=(H& a, H b) { a = a + b; return a; } \
-    static inline H& operator-=(H& a, H b) { a = a - b; return a; } \
-    static inline H& operator*=(H& a, H b) { a = a * b; return a; } \
-    static inline H& operator/=(H& a, H b) { a = a / b; return a; } \
-    static inline bool operator<(H a, H b) { return (float)a < (float)b; } \
-    static inline bool operator>(H a, H b) { return (float)a > (float)b; } \
-    static inline bool operator<=(H a, H b) { return (float)a <= (float)b; } \
-    static inline bool operator>=(H a, H b) { return (float)a >= (float)b; } \
-    static inline bool operator==(H a, H b) { return (float)a == (float)b; } \
-    static inline bool operator!=(H a, H b) { return (float)a != (float)b; }
-CCSIM_HOPS(__half)
-CCSIM_HOPS(__nv_bfloat16)
-
-static inline __half __float2half(float f) { return __half(f); }
-static inline __half __float2half_rn(float f) { return __half(f); }
-static inline float __half2float(__half h) { return (float)h; }
-static inline __half __int2half_rn(int i) { return __half((float)i); }
-static inline int __half2int_rn(__half h) { return (int)std::nearbyint((float)h); }
-static inline __half __hadd(__half a, __half b) { return a + b; }
-static inline __half __hsub(__half a, __half b) { return a - b; }
-static inline __half __hmul(__half a, __half b) { return a * b; }
-static inline __half __hdiv(__half a, __half b) { return a / b; }
-static inline __half __hneg(__half a) { return -a; }
-static inline __half __hfma(__half a, __half b, __half c) { return __half((float)a * (float)b + (float)c); }
-static inline __half __hmax(__half a, __half b) { return (float)a > (float)b ? a : b; }
-static inline __half __hmin(__half a, __half b) { return (float)a < (float)b ? a : b; }
-static inline bool __hgt(__half a, __half b) { return a > b; }
-static inline bool __hlt(__half a, __half b) { return a < b; }
-static inline bool __hisnan(__half a) { return std::isnan((float)a); }
-static inline __half hexp(__half a) { return __half(std::exp((float)a)); }
-static inline __half hsqrt(__half a) { return __half(std::sqrt((float)a)); }
-static inline __half2 __floats2half2_rn(float a, float b) { __half2 r; r.x = __half(a); r.y = __half(b); return r; }
-static inline __half2 __float2half2_rn(float a) { return __floats2half2_rn(a, a); }
-static inline __half2 __halves2half2(__half a, __half b) { __half2 r; r.x = a; r.y = b; return r; }
-static inline float2 __half22float2(__half2 h) { return make_float2((float)h.x, (float)h.y); }
-static inline float __low2float(__half2 h) { return (float)h.x; }
-static inline float __high2float(__half2 h) { return (float)h.y; }
-static inline __half __low2half(__half2 h) { return h.x; }
-static inline __half __high2half(__half2 h) { return h.y; }
-static inline __half2 __hadd2(__half2 a, __half2 b) { return __halves2half2(a.x + b.x, a.y + b.y); }
-static inline __half2 __hmul2(__half2 a, __half2 b) { return __halves2half2(a.x * b.x, a.y * b.y); }
-static inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) { return __halves2half2(__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)); }
-static inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
-static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
-static inline float __bfloat162float(__nv_bfloat16 b) { return (float)b; }
+#include "ccsim_fp16.h"
 
 // ---------------------------------------------------------------------------------------------------
 // Math
@@ -473,6 +366,7 @@ static inline T reduce(const thread_block_tile<N>& g, T v, Op op, const char* f 
     return v;
 }
 }  // namespace cooperative_groups
+#include "ccsim_cg.h"  // coalesced_group, cg::reduce on it, <cooperative_groups/scan.h>
 
 // ---------------------------------------------------------------------------------------------------
 // Host API
@@ -502,6 +396,7 @@ struct cudaDeviceProp {
     int maxThreadsPerBlock; int maxThreadsDim[3]; int maxGridSize[3]; int multiProcessorCount;
     int major; int minor; int clockRate; int memoryClockRate; int memoryBusWidth; size_t sharedMemPerMultiprocessor;
     int maxThreadsPerMultiProcessor; size_t totalConstMem; int l2CacheSize;
+    size_t sharedMemPerBlockOptin; int regsPerMultiprocessor; int maxBlocksPerMultiProcessor;  // (ccsim_host_api.h)
 };
 #define cudaStreamDefault 0
 #define cudaStreamNonBlocking 1
@@ -612,5 +507,8 @@ static inline cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size
 #define C10_CUDA_KERNEL_LAUNCH_CHECK() ::ccsim::launch_check()
 #define C10_CUDA_CHECK(e) do { (void)(e); ::ccsim::launch_check(); } while (0)
 #define AT_CUDA_CHECK(e) C10_CUDA_CHECK(e)
+
+#include "ccsim_host_api.h"  // cudaMemcpy2D, cudaMemGetInfo, the modelled GPU, clock64
+#include "ccsim_cublas.h"    // the cuBLAS subset (<cublas_v2.h>)
 
 #endif  // CCSIM_H
