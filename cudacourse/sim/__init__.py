@@ -57,7 +57,8 @@ def _gxx_version() -> str:
 
 
 def _runtime_text() -> str:
-    return "".join((RUNTIME_DIR / n).read_text() for n in ("ccsim.h", "ccsim_rt.cpp", "ccsim_torch.h"))
+    # every header of the runtime (fp16, cooperative groups, host API, cuBLAS, torch stand-ins) and the runtime
+    return "".join(p.read_text() for p in [*sorted(RUNTIME_DIR.glob("*.h")), RUNTIME_DIR / "ccsim_rt.cpp"])
 
 
 def runtime_object() -> Path:

@@ -96,8 +96,6 @@ def test_reduce_and_scan_on_tiles(order, checked):
         lib.close()
 
 
-@pytest.mark.xfail(strict=True, reason="needs sim-core item 8 (exact __activemask): coalesced_threads() takes "
-                   "its members from __activemask(), which today also names lanes that skip the branch")
 @pytest.mark.parametrize("order", ["forward", "reverse", "shuffle:5"])
 def test_reduce_and_scan_on_a_coalesced_group(order):
     lib = build(SRC, "cg_api.cu", order=order)

@@ -150,8 +150,6 @@ def test_mem_info_events_and_clocks(lib):
     assert out[4] == 0 and out[5] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="needs runtime change: cudaGetDeviceProperties in ccsim_rt.cpp must call "
-                   "ccsim::h100_properties(p) (see the sim-api report)")
 def test_device_properties_are_the_h100s(lib):
     out = torch.zeros(16, dtype=torch.int64)
     name = torch.zeros(32, dtype=torch.uint8)

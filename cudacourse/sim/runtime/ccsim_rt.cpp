@@ -1692,13 +1692,7 @@ API cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 API cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 API cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 API cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
-    std::memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "cudacourse CPU simulator");
-    p->totalGlobalMem = 8ull << 30; p->sharedMemPerBlock = STATIC_LIMIT; p->regsPerBlock = 65536; p->warpSize = 32;
-    p->maxThreadsPerBlock = 1024; p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
-    p->maxGridSize[0] = 2147483647; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
-    p->multiProcessorCount = g_nworkers ? g_nworkers : 1; p->major = 8; p->minor = 0; p->clockRate = 1000000;
-    p->sharedMemPerMultiprocessor = 100 * 1024; p->maxThreadsPerMultiProcessor = 2048; p->totalConstMem = 65536;
+    ccsim::h100_properties(p);  // the modelled GPU's numbers (ccsim_host_api.h cites each)
     return cudaSuccess;
 }
 

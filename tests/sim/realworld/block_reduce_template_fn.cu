@@ -5,7 +5,6 @@
 // Versions:
 //   kernel1: mean and max of each row through block_reduce<SumOp> then block_reduce<MaxOp>, no barrier between
 // Run: pytest tests/sim/test_realworld.py -k block_reduce_template_fn (simulator), tests/test_parity.py (GPU)
-// NEEDS: sim-core item 1 checked (__shared__ inside a function template is one array per instantiation)
 #include <cuda_runtime.h>
 #include <cfloat>
 #include "common.h"

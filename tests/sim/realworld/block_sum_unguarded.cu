@@ -5,7 +5,6 @@
 // Versions:
 //   kernel1: butterfly, unguarded `shared[warp] = v;`, then warp 0 sums the warp totals
 // Run: pytest tests/sim/test_realworld.py -k block_sum_unguarded (simulator), tests/test_parity.py (GPU)
-// NEEDS: sim-core item 2 checked (identical stores from every lane of a warp are not a race)
 #include <cuda_runtime.h>
 #include "common.h"
 

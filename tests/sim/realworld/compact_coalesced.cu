@@ -7,7 +7,6 @@
 // Versions:
 //   kernel1: coalesced_threads + cg::exclusive_scan + leader atomicAdd + shfl of the base
 // Run: pytest tests/sim/test_realworld.py -k compact_coalesced (simulator), tests/test_parity.py (GPU)
-// NEEDS: sim-core item 8 (exact __activemask: coalesced_threads() names exactly the lanes in the branch)
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>
 #include <cooperative_groups/scan.h>

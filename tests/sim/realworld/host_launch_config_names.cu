@@ -4,7 +4,6 @@
 // Versions:
 //   kernel1: y = 2 * x + 1 over a 2-D grid of 1-D blocks
 // Run: pytest tests/sim/test_realworld.py -k host_launch_config_names (simulator), tests/test_parity.py (GPU)
-// NEEDS: sim-core item 4 (host locals named blockDim/gridDim)
 #include <cuda_runtime.h>
 #include "common.h"
 

@@ -4,7 +4,6 @@
 // Versions:
 //   kernel1: out = inp @ weight^T (+ bias if bias != NULL), one thread per output element
 // Run: pytest tests/sim/test_realworld.py -k optional_bias_null (simulator), tests/test_parity.py (GPU)
-// NEEDS: sim-core item 4 (NULL passes as a kernel pointer argument)
 #include <cuda_runtime.h>
 #include <cstddef>
 #include "common.h"

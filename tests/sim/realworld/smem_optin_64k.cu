@@ -5,7 +5,6 @@
 // Versions:
 //   kernel1: each block copies 16384 floats into shared memory, then writes them reversed
 // Run: pytest tests/sim/test_realworld.py -k smem_optin_64k (simulator), tests/test_parity.py (GPU)
-// NEEDS: sim-core item 3 (dynamic shared memory above 48 KB through cudaFuncSetAttribute)
 #include <cuda_runtime.h>
 #include "common.h"
 
