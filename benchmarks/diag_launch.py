@@ -5,6 +5,7 @@ import torch
 
 import cudacourse as cc
 from cudacourse import bench
+from cudacourse.loader import no_sync
 
 m = cc.lesson("01_relu", impl="solution", backend="cuda")
 n = 1 << 28
@@ -16,14 +17,17 @@ torch.cuda.synchronize()
 print("event ms (flush):", bench.time_kernel(f))
 print("event ms (no flush):", bench.time_kernel(f, flush=False))
 print("torch.relu ms:", bench.time_kernel(lambda: torch.relu(x, out=y) if False else torch.relu_(y)))
-from cudacourse.loader import no_sync
 with no_sync():
-    torch.cuda.synchronize(); t = time.perf_counter()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
     for _ in range(20):
         f()
-    t1 = time.perf_counter(); torch.cuda.synchronize(); t2 = time.perf_counter()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
 print(f"host per call {1e3*(t1-t)/20:.3f} ms, total incl sync per call {1e3*(t2-t)/20:.3f} ms")
-with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+with torch.profiler.profile(activities=activities) as prof:
     with no_sync():
         for _ in range(5):
             f()

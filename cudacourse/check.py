@@ -8,7 +8,6 @@ what to do.
 from __future__ import annotations
 
 import math
-import os
 import random
 import zlib
 from collections.abc import Iterator, Sequence
@@ -35,8 +34,10 @@ def base_seed() -> int:
     """The run's base seed: ``$CUDA_COURSE_SEED`` if set (the grader sets a fresh one), else random once."""
     global _BASE_SEED
     if _BASE_SEED is None:
-        env = os.environ.get("CUDA_COURSE_SEED")
-        _BASE_SEED = int(env) if env else random.SystemRandom().randrange(1 << 31)
+        from cudacourse.settings import current
+
+        seed = current().seed
+        _BASE_SEED = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
     return _BASE_SEED
 
 

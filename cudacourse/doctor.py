@@ -136,23 +136,14 @@ def diagnose() -> Report:
         r.facts.append(("backend", f"{b} ({why})"))
     except (RuntimeError, ValueError) as e:
         r.problems.append((str(e), "unset CUDA_COURSE_BACKEND  (or set it to auto, cuda or sim)"))
-    stale = buildcache.stale_locks()
     r.facts.append(("build folder", str(buildcache.build_root())))
-    for lock in stale:
-        r.problems.append((f"stale build lock {lock} (an interrupted build); the next build removes it itself",
-                           "python -m cudacourse doctor --fix"))
     return r
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the report; ``--fix`` removes stale locks. Exit 0 when the course can run."""
+    """Print the report. Exit 0 when the course can run."""
     ap = argparse.ArgumentParser(prog="python -m cudacourse doctor", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fix", action="store_true", help="remove stale build locks")
-    args = ap.parse_args(argv)
-    if args.fix:
-        for lock in buildcache.stale_locks():
-            lock.unlink(missing_ok=True)
-            print(f"removed {lock}")
+    ap.parse_args(argv)
     r = diagnose()
     width = max(len(k) for k, _ in r.facts)
     for k, v in r.facts:

@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cudacourse import buildcache
-from cudacourse.errors import CompileError, KernelError, KernelTimeout, LaunchError
+from cudacourse import buildcache, settings
+from cudacourse.course import course as course_model
+from cudacourse.errors import CompileError, CourseError, KernelError, KernelTimeout, LaunchError
 from cudacourse.source import (
     SCALAR_CTYPES,
     VECTOR_WIDTH,
@@ -45,7 +46,7 @@ from cudacourse.source import (
     uses_torch,
 )
 
-BACKENDS = ("auto", "cuda", "sim")
+BACKENDS = settings.BACKENDS
 _NO_SYNC: contextvars.ContextVar[bool] = contextvars.ContextVar("cudacourse_no_sync", default=False)
 
 
@@ -88,10 +89,7 @@ def backend_name(requested: str = "auto") -> str:
     if requested not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {requested!r}")
     if requested == "auto":
-        env = os.environ.get("CUDA_COURSE_BACKEND", "auto").strip().lower() or "auto"
-        if env not in BACKENDS:
-            raise ValueError(f"CUDA_COURSE_BACKEND must be one of {BACKENDS}, got {env!r}")
-        requested = env
+        requested = settings.current().backend
     if requested == "auto":
         return "cuda" if gpu_usable() and nvcc_path() else "sim"
     if requested == "cuda" and not gpu_usable():
@@ -454,20 +452,21 @@ def load(source: str | os.PathLike, functions: list[str] | str | None = None, *,
 def lesson_dir(name: str, impl: str | None = None) -> Path:
     """Folder whose kernel files ``lesson(name)`` loads.
 
-    ``CUDA_COURSE_SUBMISSION=DIR`` (set by the grader) wins: DIR/lessons/NAME. Otherwise ``impl``
-    (default ``$CUDA_COURSE_IMPL``, else ``student``) picks ``lessons/`` or ``solutions/``.
+    The lesson must be declared in the course model (``lessons/NAME/lesson.toml``). A submission being
+    graded (settings ``submission``, set by the grader) wins: DIR/lessons/NAME. Otherwise ``impl``
+    (default: the settings' impl, ``student`` unless changed) picks ``lessons/`` or ``solutions/``.
     """
-    sub = os.environ.get("CUDA_COURSE_SUBMISSION")
-    if sub:
-        return Path(sub) / "lessons" / name
-    impl = impl or os.environ.get("CUDA_COURSE_IMPL", "student")
-    if impl not in ("student", "solution"):
+    st = settings.current()
+    try:
+        info = course_model(st.root).lesson(name)
+    except CourseError as e:
+        raise ValueError(str(e)) from None
+    if st.submission is not None:
+        return st.submission / "lessons" / info.id
+    impl = impl or st.impl
+    if impl not in settings.IMPLS:
         raise ValueError(f"impl must be 'student' or 'solution', got {impl!r}")
-    d = REPO_ROOT / ("solutions" if impl == "solution" else "lessons") / name
-    if not d.is_dir():
-        known = sorted(p.name for p in (REPO_ROOT / "lessons").iterdir() if p.is_dir())
-        raise ValueError(f"no lesson '{name}' (lessons: {', '.join(known)})")
-    return d
+    return course_model(st.root).kernel_dir(info.id, impl)
 
 
 class Lesson:
@@ -490,8 +489,9 @@ class Lesson:
         self._names: dict[Path, tuple[tuple[int, int] | None, list[str]]] = {}
 
     def files(self) -> list[Path]:
-        """The lesson's kernel files."""
-        return sorted(self.dir.glob("*.cu"))
+        """The lesson's kernel files (``files`` and ``torch_files`` of its lesson.toml) that exist."""
+        info = course_model(settings.current().root).lesson(self.name)
+        return [self.dir / f for f in info.kernel_files if (self.dir / f).is_file()]
 
     def _index(self) -> dict[str, Path]:
         idx: dict[str, Path] = {}

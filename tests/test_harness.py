@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -105,7 +104,7 @@ def test_vector_parameters_need_width_and_alignment():
 
 def test_backend_env_is_validated(monkeypatch):
     monkeypatch.setenv("CUDA_COURSE_BACKEND", "gpu")
-    with pytest.raises(ValueError, match="CUDA_COURSE_BACKEND must be one of"):
+    with pytest.raises(ValueError, match="CUDA_COURSE_BACKEND or --backend"):
         cc.backend_name()
     monkeypatch.setenv("CUDA_COURSE_BACKEND", "sim")
     assert cc.backend_name() == "sim"
@@ -116,22 +115,19 @@ def test_backend_env_is_validated(monkeypatch):
 # ----------------------------------------------------------------------------------------------------
 
 
-def test_build_cache_recovers_from_a_stale_lock(tmp_path, monkeypatch):
+def test_build_cache_survives_a_killed_build(tmp_path, monkeypatch):
+    """A build whose process died mid-build (lock taken, no DONE marker) blocks nothing: the OS dropped its lock."""
     monkeypatch.setenv("CUDA_COURSE_BUILD", str(tmp_path))
     key = buildcache.content_key("x")
+    code = ("import os, sys, filelock; l = filelock.FileLock(sys.argv[1]); l.acquire(); "
+            "os.makedirs(sys.argv[2]); os._exit(0)")
     (tmp_path / "k").mkdir()
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    import socket
-
-    (tmp_path / "k" / f"{key}.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid}))
-    assert buildcache.stale_locks(tmp_path)
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "k" / f"{key}.lock"), str(tmp_path / "k" / key)],
+                   check=True)
     calls = []
-    with pytest.warns(UserWarning, match="stale build lock"):
-        d = buildcache.cached("k", key, lambda p: (calls.append(p), (p / "out").write_text("ok")))
-    assert (d / "out").read_text() == "ok" and len(calls) == 1
+    d = buildcache.cached("k", key, lambda p: (calls.append(p), (p / "out").write_text("ok")), wait_s=60)
+    assert (d / "out").read_text() == "ok" and len(calls) == 1  # the half-built folder was not reused
     assert buildcache.cached("k", key, lambda p: calls.append(p)) == d and len(calls) == 1  # cached
-    assert not (tmp_path / "k" / f"{key}.lock").exists()
 
 
 def test_failed_build_leaves_nothing(tmp_path, monkeypatch):
@@ -278,6 +274,8 @@ def test_lesson_rebuilds_after_an_edit(tmp_path, monkeypatch):
     body = "__global__ void k(float* y, int n) {{ int i = threadIdx.x; if (i < n) y[i] = {v}; }}\n" \
            "void fill(float* y, int n) {{ k<<<1, 64>>>(y, n); }}\n"
     src.write_text(body.format(v="1.0f"))
+    (les / "lesson.toml").write_text('[lesson]\ntitle = "t"\nwrite = "w"\nlearn = "l"\nfiles = ["k.cu"]\n')
+    monkeypatch.setenv("CUDA_COURSE_ROOT", str(tmp_path))  # a toy course: any root works
     monkeypatch.setenv("CUDA_COURSE_SUBMISSION", str(tmp_path))
     m = cc.lesson("99_edit", backend="sim")
     y = check.poisoned(10)
