@@ -47,7 +47,8 @@ def cached(kind: str, key: str, build: Callable[[Path], None], *, wait_s: float 
     """Return the build folder for ``(kind, key)``, running ``build(folder)`` first if it is not complete.
 
     ``build`` writes its outputs into the folder it is given. A build that raises leaves nothing behind;
-    a complete build is marked so that a half-written folder is never reused.
+    a complete build is marked so that a half-written folder is never reused. The lock file itself stays
+    (unlocked): deleting it would race with a process already waiting on it.
     """
     d = build_root() / kind / key
     if (d / _DONE).exists():

@@ -17,9 +17,10 @@ Environment variables only carry them across a process boundary (a notebook kern
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,3 +101,14 @@ def configure(**changes: object) -> Settings:
             _OVERRIDES[k] = v
     s = current()  # validates
     return s
+
+
+@contextlib.contextmanager
+def using(**changes: object) -> Iterator[Settings]:
+    """Within the block, run with some settings changed (``with using(root=tmp): ...``); restored after."""
+    saved = dict(_OVERRIDES)
+    try:
+        yield configure(**changes)
+    finally:
+        _OVERRIDES.clear()
+        _OVERRIDES.update(saved)
