@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cudacourse.course import course
+from cudacourse.course import Course, course
 from cudacourse.grading import cli
 from cudacourse.grading.results import TestRecord, fold_tasks
 from cudacourse.grading.screens import screen_kernel_file, screen_python_file
@@ -536,3 +537,117 @@ def test_capstone_is_graded_with_the_other_lessons_staged(tmp_path: Path) -> Non
     rep = json.loads(out.read_text())
     status = {t["id"]: t["status"] for t in rep["tasks"]}
     assert status["4.9"] == "pass", [t["message"] for t in rep["tasks"] if t["id"] == "4.9"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Adding a lesson is adding one folder (and its test file): a toy lesson picked up with no other edit
+# ----------------------------------------------------------------------------------------------------
+
+TOY_LESSON = """
+[lesson]
+title = "Toy: doubling"
+write = "a doubling kernel"
+learn = "nothing new"
+files = ["toy.cu"]
+
+[[task]]
+id = "5.1"
+title = "double_it: y = 2x"
+points = 2
+
+[[task]]
+id = "5.2"
+title = "speed: double_it against the copy bandwidth"
+points = 1
+gpu = true
+target = 0.5
+target_of = "copy"
+"""
+
+TOY_SOLUTION = """// toy.cu: a toy lesson for the course's own tests.
+#include <cuda_runtime.h>
+
+__global__ void double_kernel(const float* x, float* y, int n) {
+    // TODO(task 5.1): y[i] = 2 * x[i] for every i < n (~2 lines)
+    // BEGIN SOLUTION
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+    // END SOLUTION
+}
+
+void double_it(const float* x, float* y, int n) { double_kernel<<<(n + 127) / 128, 128>>>(x, y, n); }
+"""
+
+TOY_TESTS = '''
+import pytest
+
+import cudacourse as cc
+from cudacourse import check
+
+
+@pytest.mark.task("5.1")
+@pytest.mark.parametrize("n", [1, 33, 1000])
+def test_double(n):
+    m = cc.lesson("05_toy")
+    x = check.randn((n,), check.rng(f"toy-{n}"), m.device)
+    y = check.poisoned(n, device=m.device)
+    m.double_it(x, y, n)
+    check.assert_close(y, 2 * x, name="y", task="5.1")
+
+
+@pytest.mark.task("5.2")
+def test_speed():
+    """Speed (GPU only: the model says so)."""
+'''
+
+TOY_BENCH = '''
+from cudacourse.bench import Case
+
+
+def cases(m, quick=False):
+    return [Case("double", "double_it", lambda: None, bytes=8, task="5.2")]
+'''
+
+
+def test_a_new_lesson_is_one_folder(tmp_path: Path) -> None:
+    """A toy lesson 05 (lesson.toml, a solution, its test file, a bench.py) in a fresh course tree is picked up by
+    stubs, the pytest plugin, grade, bench and the templates with no other edit."""
+    from cudacourse import bench, stubs, templates
+
+    root = tmp_path / "course"
+    (root / "tests").mkdir(parents=True)
+    (root / "cudacourse").symlink_to(ROOT / "cudacourse")
+    (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts = \"--strict-markers\"\n")
+    shutil.copy2(ROOT / "tests" / "conftest.py", root / "tests" / "conftest.py")
+    _toy_lesson(root, "05_toy", TOY_LESSON)
+    (root / "lessons" / "05_toy" / "bench.py").write_text(TOY_BENCH)
+    (root / "solutions" / "05_toy").mkdir(parents=True)
+    (root / "solutions" / "05_toy" / "toy.cu").write_text(TOY_SOLUTION)
+    (root / "tests" / "test_05_toy.py").write_text(TOY_TESTS)
+    toy = Course(root)
+    # stubs: the stub is derived, then nothing has drifted
+    assert stubs.drifted(root) == [root / "lessons" / "05_toy" / "toy.cu"]
+    stubs.write_all(root)
+    assert stubs.drifted(root) == [] and "BEGIN SOLUTION" not in (root / "lessons" / "05_toy" / "toy.cu").read_text()
+    # bench: the lesson's cases are found, the task's target comes from lesson.toml
+    assert bench.lessons_with_cases(toy) == ["05_toy"]
+    (case,) = bench.load_cases("05_toy", toy)(object())
+    assert case.task == "5.2" and toy.task("05_toy", "5.2").target == 0.5
+    # templates: one Classroom step for the CPU-gradable task
+    text = templates.render(toy)["classroom.yml"]
+    assert "--cc-task 5.1" in text and "--cc-task 5.2" not in text and "max-score: 2" in text
+    # the plugin: points and GPU-only from the model
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_COURSE_")}
+    env.update({"CUDA_COURSE_BACKEND": "sim", "PYTHONPATH": str(root)})
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_05_toy.py", "--impl=solution", "-q",
+                           "-p", "no:cacheprovider", "-p", "no:xdist"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=900)
+    rows = {ln.split()[0]: ln.split() for ln in proc.stdout.splitlines() if ln[:2] == "5."}
+    assert rows["5.1"][-3:] == ["2", "2", "pass"] and rows["5.2"][-3:] == ["1", "0", "not-graded"], proc.stdout
+    # grade: the solution earns the task, the stub does not
+    out = tmp_path / "g.json"
+    for impl, want in (("solution", "pass"), ("student", "fail")):
+        assert cli.main(["--course", str(root), "--impl", impl, "--backend", "sim", "--json", str(out), "-q"]) == 0
+        rep = json.loads(out.read_text())
+        assert {t["id"]: t["status"] for t in rep["tasks"]} == {"5.1": want, "5.2": "not-graded"}, rep
+        assert (rep["possible"], rep["not_graded"]) == (3, 1)
