@@ -173,16 +173,6 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
     raise AssertionError("\n".join(lines))
 
 
-def assert_written(t: torch.Tensor, name: str = "output") -> None:
-    """Assert no poison is left in ``t``."""
-    flat = t.detach().cpu().flatten()
-    poison = flat.isnan() if t.dtype.is_floating_point else flat == INT_POISON
-    if bool(poison.any()):
-        idx = poison.nonzero().flatten()
-        raise AssertionError(f"{name}: {idx.numel()} of {flat.numel()} elements were never written, first at "
-                             f"flat index {idx[0].item()}")
-
-
 # Poisoned floats placed after an output by ``guarded``: a write past the end of the output lands there.
 GUARD = 64
 

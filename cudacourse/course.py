@@ -105,11 +105,6 @@ class LessonInfo:
         return self.files + self.torch_files + self.python_files
 
     @property
-    def staged_files(self) -> tuple[str, ...]:
-        """Every file the grader copies from a submission (exercise files and support files)."""
-        return self.exercise_files + self.support_files
-
-    @property
     def test_file(self) -> str:
         """The graded test file's name in ``tests/``: ``test_01_relu.py``."""
         return f"test_{self.id}.py"
@@ -235,14 +230,6 @@ class Course:
     def task(self, lesson: str, task_id: str) -> Task:
         """The declared task ``task_id`` of ``lesson``."""
         return self.lesson(lesson).task(task_id)
-
-    def find_task(self, task_id: str) -> Task:
-        """The task ``task_id`` of whichever lesson declares it."""
-        for les in self:
-            for t in les.tasks:
-                if t.id == task_id:
-                    return t
-        raise KeyError(f"no lesson declares task {task_id!r}")
 
     def kernel_dir(self, lesson: str, impl: str) -> Path:
         """Where this checkout keeps ``lesson``'s files for ``impl`` (``student``: lessons/, else solutions/)."""

@@ -25,7 +25,6 @@ import ctypes
 import functools
 import numbers
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -34,7 +33,7 @@ from typing import Any
 
 from cudacourse import buildcache, settings
 from cudacourse.course import course as course_model
-from cudacourse.errors import CompileError, CourseError, KernelError, KernelTimeout, LaunchError
+from cudacourse.errors import CourseError, KernelError, KernelTimeout, LaunchError, compile_error
 from cudacourse.source import (
     SCALAR_CTYPES,
     VECTOR_WIDTH,
@@ -197,21 +196,6 @@ def _cuda_trampolines(launchers: list[Launcher]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _compile_error_from(output: str, path: str) -> CompileError:
-    """Turn nvcc/g++ output into a CompileError at the learner's first error line."""
-    name = os.path.basename(path)
-    pat = re.compile(r"^(.*?)[(:](\d+)[):]?.*?error", re.M)
-    line = None
-    lines = [ln for ln in output.splitlines() if "error" in ln.lower() or ln.strip().startswith("^")]
-    for m in pat.finditer(output):
-        if os.path.basename(m.group(1).strip()) == name or m.group(1).endswith("cuda.cu"):
-            line = int(m.group(2))
-            break
-    msg = f"{name} does not compile" + (f" (first error at line {line})" if line else "") + ":\n"
-    msg += "\n".join(lines[:12]) or output[-2000:]
-    return CompileError(msg, file=path, line=line, compiler_output=output)
-
-
 def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
     """Compile a kernel-only file for the GPU; return the shared library."""
     from torch.utils import cpp_extension
@@ -233,7 +217,7 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
             log = str(e)
             for f in d.glob("*.log"):
                 log += f.read_text(errors="replace")
-            raise _compile_error_from(log, path) from None
+            raise compile_error(log, path) from None
         (d / "library").write_text(f"{name}.so")
 
     d = buildcache.cached("cuda", key, build)
@@ -247,7 +231,7 @@ def _nvcc_shared(text: str, out: Path) -> None:
            str(src), "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
-        raise _compile_error_from(r.stdout + r.stderr, str(src))
+        raise compile_error(r.stdout + r.stderr, str(src))
 
 
 class _CudaLibrary:
@@ -399,18 +383,38 @@ def _torch_declarations(source: str, functions: list[str]) -> str:
 
 
 def _build_torch_cuda(source: str, path: str, functions: list[str]) -> Any:
+    """Build a torch-route file with ``load_inline`` through the course's build cache; return the module.
+
+    The same cache as every other build (content key, lock, ``DONE`` marker): an interrupted build is
+    never reused, and a second process waits for the first instead of building again.
+    """
+    import importlib.machinery
+    import importlib.util
+
     from torch.utils import cpp_extension
 
-    key = buildcache.content_key("torch-cuda-v1", source, ",".join(functions))
-    d = buildcache.build_root() / "torch-cuda" / key
-    d.mkdir(parents=True, exist_ok=True)
-    try:
-        return cpp_extension.load_inline(
-            name=f"cc_torch_{key}", cpp_sources=[_torch_declarations(source, functions)],
-            cuda_sources=[f'#line 1 "{path}"\n' + source], functions=functions, build_directory=str(d),
-            extra_cuda_cflags=["-O3"], verbose=False)
-    except RuntimeError as e:
-        raise _compile_error_from(str(e), path) from None
+    key = buildcache.content_key("torch-cuda-v2", source, ",".join(functions))
+    name = f"cc_torch_{key}"
+
+    built: dict[str, Any] = {}
+
+    def build(d: Path) -> None:
+        try:
+            built["module"] = cpp_extension.load_inline(
+                name=name, cpp_sources=[_torch_declarations(source, functions)],
+                cuda_sources=[f'#line 1 "{path}"\n' + source], functions=functions, build_directory=str(d),
+                extra_cuda_cflags=["-O3"], verbose=False)
+        except RuntimeError as e:
+            raise compile_error(str(e), path) from None
+
+    so = buildcache.cached("torch-cuda", key, build) / f"{name}.so"
+    if "module" in built:  # built (and imported) by this call
+        return built["module"]
+    loader = importlib.machinery.ExtensionFileLoader(name, str(so))
+    spec = importlib.util.spec_from_file_location(name, str(so), loader=loader)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    loader.exec_module(mod)
+    return mod
 
 
 def exposed_functions(text: str) -> list[str]:
