@@ -127,10 +127,12 @@ def diagnose() -> Report:
                                "unset TORCH_CUDA_ARCH_LIST, or give compute capabilities: export "
                                "TORCH_CUDA_ARCH_LIST=\"9.0\"   (H100: 9.0, A100: 8.0, RTX 4090: 8.9, RTX 5090: 12.0)"))
     from cudacourse.loader import backend_name
+    from cudacourse.settings import current
 
     try:
         b = backend_name()
-        why = ("CUDA_COURSE_BACKEND=" + os.environ["CUDA_COURSE_BACKEND"]) if os.environ.get("CUDA_COURSE_BACKEND") \
+        chosen = current().backend
+        why = f"CUDA_COURSE_BACKEND={chosen}" if chosen != "auto" \
             else ("a GPU and nvcc are usable" if b == "cuda" else
                   "no usable GPU" + ("" if gpu else "") + (" and nvcc" if gpu and not nv else ""))
         r.facts.append(("backend", f"{b} ({why})"))

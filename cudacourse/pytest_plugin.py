@@ -3,12 +3,14 @@
 Loaded by ``tests/conftest.py`` (``pytest_plugins = ["cudacourse.pytest_plugin"]``) or with
 ``-p cudacourse.pytest_plugin``. It adds:
 
-- ``--impl=student|solution`` (default ``$CUDA_COURSE_IMPL``, else ``student``): which copy of the
-  kernels ``cc.lesson`` loads (``lessons/`` or ``solutions/``); exported as ``CUDA_COURSE_IMPL``.
-- ``--backend=auto|cuda|sim``: exported as ``CUDA_COURSE_BACKEND`` (``auto`` leaves it alone).
-- ``--submission DIR``: exported as ``CUDA_COURSE_SUBMISSION``; ``cc.lesson`` then loads the kernel
-  files from ``DIR/lessons/NN_topic/``.
-- ``--seed N``: exported as ``CUDA_COURSE_SEED`` (``check.rng`` derives every input from it).
+- ``--impl=student|solution`` (default: the settings, ``$CUDA_COURSE_IMPL``, else ``student``): which copy
+  of the kernels ``cc.lesson`` loads (``lessons/`` or ``solutions/``).
+- ``--backend=auto|cuda|sim``: where kernels run (``auto`` leaves the setting alone).
+- ``--submission DIR``: ``cc.lesson`` then loads the kernel files from ``DIR/lessons/NN_topic/``.
+- ``--seed N``: the base seed of every random input (``check.rng`` derives them from it).
+
+These become this process's settings (``cudacourse.settings.configure``) and are exported as
+``CUDA_COURSE_*`` variables for the processes the tests start.
 - the markers ``task(id)`` and ``gpu``. A ``task`` marker must name a task declared in the lesson's
   ``lessons/NN_topic/lesson.toml`` (or, for hidden tests, in a ``tasks.toml`` beside the test file), else
   collection stops with an error that says so. Points, titles and GPU-only flags come from that model;
