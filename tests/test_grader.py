@@ -492,19 +492,25 @@ def test_corpus(tmp_path: Path) -> None:
 
 
 def test_templates_are_valid() -> None:
-    for name in ("github-actions-grade.yml", "github-actions-grade-gpu.yml"):
+    for name in ("github-actions-grade.yml", "github-actions-grade-gpu.yml", "classroom.yml"):
         text = (ROOT / "templates" / name).read_text()
-        assert "\t" not in text and "python -m cudacourse grade" in text and "runs-on:" in text, name
+        assert "\t" not in text and "runs-on:" in text, name
         try:
             import yaml
         except ImportError:  # PyYAML is not a course dependency; the text checks above still ran
             continue
         doc = yaml.safe_load(text)
-        steps = [s.get("run", "") for job in doc["jobs"].values() for s in job["steps"]]
-        assert any("cudacourse grade" in s for s in steps), name
-    cls = json.loads((ROOT / "templates" / "classroom-autograding.json").read_text())
-    tests = cls["tests"]
-    assert tests and all({"name", "run", "points"} <= set(t) for t in tests)
+        steps = [s for job in doc["jobs"].values() for s in job["steps"]]
+        if name == "classroom.yml":
+            uses = "classroom-resources/autograding-"
+            graders = [s for s in steps if s.get("uses", "").startswith(uses + "command-grader")]
+            reporter = next(s for s in steps if s.get("uses", "").startswith(uses + "grading-reporter"))
+            ids = [s["id"] for s in graders]
+            assert reporter["with"]["runners"].split(",") == ids
+            assert set(reporter["env"]) == {f"{i.upper()}_RESULTS" for i in ids}
+            assert sum(s["with"]["max-score"] for s in graders) == sum(t.points for t in course().tasks() if not t.gpu)
+        else:
+            assert any("cudacourse grade" in s.get("run", "") for s in steps), name
 
 
 # ----------------------------------------------------------------------------------------------------
