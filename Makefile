@@ -1,8 +1,11 @@
 # The few verbs a learner needs. Each one sets up .venv first (once), so nothing else is typed.
 PY := .venv/bin/python
 LESSONS ?=
+ARGS ?=
+# Jupyter refuses to run as root unless told (containers, cloud GPU machines).
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup grade test lab bench doctor stubs clean
+.PHONY: setup grade test lab bench doctor stubs templates clean
 
 setup:
 	@./setup.sh
@@ -12,12 +15,12 @@ grade: setup  ## grade your work in lessons/ on the detected backend (GPU or CPU
 
 test: setup   ## the course's own test suite (what CI runs)
 	@$(PY) -m cudacourse stubs --check
-	@$(PY) -m ruff check cudacourse tests
+	@$(PY) -m ruff check cudacourse tests benchmarks
 	@$(PY) -m pytest tests --impl=solution -q -n 2 --dist loadgroup
 	@CUDA_COURSE_IMPL=solution $(PY) -m pytest --nbval-lax -q -p no:randomly lessons/*/*.ipynb
 
-lab: setup    ## open the notebooks
-	@$(PY) -m jupyter lab lessons/
+lab: setup    ## open the notebooks (extra options: make lab ARGS="--no-browser --port 8899")
+	@$(PY) -m jupyter lab $(ROOT_FLAG) $(ARGS) lessons/
 
 bench: setup  ## time the solutions on a GPU (results/<gpu>/)
 	@$(PY) -m cudacourse bench $(if $(LESSONS),--lessons $(LESSONS))
@@ -27,6 +30,9 @@ doctor: setup
 
 stubs: setup  ## regenerate lessons/ stubs from solutions/
 	@$(PY) -m cudacourse stubs
+
+templates: setup  ## regenerate templates/ (Classroom and CI workflows) from the course model
+	@$(PY) -m cudacourse templates
 
 clean:
 	rm -rf .cudacourse-build .pytest_cache

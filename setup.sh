@@ -12,18 +12,29 @@ STAMP=$VENV/.cudacourse-setup
 want="$(cat pyproject.toml setup.sh | sha256sum | cut -c1-16)"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then exit 0; fi
 
+# step NAME CMD...: say what is installed, run it showing each package pip fetches, then say how long it took.
+step() {
+  local name=$1 t0=$SECONDS
+  shift
+  echo "setup: $name ..."
+  "$@" 2>&1 | { grep -E --line-buffered '^(Collecting|Successfully installed|ERROR|error)' | sed 's/^/setup:   /' || true; }
+  echo "setup: $name: done in $((SECONDS - t0)) s"
+}
+pip_install() { "$VENV/bin/python" -m pip install --progress-bar off "$@"; }
+
 if "$PY" -c "import torch" 2>/dev/null; then
   echo "setup: reusing the torch of $("$PY" -c 'import sys; print(sys.executable)') ($("$PY" -c 'import torch; print(torch.__version__)'))"
-  [ -d "$VENV" ] || "$PY" -m venv --system-site-packages "$VENV"
+  [ -d "$VENV" ] || step "creating $VENV (sees the system site-packages)" "$PY" -m venv --system-site-packages "$VENV"
 else
-  [ -d "$VENV" ] || "$PY" -m venv "$VENV"
+  [ -d "$VENV" ] || step "creating $VENV" "$PY" -m venv "$VENV"
   if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-    echo "setup: installing torch==${TORCH_VERSION:-2.13.0} into $VENV"
-    "$VENV/bin/python" -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION:-2.13.0}"
+    step "installing torch==${TORCH_VERSION:-2.13.0}${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL} (the largest download)" \
+      pip_install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION:-2.13.0}"
   fi
 fi
-echo "setup: installing the course package and its tools into $VENV"
-"$VENV/bin/python" -m pip install -q -e ".[dev,notebooks]"
-"$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 >/dev/null 2>&1 || true
+step "installing the course package (editable) with its dependencies and the [dev,notebooks] tools (pyproject.toml)" \
+  pip_install -e ".[dev,notebooks]"
+step "registering the notebook kernel" "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 || true
+"$VENV/bin/python" -c "import cudacourse, torch" || { echo "setup: the install did not work (see above)"; exit 1; }
 echo "$want" > "$STAMP"
 echo "setup: done ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

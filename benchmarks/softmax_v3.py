@@ -125,19 +125,21 @@ def main() -> int:
         y = torch.full_like(x, math.nan)
         nbytes = 2 * x.numel() * 4
         cands = {
-            "copy": lambda: y.copy_(x),
-            "torch.softmax": lambda: torch.softmax(x, dim=1),
-            "old softmax (two-pass 4.1)": lambda: m.softmax_two_pass(x, y, rows, cols),
-            "new softmax": lambda: m.softmax(x, y, rows, cols),
+            # (default arguments bind this shape's tensors: the lambdas are timed within this iteration)
+            "copy": lambda x=x, y=y: y.copy_(x),
+            "torch.softmax": lambda x=x: torch.softmax(x, dim=1),
+            "old softmax (two-pass 4.1)": lambda x=x, y=y, rows=rows, cols=cols: m.softmax_two_pass(x, y, rows, cols),
+            "new softmax": lambda x=x, y=y, rows=rows, cols=cols: m.softmax(x, y, rows, cols),
         }
         for n_ in ((1, 2, 4, 8) if cols == 4096 else (4, 8)):
             cands[f"v3 N={n_} float4 ({cols // 4 // n_} thr)"] = (
-                lambda n_=n_: m.softmax_v3_cfg(x, y, rows, cols, n_))
+                lambda n_=n_, x=x, y=y, rows=rows, cols=cols: m.softmax_v3_cfg(x, y, rows, cols, n_))
         if cols == 4096:
-            cands["v3 N=16 scalar (256 thr)"] = lambda: m.softmax_v3_cfg(x, y, rows, cols, 16)
+            cands["v3 N=16 scalar (256 thr)"] = (
+                lambda x=x, y=y, rows=rows, cols=cols: m.softmax_v3_cfg(x, y, rows, cols, 16))
         res: dict[str, list[float]] = {k: [] for k in cands}
         spread: dict[str, float] = {}
-        for rep in range(2):
+        for _rep in range(2):
             for k, fn in cands.items():
                 ms, sp = time_stats(fn)
                 res[k].append(ms)

@@ -113,7 +113,8 @@ def main() -> None:
         for n in order:
             base = n.split("#")[0]
             fn = cublas if base == "cuBLAS" else fns[base]
-            res[(n, s)] = time_stats(lambda: fn(A, B, C, s, s, s), warmup=10, reps=100, max_s=3.0)
+            res[(n, s)] = time_stats(lambda fn=fn, A=A, B=B, C=C, s=s: fn(A, B, C, s, s, s), warmup=10, reps=100,
+                                     max_s=3.0)
             print(f"{n} {s}: {res[(n, s)][0]:.3f} ms spread {res[(n, s)][1]:.3f}", flush=True)
 
     print("\n| variant | " + " | ".join(f"ms {s} | TFLOP/s | x cuBLAS" for s in sizes) + " | max rel err |")

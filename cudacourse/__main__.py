@@ -1,16 +1,20 @@
-"""``python -m cudacourse <command>``: grade, doctor, bench, stubs."""
+"""``python -m cudacourse <command>`` (or the ``cudacourse`` console command).
+
+Commands: grade, doctor, bench, stubs, templates.
+"""
 
 from __future__ import annotations
 
 import sys
 
-USAGE = """usage: python -m cudacourse <command> [options]
+USAGE = """usage: python -m cudacourse <command> [options]   (or: cudacourse <command> [options])
 
 commands:
   grade    run the graded checks and print the points table (--help for options)
   doctor   show versions, GPU, chosen backend, and how to fix problems
   bench    time the lessons' kernels against PyTorch/cuBLAS on a GPU
   stubs    regenerate lessons/ stubs from solutions/ (--check: fail if they drifted)
+  templates  regenerate templates/ from the course model (--check: fail if they are stale)
 """
 
 
@@ -35,13 +39,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "grade":
-        from cudacourse.grade import main as run
+        from cudacourse.grading.cli import main as run
     elif cmd == "doctor":
         from cudacourse.doctor import main as run
     elif cmd == "bench":
         from cudacourse.bench import main as run
     elif cmd == "stubs":
         return _stubs(rest)
+    elif cmd == "templates":
+        from cudacourse.templates import main as run
     else:
         print(f"unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -30,15 +30,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudacourse.buildcache import REPO_ROOT
+from cudacourse.course import Course, course
 from cudacourse.errors import NeedsGPU
-
-LESSONS = ("01_relu", "02_reduce", "03_gemm", "04_transformer")
 
 
 @dataclass
 class Case:
-    """One timed row. Rows of a ``group`` are compared with the group's ``reference=True`` row."""
+    """One timed row. Rows of a ``group`` are compared with the group's ``reference=True`` row.
+
+    A row that times a speed task names it (``task="1.7"``): its target then comes from the course model
+    (``lessons/NN_topic/lesson.toml``), never from the bench file. ``target`` is for rows that are no task.
+    """
 
     group: str
     name: str
@@ -48,6 +50,7 @@ class Case:
     reference: bool = False
     target: float | None = None
     target_of: str = "reference"  # "reference" (speed ratio) or "copy" (fraction of copy bandwidth)
+    task: str | None = None
 
 
 @dataclass
@@ -169,8 +172,15 @@ def machine_info() -> dict[str, str]:
             "python": platform.python_version()}
 
 
-def _load_cases(lesson: str) -> Callable[..., list[Case]] | None:
-    path = REPO_ROOT / "lessons" / lesson / "bench.py"
+def lessons_with_cases(c: Course) -> list[str]:
+    """The lessons of the course that have a ``bench.py`` (every lesson folder may add one)."""
+    return [les.id for les in c if (c.lessons_dir / les.id / "bench.py").is_file()]
+
+
+def load_cases(lesson: str, c: Course | None = None) -> Callable[..., list[Case]] | None:
+    """The ``cases(m, quick=False)`` function of ``lessons/<lesson>/bench.py`` (None when there is none)."""
+    c = c or course()
+    path = c.lessons_dir / lesson / "bench.py"
     if not path.exists():
         return None
     spec = importlib.util.spec_from_file_location(f"cudacourse_bench_{lesson}", path)
@@ -183,12 +193,16 @@ def run_lesson(lesson: str, impl: str, copy_gbs: float, quick: bool = False) -> 
     """Time every case of one lesson; a case that fails is kept as a row with its error."""
     import cudacourse as cc
 
-    cases_fn = _load_cases(lesson)
+    cases_fn = load_cases(lesson)
     if cases_fn is None:
         return []
+    info = course().lesson(lesson)
     m = cc.lesson(lesson, impl=impl, backend="cuda")
     rows: list[Row] = []
     for case in cases_fn(m, quick=quick):
+        if case.task is not None:
+            task = info.task(case.task)
+            case.target, case.target_of = task.target, task.target_of
         try:
             ms, spread = time_stats(case.fn)
             note = ""
@@ -213,7 +227,7 @@ def build_times(backend: str = "auto") -> dict[str, float]:
     """Cold build and edit-reload times of lesson 01's kernel file, in this process, in seconds."""
     import cudacourse as cc
 
-    src = (REPO_ROOT / "solutions" / "01_relu" / "relu.cu").read_text()
+    src = (course().solutions_dir / "01_relu" / "relu.cu").read_text()
     stamp = f"{time.time_ns()}"
     t0 = time.perf_counter()
     cc.load(src + f"\n// bench build {stamp}\n", backend=backend)
@@ -261,11 +275,13 @@ def slug(name: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``python -m cudacourse bench``."""
     ap = argparse.ArgumentParser(prog="python -m cudacourse bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lessons", nargs="*", default=list(LESSONS))
+    ap.add_argument("--lessons", nargs="*", default=None,
+                    help="lessons to time (default: every lesson with a bench.py)")
     ap.add_argument("--impl", choices=("student", "solution"), default="solution")
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
-    ap.add_argument("--out", default=str(REPO_ROOT / "results"))
+    ap.add_argument("--out", default=str(course().root / "results"))
     args = ap.parse_args(argv)
+    lessons = course().select(args.lessons) if args.lessons else lessons_with_cases(course())
     try:
         _require_gpu()
     except NeedsGPU as e:
@@ -275,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbs, mm = copy_bandwidth_gbs(), matmul_tflops()
     print(f"{info['gpu']}: copy {copy_gbs:.0f} GB/s, FP32 matmul {mm:.1f} TFLOP/s", flush=True)
     rows: list[Row] = []
-    for lesson in args.lessons:
+    for lesson in lessons:
         lrows = run_lesson(lesson, args.impl, copy_gbs, args.quick)
         rows += lrows
         print(f"{lesson}: {len(lrows)} rows", flush=True)

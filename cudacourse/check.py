@@ -8,7 +8,6 @@ what to do.
 from __future__ import annotations
 
 import math
-import os
 import random
 import zlib
 from collections.abc import Iterator, Sequence
@@ -35,8 +34,10 @@ def base_seed() -> int:
     """The run's base seed: ``$CUDA_COURSE_SEED`` if set (the grader sets a fresh one), else random once."""
     global _BASE_SEED
     if _BASE_SEED is None:
-        env = os.environ.get("CUDA_COURSE_SEED")
-        _BASE_SEED = int(env) if env else random.SystemRandom().randrange(1 << 31)
+        from cudacourse.settings import current
+
+        seed = current().seed
+        _BASE_SEED = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
     return _BASE_SEED
 
 
@@ -170,16 +171,6 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
     if hint:
         lines.append(f"  Hint: {hint}")
     raise AssertionError("\n".join(lines))
-
-
-def assert_written(t: torch.Tensor, name: str = "output") -> None:
-    """Assert no poison is left in ``t``."""
-    flat = t.detach().cpu().flatten()
-    poison = flat.isnan() if t.dtype.is_floating_point else flat == INT_POISON
-    if bool(poison.any()):
-        idx = poison.nonzero().flatten()
-        raise AssertionError(f"{name}: {idx.numel()} of {flat.numel()} elements were never written, first at "
-                             f"flat index {idx[0].item()}")
 
 
 # Poisoned floats placed after an output by ``guarded``: a write past the end of the output lands there.

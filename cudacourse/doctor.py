@@ -127,32 +127,25 @@ def diagnose() -> Report:
                                "unset TORCH_CUDA_ARCH_LIST, or give compute capabilities: export "
                                "TORCH_CUDA_ARCH_LIST=\"9.0\"   (H100: 9.0, A100: 8.0, RTX 4090: 8.9, RTX 5090: 12.0)"))
     from cudacourse.loader import backend_name
+    from cudacourse.settings import current
 
     try:
         b = backend_name()
-        why = ("CUDA_COURSE_BACKEND=" + os.environ["CUDA_COURSE_BACKEND"]) if os.environ.get("CUDA_COURSE_BACKEND") \
+        chosen = current().backend
+        why = f"CUDA_COURSE_BACKEND={chosen}" if chosen != "auto" \
             else ("a GPU and nvcc are usable" if b == "cuda" else
                   "no usable GPU" + ("" if gpu else "") + (" and nvcc" if gpu and not nv else ""))
         r.facts.append(("backend", f"{b} ({why})"))
     except (RuntimeError, ValueError) as e:
         r.problems.append((str(e), "unset CUDA_COURSE_BACKEND  (or set it to auto, cuda or sim)"))
-    stale = buildcache.stale_locks()
     r.facts.append(("build folder", str(buildcache.build_root())))
-    for lock in stale:
-        r.problems.append((f"stale build lock {lock} (an interrupted build); the next build removes it itself",
-                           "python -m cudacourse doctor --fix"))
     return r
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the report; ``--fix`` removes stale locks. Exit 0 when the course can run."""
+    """Print the report. Exit 0 when the course can run."""
     ap = argparse.ArgumentParser(prog="python -m cudacourse doctor", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fix", action="store_true", help="remove stale build locks")
-    args = ap.parse_args(argv)
-    if args.fix:
-        for lock in buildcache.stale_locks():
-            lock.unlink(missing_ok=True)
-            print(f"removed {lock}")
+    ap.parse_args(argv)
     r = diagnose()
     width = max(len(k) for k, _ in r.facts)
     for k, v in r.facts:

@@ -7,6 +7,9 @@ message always says what to look at.
 
 from __future__ import annotations
 
+import os
+import re
+
 
 class CourseError(Exception):
     """Base class of every error the course raises on purpose."""
@@ -25,6 +28,32 @@ class CompileError(CourseError):
         self.file = file
         self.line = line
         self.compiler_output = compiler_output
+
+
+# A compiler diagnostic line: g++ `file:line[:col]: error: msg`, nvcc `file(line): error: msg`.
+_DIAG_RE = re.compile(r"^(?P<file>[^\n:()]+?)(?::(?P<line>\d+)(?::\d+)?:|\((?P<pline>\d+)\):)\s*"
+                      r"(?P<sev>fatal error|error)\s*:?\s*(?P<msg>.*)$", re.M)
+
+
+def compile_error(output: str, path: str, *, hide: str = "", limit: int = 6000) -> CompileError:
+    """A CompileError at the learner's first error line, from g++ or nvcc output.
+
+    ``path`` is the learner's file (``#line`` directives make compilers name it); a diagnostic in it is
+    preferred over one in generated or included code. ``hide`` (a folder prefix) is removed from the
+    output; the output is cut to ``limit`` characters.
+    """
+    out = output.replace(hide, "") if hide else output
+    if len(out) > limit:
+        out = out[:limit] + "\n[... more compiler output cut ...]"
+    diags = list(_DIAG_RE.finditer(output))
+    name = os.path.basename(path)
+    mine = [d for d in diags if os.path.basename(d.group("file").strip()) == name] or diags
+    if not mine:
+        return CompileError(f"{path}: compilation failed:\n{out}", file=path, line=None, compiler_output=out)
+    d = mine[0]
+    line = int(d.group("line") or d.group("pline"))
+    return CompileError(f"{path}:{line}: error: {d.group('msg')}\n\n{out}", file=path, line=line,
+                        compiler_output=out)
 
 
 class UnsupportedError(CompileError):

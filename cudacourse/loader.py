@@ -25,15 +25,15 @@ import ctypes
 import functools
 import numbers
 import os
-import re
 import shutil
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from cudacourse import buildcache
-from cudacourse.errors import CompileError, KernelError, KernelTimeout, LaunchError
+from cudacourse import buildcache, settings
+from cudacourse.course import course as course_model
+from cudacourse.errors import CourseError, KernelError, KernelTimeout, LaunchError, compile_error
 from cudacourse.source import (
     SCALAR_CTYPES,
     VECTOR_WIDTH,
@@ -45,7 +45,7 @@ from cudacourse.source import (
     uses_torch,
 )
 
-BACKENDS = ("auto", "cuda", "sim")
+BACKENDS = settings.BACKENDS
 _NO_SYNC: contextvars.ContextVar[bool] = contextvars.ContextVar("cudacourse_no_sync", default=False)
 
 
@@ -88,10 +88,7 @@ def backend_name(requested: str = "auto") -> str:
     if requested not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {requested!r}")
     if requested == "auto":
-        env = os.environ.get("CUDA_COURSE_BACKEND", "auto").strip().lower() or "auto"
-        if env not in BACKENDS:
-            raise ValueError(f"CUDA_COURSE_BACKEND must be one of {BACKENDS}, got {env!r}")
-        requested = env
+        requested = settings.current().backend
     if requested == "auto":
         return "cuda" if gpu_usable() and nvcc_path() else "sim"
     if requested == "cuda" and not gpu_usable():
@@ -199,21 +196,6 @@ def _cuda_trampolines(launchers: list[Launcher]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _compile_error_from(output: str, path: str) -> CompileError:
-    """Turn nvcc/g++ output into a CompileError at the learner's first error line."""
-    name = os.path.basename(path)
-    pat = re.compile(r"^(.*?)[(:](\d+)[):]?.*?error", re.M)
-    line = None
-    lines = [ln for ln in output.splitlines() if "error" in ln.lower() or ln.strip().startswith("^")]
-    for m in pat.finditer(output):
-        if os.path.basename(m.group(1).strip()) == name or m.group(1).endswith("cuda.cu"):
-            line = int(m.group(2))
-            break
-    msg = f"{name} does not compile" + (f" (first error at line {line})" if line else "") + ":\n"
-    msg += "\n".join(lines[:12]) or output[-2000:]
-    return CompileError(msg, file=path, line=line, compiler_output=output)
-
-
 def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
     """Compile a kernel-only file for the GPU; return the shared library."""
     from torch.utils import cpp_extension
@@ -235,7 +217,7 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
             log = str(e)
             for f in d.glob("*.log"):
                 log += f.read_text(errors="replace")
-            raise _compile_error_from(log, path) from None
+            raise compile_error(log, path) from None
         (d / "library").write_text(f"{name}.so")
 
     d = buildcache.cached("cuda", key, build)
@@ -249,7 +231,7 @@ def _nvcc_shared(text: str, out: Path) -> None:
            str(src), "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
-        raise _compile_error_from(r.stdout + r.stderr, str(src))
+        raise compile_error(r.stdout + r.stderr, str(src))
 
 
 class _CudaLibrary:
@@ -401,18 +383,38 @@ def _torch_declarations(source: str, functions: list[str]) -> str:
 
 
 def _build_torch_cuda(source: str, path: str, functions: list[str]) -> Any:
+    """Build a torch-route file with ``load_inline`` through the course's build cache; return the module.
+
+    The same cache as every other build (content key, lock, ``DONE`` marker): an interrupted build is
+    never reused, and a second process waits for the first instead of building again.
+    """
+    import importlib.machinery
+    import importlib.util
+
     from torch.utils import cpp_extension
 
-    key = buildcache.content_key("torch-cuda-v1", source, ",".join(functions))
-    d = buildcache.build_root() / "torch-cuda" / key
-    d.mkdir(parents=True, exist_ok=True)
-    try:
-        return cpp_extension.load_inline(
-            name=f"cc_torch_{key}", cpp_sources=[_torch_declarations(source, functions)],
-            cuda_sources=[f'#line 1 "{path}"\n' + source], functions=functions, build_directory=str(d),
-            extra_cuda_cflags=["-O3"], verbose=False)
-    except RuntimeError as e:
-        raise _compile_error_from(str(e), path) from None
+    key = buildcache.content_key("torch-cuda-v2", source, ",".join(functions))
+    name = f"cc_torch_{key}"
+
+    built: dict[str, Any] = {}
+
+    def build(d: Path) -> None:
+        try:
+            built["module"] = cpp_extension.load_inline(
+                name=name, cpp_sources=[_torch_declarations(source, functions)],
+                cuda_sources=[f'#line 1 "{path}"\n' + source], functions=functions, build_directory=str(d),
+                extra_cuda_cflags=["-O3"], verbose=False)
+        except RuntimeError as e:
+            raise compile_error(str(e), path) from None
+
+    so = buildcache.cached("torch-cuda", key, build) / f"{name}.so"
+    if "module" in built:  # built (and imported) by this call
+        return built["module"]
+    loader = importlib.machinery.ExtensionFileLoader(name, str(so))
+    spec = importlib.util.spec_from_file_location(name, str(so), loader=loader)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    loader.exec_module(mod)
+    return mod
 
 
 def exposed_functions(text: str) -> list[str]:
@@ -454,20 +456,21 @@ def load(source: str | os.PathLike, functions: list[str] | str | None = None, *,
 def lesson_dir(name: str, impl: str | None = None) -> Path:
     """Folder whose kernel files ``lesson(name)`` loads.
 
-    ``CUDA_COURSE_SUBMISSION=DIR`` (set by the grader) wins: DIR/lessons/NAME. Otherwise ``impl``
-    (default ``$CUDA_COURSE_IMPL``, else ``student``) picks ``lessons/`` or ``solutions/``.
+    The lesson must be declared in the course model (``lessons/NAME/lesson.toml``). A submission being
+    graded (settings ``submission``, set by the grader) wins: DIR/lessons/NAME. Otherwise ``impl``
+    (default: the settings' impl, ``student`` unless changed) picks ``lessons/`` or ``solutions/``.
     """
-    sub = os.environ.get("CUDA_COURSE_SUBMISSION")
-    if sub:
-        return Path(sub) / "lessons" / name
-    impl = impl or os.environ.get("CUDA_COURSE_IMPL", "student")
-    if impl not in ("student", "solution"):
+    st = settings.current()
+    try:
+        info = course_model(st.root).lesson(name)
+    except CourseError as e:
+        raise ValueError(str(e)) from None
+    if st.submission is not None:
+        return st.submission / "lessons" / info.id
+    impl = impl or st.impl
+    if impl not in settings.IMPLS:
         raise ValueError(f"impl must be 'student' or 'solution', got {impl!r}")
-    d = REPO_ROOT / ("solutions" if impl == "solution" else "lessons") / name
-    if not d.is_dir():
-        known = sorted(p.name for p in (REPO_ROOT / "lessons").iterdir() if p.is_dir())
-        raise ValueError(f"no lesson '{name}' (lessons: {', '.join(known)})")
-    return d
+    return course_model(st.root).kernel_dir(info.id, impl)
 
 
 class Lesson:
@@ -490,8 +493,9 @@ class Lesson:
         self._names: dict[Path, tuple[tuple[int, int] | None, list[str]]] = {}
 
     def files(self) -> list[Path]:
-        """The lesson's kernel files."""
-        return sorted(self.dir.glob("*.cu"))
+        """The lesson's kernel files (``files`` and ``torch_files`` of its lesson.toml) that exist."""
+        info = course_model(settings.current().root).lesson(self.name)
+        return [self.dir / f for f in info.kernel_files if (self.dir / f).is_file()]
 
     def _index(self) -> dict[str, Path]:
         idx: dict[str, Path] = {}

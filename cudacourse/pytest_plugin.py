@@ -3,13 +3,21 @@
 Loaded by ``tests/conftest.py`` (``pytest_plugins = ["cudacourse.pytest_plugin"]``) or with
 ``-p cudacourse.pytest_plugin``. It adds:
 
-- ``--impl=student|solution`` (default ``$CUDA_COURSE_IMPL``, else ``student``): which copy of the
-  kernels ``cc.lesson`` loads (``lessons/`` or ``solutions/``); exported as ``CUDA_COURSE_IMPL``.
-- ``--backend=auto|cuda|sim``: exported as ``CUDA_COURSE_BACKEND`` (``auto`` leaves it alone).
-- ``--submission DIR``: exported as ``CUDA_COURSE_SUBMISSION``; ``cc.lesson`` then loads the kernel
-  files from ``DIR/lessons/NN_topic/``.
-- ``--seed N``: exported as ``CUDA_COURSE_SEED`` (``check.rng`` derives every input from it).
-- the markers ``task(id)``, ``points(n)`` and ``gpu``.
+- ``--impl=student|solution`` (default: the settings, ``$CUDA_COURSE_IMPL``, else ``student``): which copy
+  of the kernels ``cc.lesson`` loads (``lessons/`` or ``solutions/``).
+- ``--backend=auto|cuda|sim``: where kernels run (``auto`` leaves the setting alone).
+- ``--submission DIR``: ``cc.lesson`` then loads the kernel files from ``DIR/lessons/NN_topic/``.
+- ``--seed N``: the base seed of every random input (``check.rng`` derives them from it).
+
+These become this process's settings (``cudacourse.settings.configure``) and are exported as
+``CUDA_COURSE_*`` variables for the processes the tests start.
+- the markers ``task(id)`` and ``gpu``. A ``task`` marker must name a task declared in the lesson's
+  ``lessons/NN_topic/lesson.toml`` (or, for hidden tests, in a ``tasks.toml`` beside the test file), else
+  collection stops with an error that says so. Points, titles and GPU-only flags come from that model;
+  a ``points`` marker is an error (points are declared once, in lesson.toml).
+
+The course root is pytest's rootdir when it holds ``lessons/*/lesson.toml`` (the checkout, a grader's
+staging folder, a toy course in a test), else the checkout this package runs from.
 
 A ``gpu`` test on the simulator is reported as a skip whose reason starts with
 ``not graded: needs a GPU``; the points table counts it as *not graded*, never as a pass.
@@ -17,7 +25,7 @@ A ``gpu`` test on the simulator is reported as a skip whose reason starts with
 At the end of a run with task-marked tests it prints a points table, one row per task: a task earns its
 points only if every one of its tests passed.
 
-Two options serve ``python -m cudacourse grade`` (``cudacourse/grade.py``) and are of no use by hand:
+Two options serve ``python -m cudacourse grade`` (``cudacourse/grading/``) and are of no use by hand:
 ``--cc-task ID`` (repeatable) keeps only the tests of those tasks, and ``--cc-report FILE`` appends one
 JSON line per test (a ``start`` line before it runs, a ``result`` line after), flushed at once, so the
 grader knows which test was running when a process crashed or hung.
@@ -27,12 +35,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from cudacourse import settings
+from cudacourse.course import Course, CourseError, Task, hidden_tasks
+from cudacourse.course import course as course_model
+from cudacourse.grading.results import TestRecord, fold_tasks, points_table, trim_message
 
 NOT_GRADED_PREFIX = "not graded"
 GPU_SKIP_REASON = "not graded: needs a GPU (this run uses the CPU simulator; speed is measured on a GPU)"
@@ -64,48 +76,47 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the markers and export the options as environment variables for ``cc.lesson``."""
-    config.addinivalue_line("markers", "task(id): graded task this test belongs to, e.g. task('1.1')")
-    config.addinivalue_line("markers", "points(n): points of the whole task (repeat on each of its tests)")
+    """Register the markers, set this process's settings from the options (exported for child processes)."""
+    config.addinivalue_line("markers", "task(id): graded task this test belongs to, declared in lesson.toml")
+    config.addinivalue_line("markers", "points(n): not used: points are declared in lesson.toml (an error)")
     config.addinivalue_line("markers", "gpu: needs a real GPU (speed tasks); 'not graded' on the simulator")
 
-    impl = config.getoption("impl") or os.environ.get("CUDA_COURSE_IMPL") or "student"
-    if impl not in ("student", "solution"):
-        raise pytest.UsageError(f"CUDA_COURSE_IMPL={impl!r}: expected 'student' or 'solution'")
-    os.environ["CUDA_COURSE_IMPL"] = impl
+    changes: dict[str, Any] = {}
+    root = Path(str(config.rootpath))
+    if any(root.glob("lessons/*/lesson.toml")):
+        changes["root"] = root
+    if config.getoption("impl"):
+        changes["impl"] = config.getoption("impl")
     backend = config.getoption("backend")
     if backend and backend != "auto":
-        os.environ["CUDA_COURSE_BACKEND"] = backend
+        changes["backend"] = backend
     sub = config.getoption("submission")
     if sub:
         path = Path(sub).expanduser().resolve()
         if not (path / "lessons").is_dir():
             raise pytest.UsageError(f"--submission {sub}: no lessons/ folder in it")
-        os.environ["CUDA_COURSE_SUBMISSION"] = str(path)
-    seed = config.getoption("seed")
-    if seed is not None:
-        os.environ["CUDA_COURSE_SEED"] = str(seed)
+        changes["submission"] = path
+    if config.getoption("seed") is not None:
+        changes["seed"] = config.getoption("seed")
+    try:
+        st = settings.configure(**changes)
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    os.environ.update(settings.to_env(st))  # for processes the tests start (notebooks, workers)
 
-    state = _State(report_path=config.getoption("cc_report"), only_tasks=set(config.getoption("cc_task")))
+    state = _State(report_path=config.getoption("cc_report"), only_tasks=set(config.getoption("cc_task")),
+                   course=course_model(st.root))
     config.stash[_STATE] = state
 
 
 def backend_name() -> str:
-    """``"cuda"`` or ``"sim"``: where kernels of this run execute.
-
-    Asks ``cudacourse.backend_name()`` when the package provides it, else reads ``$CUDA_COURSE_BACKEND``
-    (``sim`` when unset or ``auto``).
-    """
+    """``"cuda"`` or ``"sim"``: where kernels of this run execute (``sim`` if that cannot be decided)."""
     try:
-        import cudacourse
+        from cudacourse.loader import backend_name as resolve
 
-        fn = getattr(cudacourse, "backend_name", None)
-        if fn is not None:
-            return str(fn())
+        return resolve()
     except Exception:  # noqa: BLE001 - a broken package must not break collection
-        pass
-    env = os.environ.get("CUDA_COURSE_BACKEND", "").strip().lower()
-    return env if env in ("cuda", "sim") else "sim"
+        return "sim"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -114,29 +125,10 @@ def backend_name() -> str:
 
 
 @dataclass
-class TestRecord:
-    """What the points table and the grader know about one test."""
-
-    nodeid: str
-    file: str
-    lesson: str
-    task: str | None
-    points: float
-    title: str
-    gpu: bool
-    params: dict[str, Any] = field(default_factory=dict)
-    outcome: str = "not-run"  # passed | failed | not-graded | skipped | not-run
-    message: str = ""
-    exc_type: str = ""
-    duration: float = 0.0
-
-    __test__ = False  # not a pytest test class, whatever module imports it
-
-
-@dataclass
 class _State:
     report_path: str | None
     only_tasks: set[str]
+    course: Course
     records: dict[str, TestRecord] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
     timed_out_tasks: set[str] = field(default_factory=set)
@@ -155,40 +147,6 @@ _PROP = "cudacourse_record"
 _FINISHED: dict[str, TestRecord] = {}  # nodeid -> record of every finished task test (this process)
 
 
-def lesson_of(path: str | os.PathLike[str]) -> str:
-    """The lesson a test file belongs to: ``tests/test_01_relu.py`` -> ``01_relu``.
-
-    Hidden test files follow the same rule (``test_01_relu_hidden.py`` -> ``01_relu``) when a lesson
-    folder with that number exists next to the tests; otherwise the file stem is returned.
-    """
-    p = Path(path)
-    stem = p.stem
-    m = re.match(r"test_(\d\d)_?(\w*)", stem)
-    if not m:
-        return stem
-    num, rest = m.group(1), m.group(2)
-    for root in _candidate_roots(p):
-        for sub in ("solutions", "lessons"):
-            d = root / sub
-            if d.is_dir():
-                names = sorted(x.name for x in d.iterdir() if x.is_dir() and x.name.startswith(num + "_"))
-                if names:
-                    return names[0]
-    # No lesson folders around: keep the first word after the number.
-    return f"{num}_{rest.split('_')[0]}" if rest else num
-
-
-def _candidate_roots(p: Path) -> list[Path]:
-    roots = [p.resolve().parent.parent, Path.cwd()]
-    try:
-        from cudacourse.buildcache import REPO_ROOT
-
-        roots.append(REPO_ROOT)
-    except Exception:  # noqa: BLE001
-        pass
-    return roots
-
-
 def _marker_arg(item: pytest.Item, name: str) -> Any:
     mk = item.get_closest_marker(name)
     if mk is None:
@@ -199,14 +157,6 @@ def _marker_arg(item: pytest.Item, name: str) -> Any:
         if key in mk.kwargs:
             return mk.kwargs[key]
     return None
-
-
-def _title(item: pytest.Item) -> str:
-    fn = getattr(item, "function", None) or getattr(item, "obj", None)
-    doc = (getattr(fn, "__doc__", None) or "").strip()
-    if doc:
-        return doc.splitlines()[0].strip()
-    return getattr(item, "originalname", None) or item.name
 
 
 def _params(item: pytest.Item) -> dict[str, Any]:
@@ -224,31 +174,63 @@ def _params(item: pytest.Item) -> dict[str, Any]:
     return out
 
 
-def _record_for(item: pytest.Item) -> TestRecord:
+def _declared(state: _State, item: pytest.Item) -> Task | None:
+    """The declared task of a test (None for a test without a ``task`` marker); raises ``ValueError``
+    saying what is wrong for an undeclared task or a ``points`` marker."""
+    if item.get_closest_marker("points") is not None:
+        raise ValueError(f"{item.nodeid}: @pytest.mark.points is not used any more: a task's points are declared "
+                         "once, in lessons/NN_topic/lesson.toml; remove the marker")
     task = _marker_arg(item, "task")
-    pts = _marker_arg(item, "points")
+    if task is None:
+        return None
+    task = str(task)
+    lesson = state.course.lesson_of_test(item.path)
+    if lesson is None:
+        raise ValueError(f"{item.nodeid}: task {task!r} in a file that belongs to no lesson (graded test files are "
+                         f"named test_NN_topic*.py after a lesson folder of {state.course.lessons_dir})")
+    extra = {t.id: t for t in hidden_tasks(state.course, item.path.parent) if t.lesson == lesson}
+    if task in extra:
+        return extra[task]
+    try:
+        return state.course.task(lesson, task)
+    except KeyError as e:
+        raise ValueError(f"{item.nodeid}: {e.args[0]}") from None
+
+
+def _record_for(item: pytest.Item, task: Task | None) -> TestRecord:
     return TestRecord(
-        nodeid=item.nodeid, file=str(item.path), lesson=lesson_of(item.path),
-        task=None if task is None else str(task), points=float(pts) if pts is not None else 0.0,
-        title=_title(item), gpu=item.get_closest_marker("gpu") is not None, params=_params(item))
+        nodeid=item.nodeid, file=str(item.path), lesson=task.lesson if task else "",
+        task=task.id if task else None, points=task.points if task else 0.0,
+        title=task.title if task else (getattr(item, "originalname", None) or item.name),
+        gpu=item.get_closest_marker("gpu") is not None or bool(task and task.gpu), params=_params(item))
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    """Keep only the requested tasks (``--cc-task``) and remember every test's task and points."""
+    """Check every test's task against the course model, keep only the requested tasks (``--cc-task``),
+    and remember every test's task and points."""
     state = config.stash.get(_STATE, None)
     if state is None:
         return
+    declared: dict[str, Task | None] = {}
+    problems = []
+    for it in items:
+        try:
+            declared[it.nodeid] = _declared(state, it)
+        except (ValueError, CourseError) as e:
+            problems.append(str(e))
+    if problems:
+        raise pytest.UsageError("the tests disagree with the course model:\n  " + "\n  ".join(problems))
     if state.only_tasks:
         keep, drop = [], []
         for it in items:
-            t = _marker_arg(it, "task")
-            (keep if t is not None and str(t) in state.only_tasks else drop).append(it)
+            t = declared[it.nodeid]
+            (keep if t is not None and t.id in state.only_tasks else drop).append(it)
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
     for it in items:
-        rec = _record_for(it)
+        rec = _record_for(it, declared[it.nodeid])
         state.records[it.nodeid] = rec
         state.order.append(it.nodeid)
         if rec.task is not None:
@@ -261,13 +243,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     Under the grader (``--cc-report``), once a case of a task has timed out the task has failed, so its
     remaining cases are skipped instead of each waiting for the kernel timeout again.
     """
-    if item.get_closest_marker("gpu") is not None and backend_name() != "cuda":
-        pytest.skip(GPU_SKIP_REASON)
     state = item.config.stash.get(_STATE, None)
-    if state is not None and state.report_path:
-        task = _marker_arg(item, "task")
-        if task is not None and str(task) in state.timed_out_tasks:
-            pytest.skip(f"not run: an earlier case of task {task} timed out")
+    rec = state.records.get(item.nodeid) if state is not None else None
+    gpu = item.get_closest_marker("gpu") is not None or (rec is not None and rec.gpu)
+    if gpu and backend_name() != "cuda":
+        pytest.skip(GPU_SKIP_REASON)
+    if state is not None and state.report_path and rec is not None and rec.task in state.timed_out_tasks:
+        pytest.skip(f"not run: an earlier case of task {rec.task} timed out")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -285,8 +267,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     state = item.config.stash.get(_STATE, None)
     if state is None:
         return report
-    rec = state.records.get(item.nodeid) or _record_for(item)
-    state.records.setdefault(item.nodeid, rec)
+    rec = state.records.get(item.nodeid)
+    if rec is None:
+        return report
     rec.duration += float(getattr(report, "duration", 0.0) or 0.0)
     if report.failed:
         if rec.outcome != "failed":
@@ -348,17 +331,6 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return reason.removeprefix("Skipped: ").strip()
 
 
-def trim_message(text: str, lines: int = _MSG_LINES, chars: int = _MSG_CHARS) -> str:
-    """The first ``lines`` lines / ``chars`` characters of a failure message, marked when cut."""
-    text = text.strip("\n")
-    parts = text.splitlines()
-    cut = len(parts) > lines
-    text = "\n".join(parts[:lines])
-    if len(text) > chars:
-        text, cut = text[:chars], True
-    return text + ("\n[...]" if cut else "")
-
-
 def _failure_text(call: pytest.CallInfo[None], report: pytest.TestReport) -> tuple[str, str]:
     """(exception type, first lines of its message) for a failed phase."""
     exc = call.excinfo
@@ -383,86 +355,6 @@ def _failure_text(call: pytest.CallInfo[None], report: pytest.TestReport) -> tup
 # ----------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class TaskResult:
-    """One graded task: all its tests folded together."""
-
-    id: str
-    lesson: str
-    title: str
-    points: float
-    earned: float
-    status: str  # pass | fail | not-graded
-    message: str
-    tests: list[TestRecord] = field(default_factory=list)
-
-
-def _task_sort_key(task_id: str) -> tuple[Any, ...]:
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-]", task_id))
-
-
-def fold_tasks(records: list[TestRecord]) -> list[TaskResult]:
-    """Group test records by task. A task passes only if all its tests passed; any failure fails it;
-    otherwise any not-graded (or skipped) test makes it not graded. Earned = points only on pass."""
-    by_task: dict[tuple[str, str], list[TestRecord]] = {}
-    for r in records:
-        if r.task is None:
-            continue
-        by_task.setdefault((r.lesson, r.task), []).append(r)
-    out = []
-    for (lesson, tid), recs in by_task.items():
-        points = max((r.points for r in recs), default=0.0)
-        failed = [r for r in recs if r.outcome in ("failed", "not-run")]
-        ungraded = [r for r in recs if r.outcome in ("not-graded", "skipped")]
-        if failed:
-            status = "fail"
-            first = failed[0]
-            case = first.nodeid.split("::", 1)[-1]
-            msg = f"{case}: {first.message}" if first.message else f"{case}: failed"
-            real = [r for r in failed if r.exc_type != "NotRun"]
-            if len(failed) > 1:
-                msg += f"\n({len(real)} of {len(recs)} cases failed" + (
-                    f", {len(failed) - len(real)} not run)" if len(real) < len(failed) else ")")
-        elif ungraded:
-            status = "not-graded"
-            msg = ungraded[0].message or "not graded"
-        else:
-            status, msg = "pass", ""
-        out.append(TaskResult(id=tid, lesson=lesson, title=recs[0].title, points=points,
-                              earned=points if status == "pass" else 0.0, status=status, message=msg,
-                              tests=recs))
-    out.sort(key=lambda t: (t.lesson, _task_sort_key(t.id)))
-    return out
-
-
-def format_points(value: float) -> str:
-    """``2.0`` -> ``2``, ``1.5`` -> ``1.5``."""
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-def points_table(tasks: list[TaskResult]) -> list[str]:
-    """Lines of the points table (one block per lesson, a total line)."""
-    if not tasks:
-        return []
-    w_id = max(4, *(len(t.id) for t in tasks))
-    w_title = min(56, max(5, *(len(t.title) for t in tasks)))
-    lines = [f"{'task':<{w_id}}  {'title':<{w_title}}  {'points':>6}  {'earned':>6}  status"]
-    lesson = None
-    for t in tasks:
-        if t.lesson != lesson:
-            lesson = t.lesson
-            lines.append(f"-- {lesson} " + "-" * max(0, w_id + w_title + 24 - len(lesson)))
-        title = t.title if len(t.title) <= w_title else t.title[: w_title - 3] + "..."
-        lines.append(f"{t.id:<{w_id}}  {title:<{w_title}}  {format_points(t.points):>6}  "
-                     f"{format_points(t.earned):>6}  {t.status}")
-    earned = sum(t.earned for t in tasks)
-    possible = sum(t.points for t in tasks)
-    ng = sum(t.points for t in tasks if t.status == "not-graded")
-    lines.append(f"total: {format_points(earned)} / {format_points(possible)} points"
-                 + (f" ({format_points(ng)} not graded: need a GPU)" if ng else ""))
-    return lines
-
-
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Print the points table when the run held task-marked tests."""
     state = config.stash.get(_STATE, None)
@@ -472,7 +364,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tasks = fold_tasks(recs)
     if not tasks:
         return
-    terminalreporter.write_sep("=", f"points (impl={os.environ.get('CUDA_COURSE_IMPL', 'student')}, "
+    terminalreporter.write_sep("=", f"points (impl={settings.current().impl}, "
                                     f"backend={backend_name()})")
     for line in points_table(tasks):
         terminalreporter.write_line(line)

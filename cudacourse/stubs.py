@@ -8,6 +8,9 @@ A solution file marks each exercise body like this::
     if (i < n) y[i] = fmaxf(x[i], 0.0f);
     // END SOLUTION
 
+Every exercise file a lesson's ``lesson.toml`` declares (``files``, ``torch_files``, ``python_files``) has
+its complete copy in ``solutions/NN_topic/`` and its stub in ``lessons/NN_topic/``.
+
 The stub keeps everything outside the markers and drops the block. A line ``// STUB: code`` inside a
 block becomes ``code`` in the stub (at the same indentation): that is how a stub returns a placeholder
 or raises its "not implemented" error. Python files use ``# BEGIN SOLUTION`` / ``# END SOLUTION`` /
@@ -22,7 +25,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cudacourse.buildcache import REPO_ROOT
+from cudacourse.course import PACKAGE_ROOT as REPO_ROOT
+from cudacourse.course import course
 
 DERIVED_SUFFIXES = {".cu", ".cuh", ".h", ".cpp", ".py"}
 _BEGIN = re.compile(r"^\s*(//|#)\s*BEGIN SOLUTION\s*$")
@@ -62,10 +66,10 @@ def derive(text: str, name: str = "<text>") -> str:
 
 
 def pairs(root: Path = REPO_ROOT) -> list[tuple[Path, Path]]:
-    """(solution file, lesson file) for every file under ``solutions/``."""
-    sol = root / "solutions"
-    return [(p, root / "lessons" / p.relative_to(sol)) for p in sorted(sol.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts]
+    """(solution file, lesson file) for every exercise file the course model declares."""
+    c = course(root)
+    return [(c.kernel_dir(les.id, "solution") / f, c.kernel_dir(les.id, "student") / f)
+            for les in c for f in les.exercise_files]
 
 
 def expected(src: Path) -> str | bytes:

@@ -100,7 +100,6 @@ HINT_11 = ("relu_v1_scalar_kernel (TODO task 1.1): i = blockIdx.x * blockDim.x +
 
 
 @pytest.mark.task("1.1")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("n", SIZES)
 def test_relu_scalar(n: int) -> None:
     """Scalar ReLU with a bounds check (relu_v1_scalar)."""
@@ -113,7 +112,6 @@ def test_relu_scalar(n: int) -> None:
 
 
 @pytest.mark.task("1.1")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("bad", ["dtype", "non-contiguous", "device", "output dtype"])
 def test_relu_scalar_rejects_bad_inputs(bad: str) -> None:
     """The generated binding refuses tensors a raw float* cannot take, naming the parameter."""
@@ -147,7 +145,6 @@ HINT_12 = ("relu_v2_grid_stride_kernel (TODO task 1.2): for (int i = blockIdx.x 
 
 
 @pytest.mark.task("1.2")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("n,blocks", [(1, 1), (31, 1), (33, 1), (1000, 1), (1000, 3), (5000, 2),
                                       (BIG, 7), (BIG, 0)])
 def test_relu_grid_stride(n: int, blocks: int) -> None:
@@ -172,7 +169,6 @@ HINT_13 = ("relu_v3_float4_kernel (TODO task 1.3): thread i loads reinterpret_ca
 
 
 @pytest.mark.task("1.3")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 31, 32, 33, 1000, 1001, 1023, BIG])
 def test_relu_float4(n: int) -> None:
     """float4 ReLU with a tail (relu_v3_float4)."""
@@ -186,7 +182,6 @@ def test_relu_float4(n: int) -> None:
 
 
 @pytest.mark.task("1.3")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("n", [1001, 4096])
 def test_relu_float4_misaligned_views(n: int) -> None:
     """x[1:] starts 4 bytes after a 16-byte boundary: the launcher must not use float4 loads on it."""
@@ -233,7 +228,6 @@ class ReLUWithKernel(torch.autograd.Function):
 
 
 @pytest.mark.task("1.4")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("n", SIZES)
 def test_relu_backward_kernel(n: int) -> None:
     """ReLU backward in an autograd.Function (relu_backward)."""
@@ -253,7 +247,6 @@ def test_relu_backward_kernel(n: int) -> None:
 
 
 @pytest.mark.task("1.4")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("shape", [(1,), (33,), (17, 61)])
 def test_relu_backward_autograd(shape: tuple[int, ...]) -> None:
     """Gradients through the autograd.Function match torch.relu's for a random upstream gradient."""
@@ -293,7 +286,6 @@ def _gelu_case(name: str, rows: int, cols: int, m: cc.Lesson, scale: float = 1.0
 
 
 @pytest.mark.task("1.5")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("rows,cols", [(1, 1), (1, 31), (3, 33), (257, 31), (64, 1000)])
 def test_bias_gelu(rows: int, cols: int) -> None:
     """Fused bias-add + GELU, tanh form (bias_gelu)."""
@@ -301,14 +293,12 @@ def test_bias_gelu(rows: int, cols: int) -> None:
 
 
 @pytest.mark.task("1.5")
-@pytest.mark.points(3)
 def test_bias_gelu_large_magnitudes() -> None:
     """Inputs up to ~+-200: tanh saturates; a tanh built from expf would give Inf / Inf = NaN."""
     _gelu_case("1.5-large", 33, 65, _m(), scale=50.0)
 
 
 @pytest.mark.task("1.5")
-@pytest.mark.points(3)
 def test_bias_gelu_matches_torch_float32() -> None:
     """Also within tolerance of torch's own float32 GELU, on torch's device."""
     m = _m()
@@ -347,7 +337,6 @@ def _expect_rejection(call: object, what: str, words: list[str]) -> None:
 
 
 @pytest.mark.task("1.6")
-@pytest.mark.points(3)
 def test_torch_binding_values() -> None:
     """torch::Tensor binding (relu_forward, relu_torch.cu)."""
     m = _m()
@@ -371,7 +360,6 @@ def test_torch_binding_values() -> None:
 
 
 @pytest.mark.task("1.6")
-@pytest.mark.points(3)
 def test_torch_binding_rejects_bad_inputs() -> None:
     m = _m()
     x = check.randn((64,), check.rng("1.6-bad"), m.device)
@@ -387,7 +375,6 @@ def test_torch_binding_rejects_bad_inputs() -> None:
 
 
 @pytest.mark.task("1.7")
-@pytest.mark.points(2)
 @pytest.mark.gpu
 def test_relu_float4_speed() -> None:
     """Speed: relu_v3_float4 >= 0.85x copy bandwidth (GPU)."""

@@ -95,7 +95,6 @@ HINT_21 = ("reduce_v2_sequential_kernel (TODO task 2.1): load x[i] or 0 past the
 
 
 @pytest.mark.task("2.1")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("n", SIZES)
 def test_block_tree_sequential(n: int) -> None:
     m = _m()
@@ -107,7 +106,6 @@ def test_block_tree_sequential(n: int) -> None:
 
 
 @pytest.mark.task("2.1")
-@pytest.mark.points(3)
 def test_block_tree_sequential_large_magnitudes() -> None:
     m = _m()
     n, scale = 3000, 1e30
@@ -128,7 +126,6 @@ HINT_22 = ("warp_reduce_sum (TODO task 2.2): for offset = 16, 8, 4, 2, 1: "
 
 
 @pytest.mark.task("2.2")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 2**16 + 7])
 def test_warp_sum(n: int) -> None:
     m = _m()
@@ -140,7 +137,6 @@ def test_warp_sum(n: int) -> None:
 
 
 @pytest.mark.task("2.2")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("n", [1, 33, 1000, BIG])
 def test_block_reduce_warp_shuffle(n: int) -> None:
     m = _m()
@@ -177,7 +173,6 @@ VERSIONS_23 = ["reduce_v6_grid_stride_atomic", "reduce_v7_two_pass"]
 
 
 @pytest.mark.task("2.3")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("version", VERSIONS_23)
 @pytest.mark.parametrize("n", SIZES)
 def test_vector_sum(version: str, n: int) -> None:
@@ -188,7 +183,6 @@ def test_vector_sum(version: str, n: int) -> None:
 
 
 @pytest.mark.task("2.3")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("version", VERSIONS_23)
 def test_vector_sum_special_inputs(version: str) -> None:
     m = _m()
@@ -232,7 +226,6 @@ ROW_CASES = [(33, c) for c in COLS] + [(1000, 7), (3, 4099), (5, 4100), (40, 100
 
 
 @pytest.mark.task("2.4")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("rows,cols", ROW_CASES)
 def test_row_sum(rows: int, cols: int) -> None:
     m = _m()
@@ -245,7 +238,6 @@ def test_row_sum(rows: int, cols: int) -> None:
 
 
 @pytest.mark.task("2.4")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("scale,offset,unaligned", [(1e30, 0.0, False), (1.0, 50.0, False), (1.0, 0.0, True)])
 def test_row_sum_special_inputs(scale: float, offset: float, unaligned: bool) -> None:
     m = _m()
@@ -270,7 +262,6 @@ def _check_row_max(m: cc.Lesson, x: torch.Tensor, what: str) -> None:
 
 
 @pytest.mark.task("2.5")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("rows,cols", ROW_CASES)
 def test_row_max(rows: int, cols: int) -> None:
     m = _m()
@@ -278,7 +269,6 @@ def test_row_max(rows: int, cols: int) -> None:
 
 
 @pytest.mark.task("2.5")
-@pytest.mark.points(2)
 def test_row_max_special_inputs() -> None:
     m = _m()
     rows, cols = 19, 1031
@@ -339,7 +329,6 @@ def _check_argmax(m: cc.Lesson, x: torch.Tensor, what: str) -> None:
 
 
 @pytest.mark.task("2.6")
-@pytest.mark.points(4)
 @pytest.mark.parametrize("n", SIZES)
 def test_argmax(n: int) -> None:
     m = _m()
@@ -347,7 +336,6 @@ def test_argmax(n: int) -> None:
 
 
 @pytest.mark.task("2.6")
-@pytest.mark.points(4)
 @pytest.mark.parametrize("n", [33, 1000, 70_001])
 def test_argmax_ties(n: int) -> None:
     m = _m()
@@ -363,7 +351,6 @@ def test_argmax_ties(n: int) -> None:
 
 
 @pytest.mark.task("2.6")
-@pytest.mark.points(4)
 def test_argmax_special_values() -> None:
     m = _m()
     n = 4099
@@ -399,7 +386,6 @@ def _ratio(fn_yours: object, fn_ref: object) -> tuple[float, float, float]:
 
 
 @pytest.mark.task("2.7")
-@pytest.mark.points(2)
 @pytest.mark.gpu
 def test_speed_sum() -> None:
     m = _m()
@@ -416,7 +402,6 @@ def test_speed_sum() -> None:
 
 
 @pytest.mark.task("2.8")
-@pytest.mark.points(2)
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,cols", [(32768, 4096), (131072, 1024)])
 def test_speed_row_sum(rows: int, cols: int) -> None:
@@ -431,7 +416,6 @@ def test_speed_row_sum(rows: int, cols: int) -> None:
 
 
 @pytest.mark.task("2.9")
-@pytest.mark.points(2)
 @pytest.mark.gpu
 def test_speed_argmax() -> None:
     m = _m()

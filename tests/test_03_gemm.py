@@ -151,14 +151,12 @@ def test_given_versions_unaligned() -> None:
 # ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.task("3.1")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("shape", SIM_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_naive(shape: tuple[int, int, int]) -> None:
     _check_gemm("sgemm_v1_naive", *shape, task="3.1", hint=HINT_31)
 
 
 @pytest.mark.task("3.1")
-@pytest.mark.points(2)
 def test_naive_larger() -> None:
     """One larger shape on the simulator; large ones too on a GPU."""
     for shape in _shapes(_m(), SIM_LARGER, GPU_SHAPES):
@@ -166,7 +164,6 @@ def test_naive_larger() -> None:
 
 
 @pytest.mark.task("3.1")
-@pytest.mark.points(2)
 def test_rejects_bad_inputs() -> None:
     """The binding refuses wrong dtypes and non-contiguous tensors before anything runs, naming the parameter."""
     m = _m()
@@ -188,14 +185,12 @@ def test_rejects_bad_inputs() -> None:
 # ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.task("3.2")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("shape", SIM_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_coalesced(shape: tuple[int, int, int]) -> None:
     _check_gemm("sgemm_v2_coalesced", *shape, task="3.2", hint=HINT_32)
 
 
 @pytest.mark.task("3.2")
-@pytest.mark.points(2)
 def test_coalesced_larger() -> None:
     """One larger shape on the simulator; large ones too on a GPU."""
     for shape in _shapes(_m(), SIM_LARGER, GPU_SHAPES):
@@ -207,14 +202,12 @@ def test_coalesced_larger() -> None:
 # ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.task("3.3")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("shape", SIM_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_shared(shape: tuple[int, int, int]) -> None:
     _check_gemm("sgemm_v3_shared", *shape, task="3.3", hint=HINT_33)
 
 
 @pytest.mark.task("3.3")
-@pytest.mark.points(3)
 def test_shared_larger() -> None:
     """One larger shape on the simulator; large ones too on a GPU."""
     for shape in _shapes(_m(), SIM_LARGER, GPU_SHAPES):
@@ -226,14 +219,12 @@ def test_shared_larger() -> None:
 # ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.task("3.4")
-@pytest.mark.points(4)
 @pytest.mark.parametrize("shape", SIM_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_2d(shape: tuple[int, int, int]) -> None:
     _check_gemm("sgemm_v5_2d", *shape, task="3.4", hint=HINT_34)
 
 
 @pytest.mark.task("3.4")
-@pytest.mark.points(4)
 def test_2d_larger() -> None:
     """One larger shape on the simulator; large ones too on a GPU."""
     for shape in _shapes(_m(), SIM_LARGER, GPU_SHAPES):
@@ -261,14 +252,12 @@ def _check_linear(batch: int, fin: int, fout: int) -> None:
 
 
 @pytest.mark.task("3.5")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("shape", SIM_LINEAR, ids=lambda s: "x".join(map(str, s)))
 def test_linear(shape: tuple[int, int, int]) -> None:
     _check_linear(*shape)
 
 
 @pytest.mark.task("3.5")
-@pytest.mark.points(3)
 def test_linear_larger() -> None:
     """One larger shape on the simulator; large ones on a GPU."""
     for shape in _shapes(_m(), SIM_LINEAR_LARGER, GPU_LINEAR):
@@ -276,7 +265,6 @@ def test_linear_larger() -> None:
 
 
 @pytest.mark.task("3.5")
-@pytest.mark.points(3)
 def test_linear_rejects_bad_inputs() -> None:
     m = _m()
     g = check.rng("linear-reject")
@@ -322,7 +310,6 @@ def _time_pair(fn_a: str, fn_b: str | None, n: int) -> tuple[float, float]:
 
 
 @pytest.mark.task("3.6")
-@pytest.mark.points(2)
 @pytest.mark.gpu
 def test_speed_2d_vs_cublas() -> None:
     n, target = 4096, 0.30
@@ -336,7 +323,6 @@ def test_speed_2d_vs_cublas() -> None:
 
 
 @pytest.mark.task("3.7")
-@pytest.mark.points(1)
 @pytest.mark.gpu
 def test_speed_coalesced_vs_naive() -> None:
     n, target = 2048, 2.0

@@ -115,7 +115,6 @@ def _softmax_case(rows: int, cols: int, x: torch.Tensor, m: cc.Lesson, what: str
 
 
 @pytest.mark.task("4.1")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("cols", ROW_LENGTHS)
 def test_softmax(cols: int) -> None:
     m = _m()
@@ -127,7 +126,6 @@ def test_softmax(cols: int) -> None:
 
 
 @pytest.mark.task("4.1")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("cols", [33, 1000])
 def test_softmax_large_and_neg_inf(cols: int) -> None:
     """Inputs of size 1e4 (exp overflows without the max subtracted) and rows with -inf entries."""
@@ -144,7 +142,6 @@ def test_softmax_large_and_neg_inf(cols: int) -> None:
 
 
 @pytest.mark.task("4.1")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("cols", [16383, 16384, 16389, 16392])
 def test_softmax_longest_register_rows_and_beyond(cols: int) -> None:
     """Rows at the bound of the solution's register path (16384 floats) and just past it, where the launcher
@@ -156,7 +153,6 @@ def test_softmax_longest_register_rows_and_beyond(cols: int) -> None:
 
 
 @pytest.mark.task("4.1")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("cols", [1000, 4096])
 def test_softmax_unaligned(cols: int) -> None:
     """x and y starting one float into their buffers (views at an odd offset): no float4 access is allowed."""
@@ -188,7 +184,6 @@ def _layernorm_ref(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float
 
 
 @pytest.mark.task("4.2")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("cols", ROW_LENGTHS)
 @pytest.mark.parametrize("offset", [0.0, 1000.0])
 def test_layernorm(cols: int, offset: float) -> None:
@@ -216,7 +211,6 @@ def test_layernorm(cols: int, offset: float) -> None:
 
 
 @pytest.mark.task("4.3")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("cols", ROW_LENGTHS)
 def test_rmsnorm(cols: int) -> None:
     m = _m()
@@ -244,7 +238,6 @@ EMB_HINT = ("TODO(task 4.4) in layers.cu: bad[i] = 1 and a zero row when ids[i] 
 
 
 @pytest.mark.task("4.4")
-@pytest.mark.points(2)
 @pytest.mark.parametrize(("n", "vocab", "dim"), [(1, 1, 1), (37, 50, 33), (300, 1000, 200)])
 def test_embedding(n: int, vocab: int, dim: int) -> None:
     m = _m()
@@ -263,7 +256,6 @@ def test_embedding(n: int, vocab: int, dim: int) -> None:
 
 
 @pytest.mark.task("4.4")
-@pytest.mark.points(2)
 def test_embedding_rejects_out_of_range_ids() -> None:
     m = _m()
     g = check.rng("embedding-bad")
@@ -295,7 +287,6 @@ def test_embedding_rejects_out_of_range_ids() -> None:
 
 
 @pytest.mark.task("4.5")
-@pytest.mark.points(2)
 @pytest.mark.parametrize(("B", "T", "Hq", "Hk", "d"), [(1, 1, 1, 1, 2), (2, 17, 3, 2, 16), (1, 100, 2, 2, 64),
                                                        (2, 33, 4, 1, 80)])
 def test_rope(B: int, T: int, Hq: int, Hk: int, d: int) -> None:
@@ -321,7 +312,6 @@ def test_rope(B: int, T: int, Hq: int, Hk: int, d: int) -> None:
 
 
 @pytest.mark.task("4.6")
-@pytest.mark.points(1)
 @pytest.mark.parametrize("n", [1, 1000, 4099])
 def test_swiglu(n: int) -> None:
     m = _m()
@@ -401,14 +391,12 @@ def _run_naive(B: int, H: int, N: int, d: int, causal: bool, m: cc.Lesson) -> No
 
 
 @pytest.mark.task("4.7")
-@pytest.mark.points(3)
 @pytest.mark.parametrize(("B", "H", "N", "d", "causal"), ATTN_CASES[:7])
 def test_attention_naive(B: int, H: int, N: int, d: int, causal: bool) -> None:
     _run_naive(B, H, N, d, causal, _m())
 
 
 @pytest.mark.task("4.7")
-@pytest.mark.points(3)
 def test_attention_naive_head_dim_16_and_gpu_sizes() -> None:
     m = _m()
     _run_naive(2, 2, 40, 16, True, m)
@@ -433,14 +421,12 @@ def _run_flash(B: int, H: int, N: int, d: int, causal: bool, m: cc.Lesson, q_sca
 
 
 @pytest.mark.task("4.8")
-@pytest.mark.points(5)
 @pytest.mark.parametrize(("B", "H", "N", "d", "causal"), ATTN_CASES)
 def test_attention_flash(B: int, H: int, N: int, d: int, causal: bool) -> None:
     _run_flash(B, H, N, d, causal, _m())
 
 
 @pytest.mark.task("4.8")
-@pytest.mark.points(5)
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_flash_large_scores(causal: bool) -> None:
     """q scaled by 30: scores of size ~200, so exp() overflows unless every tile subtracts its running max."""
@@ -448,7 +434,6 @@ def test_attention_flash_large_scores(causal: bool) -> None:
 
 
 @pytest.mark.task("4.8")
-@pytest.mark.points(5)
 def test_attention_flash_head_dim_16_and_gpu_sizes() -> None:
     m = _m()
     _run_flash(1, 4, 40, 16, True, m)  # the capstone's head size
@@ -624,7 +609,6 @@ BLOCK_CALLS = {"rmsnorm": 2, "linear": 7, "rope": 1, "attention": 1, "swiglu": 1
 
 
 @pytest.mark.task("4.9")
-@pytest.mark.points(5)
 def test_decoder_block_matches_pytorch() -> None:
     m = _m()
     dec, cfg, k = _capstone(m)
@@ -648,7 +632,6 @@ def test_decoder_block_matches_pytorch() -> None:
 
 
 @pytest.mark.task("4.9")
-@pytest.mark.points(5)
 def test_greedy_tokens_match_pytorch() -> None:
     m = _m()
     dec, cfg, k = _capstone(m)
@@ -688,7 +671,6 @@ def _time(fn: object) -> float:
 
 
 @pytest.mark.task("4.10")
-@pytest.mark.points(1)
 @pytest.mark.gpu
 def test_speed_softmax() -> None:
     m = _m()
@@ -708,7 +690,6 @@ def test_speed_softmax() -> None:
 
 
 @pytest.mark.task("4.11")
-@pytest.mark.points(1)
 @pytest.mark.gpu
 def test_speed_layernorm() -> None:
     m = _m()
@@ -727,7 +708,6 @@ def test_speed_layernorm() -> None:
 
 
 @pytest.mark.task("4.12")
-@pytest.mark.points(3)
 @pytest.mark.gpu
 def test_speed_flash_vs_unfused() -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -1,9 +1,10 @@
-"""The harness's own tests: launcher parsing, argument checking, build cache, checks, doctor, stubs, CLI."""
+"""The harness's own tests: launcher parsing, argument checking, build cache, checks, doctor, stubs, CLI,
+the course model and what is generated from it."""
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import pytest
 import torch
 
 import cudacourse as cc
-from cudacourse import buildcache, check, stubs
+from cudacourse import buildcache, check, settings, stubs
+from cudacourse.course import course as course_model
 from cudacourse.doctor import check_arch_list
 from cudacourse.loader import check_args
 from cudacourse.source import SignatureError, find_launchers, launcher, mask, uses_torch
@@ -105,7 +107,7 @@ def test_vector_parameters_need_width_and_alignment():
 
 def test_backend_env_is_validated(monkeypatch):
     monkeypatch.setenv("CUDA_COURSE_BACKEND", "gpu")
-    with pytest.raises(ValueError, match="CUDA_COURSE_BACKEND must be one of"):
+    with pytest.raises(ValueError, match="CUDA_COURSE_BACKEND or --backend"):
         cc.backend_name()
     monkeypatch.setenv("CUDA_COURSE_BACKEND", "sim")
     assert cc.backend_name() == "sim"
@@ -116,25 +118,24 @@ def test_backend_env_is_validated(monkeypatch):
 # ----------------------------------------------------------------------------------------------------
 
 
-def test_build_cache_recovers_from_a_stale_lock(tmp_path, monkeypatch):
+def test_build_cache_survives_a_killed_build(tmp_path, monkeypatch):
+    """A build whose process died mid-build (lock taken, no DONE marker) blocks nothing: the OS dropped its lock."""
     monkeypatch.setenv("CUDA_COURSE_BUILD", str(tmp_path))
     key = buildcache.content_key("x")
+    code = ("import os, sys, filelock; l = filelock.FileLock(sys.argv[1]); l.acquire(); "
+            "os.makedirs(sys.argv[2]); os._exit(0)")
     (tmp_path / "k").mkdir()
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    import socket
-
-    (tmp_path / "k" / f"{key}.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid}))
-    assert buildcache.stale_locks(tmp_path)
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "k" / f"{key}.lock"), str(tmp_path / "k" / key)],
+                   check=True)
     calls = []
-    with pytest.warns(UserWarning, match="stale build lock"):
-        d = buildcache.cached("k", key, lambda p: (calls.append(p), (p / "out").write_text("ok")))
-    assert (d / "out").read_text() == "ok" and len(calls) == 1
+    d = buildcache.cached("k", key, lambda p: (calls.append(p), (p / "out").write_text("ok")), wait_s=60)
+    assert (d / "out").read_text() == "ok" and len(calls) == 1  # the half-built folder was not reused
     assert buildcache.cached("k", key, lambda p: calls.append(p)) == d and len(calls) == 1  # cached
-    assert not (tmp_path / "k" / f"{key}.lock").exists()
 
 
-def test_failed_build_leaves_nothing(tmp_path, monkeypatch):
+def test_failed_build_leaves_nothing_but_its_lock_file(tmp_path, monkeypatch):
+    """No half-written build folder is left. The (unlocked) lock file stays: deleting it would race with a
+    process already waiting on it."""
     monkeypatch.setenv("CUDA_COURSE_BUILD", str(tmp_path))
 
     def boom(p: Path) -> None:
@@ -143,7 +144,7 @@ def test_failed_build_leaves_nothing(tmp_path, monkeypatch):
 
     with pytest.raises(RuntimeError):
         buildcache.cached("k", "abc", boom)
-    assert not any((tmp_path / "k").iterdir())
+    assert [p.name for p in (tmp_path / "k").iterdir()] == ["abc.lock"]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -271,14 +272,19 @@ def test_bench_refuses_without_gpu():
 # ----------------------------------------------------------------------------------------------------
 
 
-def test_lesson_rebuilds_after_an_edit(tmp_path, monkeypatch):
+def test_lesson_rebuilds_after_an_edit(tmp_path):
     les = tmp_path / "lessons" / "99_edit"
     les.mkdir(parents=True)
     src = les / "k.cu"
     body = "__global__ void k(float* y, int n) {{ int i = threadIdx.x; if (i < n) y[i] = {v}; }}\n" \
            "void fill(float* y, int n) {{ k<<<1, 64>>>(y, n); }}\n"
     src.write_text(body.format(v="1.0f"))
-    monkeypatch.setenv("CUDA_COURSE_SUBMISSION", str(tmp_path))
+    (les / "lesson.toml").write_text('[lesson]\ntitle = "t"\nwrite = "w"\nlearn = "l"\nfiles = ["k.cu"]\n')
+    with settings.using(root=tmp_path, submission=tmp_path):  # a toy course: any root works
+        _edit_and_reload(src, body)
+
+
+def _edit_and_reload(src: Path, body: str) -> None:
     m = cc.lesson("99_edit", backend="sim")
     y = check.poisoned(10)
     m.fill(y, 10)
@@ -311,3 +317,129 @@ def test_guard_catches_a_write_past_the_end():
     full[10 + 3] = 0.0  # what a store without its bounds test leaves behind
     with pytest.raises(AssertionError, match="wrote past the end of its output \\(element 13; the output has 10\\)"):
         check.assert_guard(full, 10, "y", "9.9")
+
+
+# ----------------------------------------------------------------------------------------------------
+# The course model (lessons/*/lesson.toml) and everything generated from it
+# ----------------------------------------------------------------------------------------------------
+
+
+def _task_markers(test_file: Path) -> set[str]:
+    """Task ids of the ``@pytest.mark.task("N.M")`` markers in a test file (read, not imported)."""
+    import ast
+
+    out = set()
+    for node in ast.walk(ast.parse(test_file.read_text())):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.mark.task" and node.args:
+            out.add(ast.literal_eval(node.args[0]))
+    return out
+
+
+def test_course_model_agrees_with_the_tree():
+    """Every declared file exists in solutions/ and lessons/, nothing undeclared sits in solutions/, and the
+    tasks of each lesson's test file are exactly its declared tasks."""
+    c = course_model()
+    assert list(c.lessons) == sorted(p.parent.name for p in (ROOT / "lessons").glob("*/lesson.toml"))
+    for les in c:
+        for f in les.exercise_files:
+            assert (ROOT / "solutions" / les.id / f).is_file(), f"{les.id}: solutions/{les.id}/{f} missing"
+            assert (ROOT / "lessons" / les.id / f).is_file(), f"{les.id}: lessons/{les.id}/{f} missing"
+        on_disk = {p.name for p in (ROOT / "solutions" / les.id).iterdir() if p.is_file()}
+        assert on_disk <= set(les.exercise_files) | set(les.support_files), f"undeclared in {les.id}: {on_disk}"
+        assert les.notebook is None or (ROOT / "lessons" / les.id / les.notebook).is_file()
+        assert _task_markers(ROOT / "tests" / les.test_file) == {t.id for t in les.tasks}, les.id
+        for t in les.tasks:
+            assert t.gpu or t.target is None, f"task {t.id}: a speed target on a task graded on the CPU"
+
+
+def test_course_model_rejects_bad_metadata(tmp_path):
+    from cudacourse.course import CourseModelError, parse_lesson
+
+    good = ('[lesson]\ntitle = "t"\nwrite = "w"\nlearn = "l"\nfiles = ["a.cu"]\n\n'
+            '[[task]]\nid = "5.1"\ntitle = "x"\npoints = 2\n')
+    info = parse_lesson("05_toy", good)
+    assert (info.tasks[0].id, info.tasks[0].points, info.tasks[0].gpu) == ("5.1", 2.0, False)
+    for bad, why in [(good.replace('id = "5.1"', 'id = "6.1"'), "must look like '5.N'"),
+                     (good.replace("points = 2", "points = 0"), "positive"),
+                     (good.replace("points = 2", "pionts = 2"), "unknown key"),
+                     (good + '\n[[task]]\nid = "5.1"\ntitle = "y"\npoints = 1\n', "declared twice"),
+                     (good.replace('files = ["a.cu"]', 'files = ["../x.cu"]'), "plain names"),
+                     ("[lesson\n", "not valid TOML")]:
+        with pytest.raises(CourseModelError, match=re.escape(why)):
+            parse_lesson("05_toy", bad)
+
+
+def test_an_install_without_lessons_says_to_use_a_clone(monkeypatch, tmp_path):
+    from cudacourse import course as course_mod
+
+    monkeypatch.setattr(course_mod, "PACKAGE_ROOT", tmp_path)
+    with pytest.raises(course_mod.CourseModelError, match="install it editable"):
+        course_mod.course()
+
+
+def readme_lesson_table(c) -> list[str]:
+    """The README's lesson table, as the course model says it must read."""
+    rows = ["| lesson | you write | you learn |", "|---|---|---|"]
+    rows += [f"| [{les.id}](lessons/{les.id}/README.md) | {les.write} | {les.learn} |" for les in c]
+    return rows
+
+
+def test_readme_lesson_table_matches_the_model():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    want = readme_lesson_table(course_model())
+    start = lines.index(want[0]) if want[0] in lines else -1
+    assert start >= 0, "README.md has no lesson table header"
+    assert lines[start:start + len(want)] == want, (
+        "README.md's lesson table differs from lessons/*/lesson.toml; it must read:\n" + "\n".join(want))
+    assert not lines[start + len(want)].startswith("|"), "README.md's lesson table has rows no lesson declares"
+
+
+def test_templates_are_generated_from_the_model():
+    from cudacourse import templates
+
+    assert templates.stale() == [], "stale templates: run `python -m cudacourse templates`"
+    text = (ROOT / "templates" / "classroom.yml").read_text()
+    graded = [t for t in course_model().tasks() if not t.gpu]
+    assert text.count("uses: classroom-resources/autograding-command-grader@v1") == len(graded)
+    assert "classroom-resources/autograding-grading-reporter@v1" in text
+    for name in ("github-actions-grade.yml", "github-actions-grade-gpu.yml"):
+        body = (ROOT / "templates" / name).read_text()
+        assert "${{ inputs.lessons }}" in body and "github.event.inputs" not in body  # inputs only through env:
+        assert "LESSONS: ${{ inputs.lessons }}" in body
+
+
+def test_templates_pass_actionlint():
+    tool = shutil.which("actionlint")
+    if tool is None:
+        pytest.skip("actionlint is not installed (https://github.com/rhysd/actionlint): the workflows were not linted")
+    files = [str(ROOT / "templates" / n) for n in ("classroom.yml", "github-actions-grade.yml",
+                                                   "github-actions-grade-gpu.yml")]
+    r = subprocess.run([tool, "-config-file", str(ROOT / "templates" / "actionlint.yaml"), *files],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_decoder_config_copy_agrees_with_the_solution():
+    """tests/test_04_transformer.py keeps its own copy of decoder.py's configuration and weights on purpose (an
+    edited decoder.py cannot change a verdict); for the solution the two copies must agree."""
+    import dataclasses
+    import importlib.util
+
+    def load(path: Path, name: str):
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # dataclasses look their module up while the class is built
+        try:
+            spec.loader.exec_module(mod)
+        finally:
+            sys.modules.pop(name, None)
+        return mod
+
+    dec = load(ROOT / "solutions" / "04_transformer" / "decoder.py", "cc_solution_decoder")
+    t04 = load(ROOT / "tests" / "test_04_transformer.py", "cc_test_04_copy")
+    for mine, theirs in ((dec.Config.tiny(), t04.SIM_CFG), (dec.Config.gpu(), t04.GPU_CFG)):
+        assert dataclasses.asdict(mine) == dataclasses.asdict(theirs)
+        assert mine.head_dim == theirs.head_dim
+    a, b = dec.init_weights(dec.Config.tiny(), 7), t04._init_weights(t04.SIM_CFG, 7, "cpu")
+    flat_a, flat_b = torch.utils._pytree.tree_flatten(a), torch.utils._pytree.tree_flatten(b)
+    assert flat_a[1] == flat_b[1] and all(torch.equal(x, y) for x, y in zip(flat_a[0], flat_b[0], strict=True))

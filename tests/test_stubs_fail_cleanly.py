@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from cudacourse.course import course
+
 ROOT = Path(__file__).resolve().parent.parent
-LESSON_TESTS = sorted(p.name for p in (ROOT / "tests").glob("test_0*_*.py"))
+LESSON_TESTS = [les.test_file for les in course(ROOT)]
 
 # Exceptions a stub may fail with: assertion messages from the checks, or a stub's own TODO error.
 CLEAN = {"AssertionError", "Failed"}

@@ -1,0 +1,53 @@
+"""Grading: grade the course's kernels, or learners' submissions, task by task.
+
+What it does, in order:
+
+1. **Stage.** Into a fresh folder it copies the instructor's harness (``cudacourse/``, the lessons'
+   graded test files, ``tests/conftest.py``, the ``--hidden`` test files) and only the *kernel files*
+   declared in each lesson's ``lesson.toml`` (exercise files; support files come from
+   the checkout): from ``DIR/lessons/NN_topic/`` for a ``--submission``, else
+   from this checkout's ``lessons/`` or ``solutions/`` (``--impl``). Nothing else of a submission is
+   used, so an edited ``tests/`` folder in it changes nothing.
+2. **Screen.** Every submitted kernel file is checked before it is built (:func:`screen_kernel_file`):
+   kernel-only exercise files may include CUDA and C++ standard headers only (no torch, no relative
+   paths leaving the lesson, no file or process calls), and lesson 01's ``relu_torch.cu`` (the one file
+   allowed torch) must launch the learner's kernel with ``<<<...>>>`` and call no torch operator that
+   would compute the answer. A rejected file is staged so that it fails to build at once, so exactly
+   the tasks that need it fail, with the reason.
+3. **Collect** the tasks once (``pytest --collect-only`` with the course plugin): a task is every test
+   carrying ``@pytest.mark.task(ID)``, public and hidden ones together; its title and points come from the
+   instructor's course model (``lessons/*/lesson.toml``, and ``tasks.toml`` of ``--hidden``).
+4. **Run.** The tasks of a lesson share one pytest process (split over ``--jobs`` processes when
+   there is room), in a private copy of the staged folder ("slot") that is restored from its pristine
+   manifest before each process and compared after it. The lesson's kernel files are built first (up
+   to ``--build-timeout``); then a watchdog stops a process whose current test case has run for more
+   than ``--timeout`` s. A case that crashes or hangs fails its own task (the message names it) and the
+   unfinished tasks go on in a fresh process; on a GPU every task that failed in company is graded
+   again in a process of its own, and that verdict counts. So a crash, an endless loop, an illegal
+   address or a corrupted CUDA context costs only its own task, and a file changed by the submission's code fails
+   the task that changed it (the change is undone). Inputs are drawn from a seed chosen afresh for the
+   run (``--seed`` replays one), so answers cached from the public tests do not survive.
+5. **Feedback and reports.** Feedback (hints, hidden-case wording) is computed from the results after
+   every run. A points table on stdout, and ``--json``, ``--junit``, ``--markdown``, ``--gradescope`` files, always
+   written (a grading problem is recorded in them too). The exit code says whether grading worked (0),
+   not the score; 2 means the grader itself could not grade (bad arguments, broken instructor tests).
+
+JSON schema (fixed)::
+
+    {"backend", "device", "impl", "earned", "possible", "not_graded",
+     "tasks": [{"id", "lesson", "title", "points", "earned", "status": "pass|fail|not-graded", "message"}]}
+
+``possible`` counts every task's points, ``not_graded`` the points of tasks that need a GPU.
+
+``--batch PARENT`` grades every sub-folder of PARENT as one submission in one run; ``--json``,
+``--junit`` and ``--markdown`` then name folders that receive ``<name>.json`` etc., and the JSON folder
+also gets ``gradebook.csv``.
+
+This isolates against accidents and naive cheating, not against hostile native code: a kernel runs as
+the grading user. Grade in a throwaway container or CI runner (docs/INSTRUCTORS.md).
+
+Modules: :mod:`~cudacourse.grading.results` (the task/result model), :mod:`~cudacourse.grading.screens`,
+:mod:`~cudacourse.grading.staging`, :mod:`~cudacourse.grading.runner` (workers, watchdog, verdicts; the
+one place workers start: ``start_worker``), :mod:`~cudacourse.grading.feedback`,
+:mod:`~cudacourse.grading.reports`, :mod:`~cudacourse.grading.cli`.
+"""

@@ -3,11 +3,11 @@
 Groups (each compared with its PyTorch row and with the copy bandwidth measured in the same run):
   sum 2^28 fp32          torch.sum; the block-level versions v1-v5 run to one number by repeated passes
                          (Harris's scheme: a pass writes one partial per block, the next pass sums those);
-                         v6 (grid-stride + one atomicAdd per block, target 0.9x) and v7 (two-pass).
-  row sum RxC fp32       torch.sum(dim=-1) for 32768x4096 and 131072x1024; row_sum (target 0.9x) and the
+                         v6 (grid-stride + one atomicAdd per block, task 2.7) and v7 (two-pass).
+  row sum RxC fp32       torch.sum(dim=-1) for 32768x4096 and 131072x1024; row_sum (task 2.8) and the
                          thread-per-row worked example.
   row max RxC fp32       torch.amax(dim=-1); row_max.
-  argmax 2^28 fp32       torch.argmax; argmax (target 0.8x).
+  argmax 2^28 fp32       torch.argmax; argmax (task 2.9). Task targets are in lesson.toml.
 ``bytes`` counts each input read once and each output written once.
 """
 
@@ -67,7 +67,7 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
     s = torch.empty(1, device=dev)
     work = torch.empty(1024, device=dev)
     out.append(Case(g, "reduce_v6_grid_stride_atomic", lambda: m.reduce_v6_grid_stride_atomic(x, s, n),
-                    bytes=nbytes, target=0.9))
+                    bytes=nbytes, task="2.7"))
     out.append(Case(g, "reduce_v7_two_pass", lambda: m.reduce_v7_two_pass(x, work, s, n), bytes=nbytes))
 
     shapes = [(2048, 4096), (8192, 1024)] if quick else [(32768, 4096), (131072, 1024)]
@@ -78,7 +78,7 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
         g = f"row sum {rows}x{cols} fp32"
         out.append(Case(g, "torch.sum(dim=-1)", lambda xr=xr: torch.sum(xr, dim=-1), bytes=rb, reference=True))
         out.append(Case(g, "row_sum (warp per row)", lambda xr=xr, yr=yr, r=rows, c=cols: m.row_sum(xr, yr, r, c),
-                        bytes=rb, target=0.9))
+                        bytes=rb, task="2.8"))
         out.append(Case(g, "row_sum_v1_thread_per_row",
                         lambda xr=xr, yr=yr, r=rows, c=cols: m.row_sum_v1_thread_per_row(xr, yr, r, c), bytes=rb))
         g = f"row max {rows}x{cols} fp32"
@@ -89,5 +89,6 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
     g = f"argmax 2^{log_n} fp32"
     idx = torch.empty(1, dtype=torch.int64, device=dev)
     out.append(Case(g, "torch.argmax", lambda: torch.argmax(x), bytes=nbytes + 8, reference=True))
-    out.append(Case(g, "argmax (64-bit keys, atomicMax)", lambda: m.argmax(x, idx, n), bytes=nbytes + 8, target=0.8))
+    out.append(Case(g, "argmax (64-bit keys, atomicMax)", lambda: m.argmax(x, idx, n), bytes=nbytes + 8,
+                    task="2.9"))
     return out

@@ -31,7 +31,6 @@ def _grading_time_size(name: str, lo: int = 2, hi: int = 70_000) -> int:
 
 
 @pytest.mark.task("1.1")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("n", [2, 257, 4097, 65_537, "grading-time"])
 def test_relu_scalar_hidden_sizes(n: int | str) -> None:
     """relu_v1_scalar on sizes the public tests do not use."""
@@ -45,7 +44,6 @@ def test_relu_scalar_hidden_sizes(n: int | str) -> None:
 
 
 @pytest.mark.task("1.1")
-@pytest.mark.points(2)
 def test_relu_scalar_fresh_inputs_same_size() -> None:
     """Two calls with the same size and different inputs: an answer cached from the first call fails."""
     m = cc.lesson(LESSON)
@@ -59,7 +57,6 @@ def test_relu_scalar_fresh_inputs_same_size() -> None:
 
 
 @pytest.mark.task("1.H")
-@pytest.mark.points(1)
 @pytest.mark.parametrize("blocks", [1, 2, 5])
 def test_grid_stride_grading_time_size(blocks: int) -> None:
     """Hidden task: relu_v2_grid_stride with a grading-time size and small grids."""

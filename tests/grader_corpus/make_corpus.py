@@ -1,24 +1,22 @@
-"""Regenerate the grader's corpus of broken lesson-01 submissions from the current solution.
+"""The grader's corpus of broken lesson-01 submissions, described compactly and generated at test time.
 
-    python tests/grader_corpus/make_corpus.py
+    python tests/grader_corpus/make_corpus.py OUT_DIR     # write the corpus to look at it
 
-Each case is a learner's copy of ``lessons/01_relu/`` (the solution with one deliberate defect, or a
-cheat) in ``tests/grader_corpus/<case>/lessons/01_relu/``; ``expected.json`` lists, per case, the tasks
-that must fail (graded with templates/hidden_example, whose task 1.H is included). Every other graded
-task of lesson 01 must pass, and the GPU-only task 1.7 must be "not graded" on the simulator.
-tests/test_grader.py grades the whole corpus in one run and checks
-every verdict. Rerun this script after changing solutions/01_relu (it rewrites every case).
+Each case is an edit of the current solution (one deliberate defect, or a cheat) plus the tasks that
+must fail (graded with templates/hidden_example, whose task 1.H is included). :func:`write` turns the
+cases into learners' copies ``OUT_DIR/<case>/lessons/01_relu/`` and ``OUT_DIR/expected.json``; every
+other graded task of lesson 01 must pass, and the GPU-only task 1.7 must be "not graded" on the
+simulator. tests/test_grader.py writes the corpus into a temporary folder, grades it in one run and
+checks every verdict. Nothing generated is committed, so the corpus always follows the solution.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 SOL = ROOT / "solutions" / "01_relu"
 STUB = ROOT / "lessons" / "01_relu"
 PUBLIC_SIZES = [1, 31, 32, 33, 1000, 2**20 + 3]  # SIZES in tests/test_01_relu.py
@@ -202,26 +200,38 @@ def build() -> dict[str, dict[str, str]]:
     return out
 
 
-def main() -> None:
-    """Rewrite every case folder and expected.json."""
+def write(dest: Path) -> dict[str, dict[str, object]]:
+    """Write every case folder and ``expected.json`` under ``dest``; returns the expectations."""
     cases = build()
-    for d in HERE.iterdir():
-        if d.is_dir() and d.name != "__pycache__":
-            shutil.rmtree(d)
     for name, files in cases.items():
-        les = HERE / name / "lessons" / "01_relu"
+        les = dest / name / "lessons" / "01_relu"
         les.mkdir(parents=True)
         for fname, text in files.items():
             if text is not None:
                 (les / fname).write_text(text)
-    (HERE / "tests_edited" / "tests").mkdir()
-    (HERE / "tests_edited" / "tests" / "test_01_relu.py").write_text(
+    (dest / "tests_edited" / "tests").mkdir()
+    (dest / "tests_edited" / "tests" / "test_01_relu.py").write_text(
         "# A learner's edited copy: it must change nothing, the grader uses the instructor's tests.\n"
-        "import pytest\n\n\n@pytest.mark.task('1.1')\n@pytest.mark.points(2)\ndef test_relu_scalar():\n    pass\n")
+        "import pytest\n\n\n@pytest.mark.task('1.1')\ndef test_relu_scalar():\n    pass\n")
+    (dest / "tests_edited" / "lessons" / "01_relu" / "lesson.toml").write_text(
+        "# A learner's edited model: it must change nothing, the grader reads the instructor's.\n"
+        '[lesson]\ntitle = "x"\nwrite = "x"\nlearn = "x"\nfiles = ["relu.cu"]\n\n'
+        '[[task]]\nid = "1.1"\ntitle = "mine"\npoints = 100\n')
     expected = {name: {"description": desc, "fail": fails, "also_fail_on_cuda": cuda}
                 for name, (desc, fails, cuda) in CASES.items()}
-    (HERE / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
-    print(f"wrote {len(cases)} cases to {HERE}")
+    (dest / "expected.json").write_text(json.dumps(expected, indent=2) + "\n")
+    return expected
+
+
+def main() -> None:
+    """Write the corpus into the folder named on the command line."""
+    import sys
+
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python tests/grader_corpus/make_corpus.py OUT_DIR")
+    dest = Path(sys.argv[1])
+    dest.mkdir(parents=True, exist_ok=True)
+    print(f"wrote {len(write(dest))} cases to {dest}")
 
 
 if __name__ == "__main__":

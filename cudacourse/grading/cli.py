@@ -1,0 +1,281 @@
+"""``python -m cudacourse grade``: the command line and the driver that grades submissions."""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cudacourse.course import Course, CourseError, Task, hidden_tasks
+from cudacourse.course import course as course_model
+from cudacourse.grading.feedback import feedback
+from cudacourse.grading.reports import (
+    Report,
+    markdown_report,
+    print_report,
+    write_gradebook,
+    write_gradescope,
+    write_json,
+    write_junit,
+)
+from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, format_points
+from cudacourse.grading.runner import LIVE, RunSettings, collect_tasks, kill_group, safe_run_group, sanitizer_report
+from cudacourse.grading.staging import Submission, manifest, stage_harness, stage_kernels
+from cudacourse.settings import current
+
+EXIT_OK, EXIT_GRADER_ERROR = 0, 2
+COLLECT_TIMEOUT_S = 600.0
+
+# ----------------------------------------------------------------------------------------------------
+# Driver
+# ----------------------------------------------------------------------------------------------------
+
+
+def declared_tasks(course: Course, hidden: Path | None) -> dict[tuple[str, str], Task]:
+    """Every task the grader may grade: the course model's and those of ``hidden/tasks.toml``."""
+    out = {(t.lesson, t.id): t for t in course.tasks()}
+    for t in hidden_tasks(course, hidden) if hidden is not None else []:
+        out[(t.lesson, t.id)] = t
+    return out
+
+
+def resolve_backend(requested: str) -> tuple[str, str]:
+    """(backend name, device description) as the child processes will see them."""
+    if requested == "sim":
+        return "sim", "CPU simulator"
+    try:
+        from cudacourse.loader import backend_name
+
+        name = backend_name(requested)
+    except Exception as e:  # noqa: BLE001
+        raise GradingError(f"--backend {requested}: {e}") from e
+    if name == "cuda":
+        import torch
+
+        return "cuda", torch.cuda.get_device_name(0)
+    return "sim", "CPU simulator"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m cudacourse grade``."""
+    p = argparse.ArgumentParser(prog="python -m cudacourse grade", description=(
+        "Grade the course's kernels task by task, each task in its own process. The exit code says whether "
+        "grading worked (0) or not (2), never the score."))
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--submission", type=Path, metavar="DIR",
+                     help="a learner's copy of the course; only DIR/lessons/*/*.cu|.cuh are graded")
+    src.add_argument("--batch", type=Path, metavar="PARENT",
+                     help="grade every sub-folder of PARENT as one submission (outputs become folders)")
+    p.add_argument("--impl", choices=["student", "solution"], default=None,
+                   help="without --submission: grade this checkout's lessons/ (student) or solutions/ "
+                        "(default $CUDA_COURSE_IMPL, else student)")
+    p.add_argument("--lessons", nargs="+", default=None, metavar="LESSON",
+                   help="lessons to grade (01_relu, 01, ...); default all")
+    p.add_argument("--hidden", type=Path, metavar="DIR",
+                   help="instructor test files merged in as extra cases and tasks (same markers)")
+    p.add_argument("--json", type=Path, metavar="OUT", help="write the JSON report")
+    p.add_argument("--junit", type=Path, metavar="OUT", help="write a JUnit XML report")
+    p.add_argument("--markdown", type=Path, metavar="OUT", help="write a Markdown feedback report")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds one test case may run before its task fails as hung (default 120)")
+    p.add_argument("--build-timeout", type=float, default=300.0,
+                   help="seconds to build a lesson's kernel files before its tests run (default 300)")
+    p.add_argument("--jobs", "-j", type=int, default=0, help="tasks at a time (default: CPU count, at most 8)")
+    p.add_argument("--backend", choices=["auto", "cuda", "sim"], default="auto")
+    p.add_argument("--seed", type=int, default=None, help="base seed (default: fresh for every run)")
+    p.add_argument("--hidden-feedback", choices=["brief", "full"], default="brief",
+                   help="brief: a failed hidden case is named but its values are not shown (default)")
+    p.add_argument("--sanitize", action="store_true",
+                   help="GPU only: rerun a failed task once under compute-sanitizer and add its report")
+    p.add_argument("--gradescope", type=Path, metavar="OUT", help="write Gradescope's results.json")
+    p.add_argument("--course", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--workdir", type=Path, default=None, help="keep the staging folders here (debugging)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the totals")
+    return p
+
+
+def _outputs(args: argparse.Namespace, name: str, batch: bool) -> dict[str, Path | None]:
+    out: dict[str, Path | None] = {}
+    for key, ext in (("json", "json"), ("junit", "xml"), ("markdown", "md"), ("gradescope", "gradescope.json")):
+        val = getattr(args, key)
+        out[key] = None if val is None else (val / f"{name}.{ext}" if batch else val)
+    return out
+
+
+def _write_all(rep: Report, outs: dict[str, Path | None]) -> None:
+    if outs["json"]:
+        write_json(rep, outs["json"])
+    if outs["junit"]:
+        write_junit(rep, outs["junit"])
+    if outs["markdown"]:
+        outs["markdown"].parent.mkdir(parents=True, exist_ok=True)
+        outs["markdown"].write_text(markdown_report(rep))
+    if outs["gradescope"]:
+        write_gradescope(rep, outs["gradescope"])
+
+
+def grade(args: argparse.Namespace) -> list[Report]:
+    """Grade what ``args`` names; returns one report per submission (reports are written here too)."""
+    try:
+        course = course_model(args.course)
+        course.lessons  # noqa: B018 - parse every lesson.toml now: a broken model is a grading problem
+    except CourseError as e:
+        raise GradingError(str(e)) from e
+    impl = args.impl or current().impl
+    if args.batch:
+        if not args.batch.is_dir():
+            raise GradingError(f"--batch {args.batch}: not a folder")
+        subs = [Submission(p.name, p.resolve(), "submission") for p in sorted(args.batch.iterdir()) if p.is_dir()]
+        if not subs:
+            raise GradingError(f"--batch {args.batch}: no sub-folders to grade")
+    elif args.submission:
+        if not (args.submission / "lessons").is_dir():
+            raise GradingError(f"--submission {args.submission}: no lessons/ folder in it")
+        subs = [Submission(args.submission.resolve().name, args.submission.resolve(), "submission")]
+    else:
+        subs = [Submission("", None, impl)]
+    if args.hidden is not None and not args.hidden.is_dir():
+        raise GradingError(f"--hidden {args.hidden}: not a folder")
+    try:
+        lessons = course.select(args.lessons)
+    except CourseError as e:
+        raise GradingError(f"--lessons: {e}") from e
+    if not lessons:
+        raise GradingError(f"no lessons found (lessons/NN_topic/lesson.toml under {course.root})")
+    declared = declared_tasks(course, args.hidden)
+    backend, device = resolve_backend(args.backend)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
+    jobs = args.jobs if args.jobs and args.jobs > 0 else min(8, os.cpu_count() or 1)
+    if args.workdir:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="cc-grade-", dir=args.workdir)) if args.workdir else \
+        Path(tempfile.mkdtemp(prefix="cc-grade-"))
+    build_dir = current().build_dir or (work / "build")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    st = RunSettings(lessons, seed, None if args.backend == "auto" else args.backend, args.timeout,
+                  args.build_timeout, build_dir, args.hidden_feedback, args.sanitize, backend)
+    t_start = time.monotonic()
+    try:
+        harness = work / "harness"
+        stage_harness(harness, lessons, args.hidden, course)
+        # Collect with the checkout's own kernels staged (collection never builds).
+        collect_dir = work / "collect"
+        shutil.copytree(harness, collect_dir)
+        # Collection imports torch and every test file but runs nothing of a submission: on a busy machine
+        # that alone can take longer than one case's --timeout, so it gets a limit of its own.
+        tasks = collect_tasks(collect_dir, course, declared, lessons, seed, st.backend, build_dir,
+                              max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout))
+        by_lesson: dict[str, list[TaskSpec]] = {}
+        for t in tasks:
+            by_lesson.setdefault(t.lesson, []).append(t)
+        # Groups of tasks that share a process: one per (submission, lesson), split further while
+        # there are fewer groups than jobs.
+        split = max(1, -(-jobs // (len(subs) * len(by_lesson))))
+        groups: list[tuple[int, list[TaskSpec]]] = []
+        for i in range(len(subs)):
+            for lt in by_lesson.values():
+                k = min(split, len(lt))
+                groups += [(i, lt[j::k]) for j in range(k)]
+        # Working folders ("slots") belong to the jobs, not to the submissions: each run first restores
+        # its slot to the submission's pristine tree. Builds are cached by content, so a kernel file that
+        # several submissions share (an untouched relu_torch.cu) is built once per slot, not per learner.
+        for k in range(max(1, min(jobs, len(groups)))):
+            slot = work / f"slot{k}"
+            shutil.copytree(harness, slot)
+            st.slots.put(slot)
+        all_lessons = list(course.lessons)
+        for i, sub in enumerate(subs):
+            sub.pristine = work / f"sub{i:03d}"
+            shutil.copytree(harness, sub.pristine)
+            # Every lesson's files are staged, graded or not: the lesson 04 capstone runs on the learner's
+            # own lesson 02 and 03 kernels.
+            stage_kernels(sub, sub.pristine, all_lessons, course)
+            sub.manifest = manifest(sub.pristine)
+        results: dict[int, dict[str, TaskResult]] = {i: {} for i in range(len(subs))}
+        with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futs = {pool.submit(safe_run_group, subs[i], g, st): i for i, g in groups}
+            for fut in cf.as_completed(futs):
+                for r in fut.result():
+                    results[futs[fut]][f"{r.lesson}/{r.id}"] = r
+        reports = []
+        for i, sub in enumerate(subs):
+            done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
+            # Feedback comes from the results, after every run: hints, hidden-case wording, rejections.
+            for r in done:
+                if r.status == "fail":
+                    r.message = feedback(r, sub, args.hidden_feedback)
+                    if args.sanitize and backend == "cuda":
+                        r.message += sanitizer_report(sub, next(t for t in tasks if t.id == r.id), st)
+        elapsed = time.monotonic() - t_start
+        for i, sub in enumerate(subs):
+            done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
+            reports.append(Report(backend, device, sub.impl, done, name=sub.name, seed=seed, seconds=elapsed,
+                                  rejected=[r.text() for r in sub.rejections]))
+        return reports
+    finally:
+        for proc in list(LIVE):  # stopped (Ctrl-C, SIGTERM from CI): leave no test process behind
+            kill_group(proc)
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m cudacourse grade``. Returns 0 when grading worked, 2 when it did not."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # A cancelled CI job sends SIGTERM: unwind (kill the children, remove the work folder) like Ctrl-C.
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    batch = args.batch is not None
+    t0 = time.monotonic()
+    try:
+        reports = grade(args)
+    except GradingError as e:
+        rep = Report(args.backend, "unknown", "submission" if (args.submission or batch) else
+                     (args.impl or current().impl), [],
+                     name=args.submission.name if args.submission else "", errors=[str(e)])
+        names = ([p.name for p in sorted(args.batch.iterdir()) if p.is_dir()]
+                 if batch and args.batch.is_dir() else [rep.name or "grade"])
+        for n in names:
+            rep.name = n if batch else rep.name
+            _write_all(rep, _outputs(args, n, batch))
+        print(f"cudacourse grade: could not grade: {e}", file=sys.stderr)
+        return EXIT_GRADER_ERROR
+    except Exception as e:  # noqa: BLE001 - the report must be written whatever happens
+        import traceback
+
+        err = f"internal grader error: {type(e).__name__}: {e}\n{traceback.format_exc()}"
+        rep = Report(args.backend, "unknown", "submission", [], errors=[err])
+        _write_all(rep, _outputs(args, rep.name or "grade", False if not batch else True))
+        print(err, file=sys.stderr)
+        return EXIT_GRADER_ERROR
+    for rep in reports:
+        _write_all(rep, _outputs(args, rep.name or "grade", batch))
+        if args.quiet:
+            e, p, ng = rep.totals()
+            print(f"{rep.name or 'grade'}: {format_points(e)} / {format_points(p)} points"
+                  + (f" ({format_points(ng)} not graded)" if ng else ""))
+        else:
+            print_report(rep)
+    if batch and args.json:
+        write_gradebook(reports, args.json / "gradebook.csv")
+    if not args.quiet:
+        print(f"graded {len(reports)} submission(s) in {time.monotonic() - t0:.0f} s")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

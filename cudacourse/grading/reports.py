@@ -1,0 +1,174 @@
+"""Report writers: JSON (the fixed schema), JUnit XML, Markdown, the batch gradebook CSV, Gradescope."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudacourse.grading.results import TaskResult, format_points, points_table
+
+# ----------------------------------------------------------------------------------------------------
+# Reports
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """Everything written about one graded submission."""
+
+    backend: str
+    device: str
+    impl: str
+    tasks: list[TaskResult]
+    name: str = ""
+    seed: int = 0
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    rejected: list[str] = field(default_factory=list)  # submitted files refused before building, with why
+
+    def totals(self) -> tuple[float, float, float]:
+        """(earned, possible, not graded)."""
+        return (sum(t.earned for t in self.tasks), sum(t.points for t in self.tasks),
+                sum(t.points for t in self.tasks if t.status == "not-graded"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The report in the course's fixed JSON schema."""
+        earned, possible, ng = self.totals()
+        return {"backend": self.backend, "device": self.device, "impl": self.impl, "earned": earned,
+                "possible": possible, "not_graded": ng,
+                "tasks": [{"id": t.id, "lesson": t.lesson, "title": t.title, "points": t.points,
+                           "earned": t.earned, "status": t.status, "message": t.message} for t in self.tasks]}
+
+
+def write_json(rep: Report, path: Path) -> None:
+    """Write the JSON report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rep.to_json(), indent=2) + "\n")
+
+
+def write_junit(rep: Report, path: Path) -> None:
+    """Write a JUnit XML file: one testsuite per lesson, one testcase per task."""
+    root = ET.Element("testsuites", name=f"cudacourse grade {rep.name}".strip())
+    lessons: dict[str, list[TaskResult]] = {}
+    for t in rep.tasks:
+        lessons.setdefault(t.lesson, []).append(t)
+    if rep.errors:
+        lessons.setdefault("grader", [])
+    for lesson, tasks in lessons.items():
+        suite = ET.SubElement(root, "testsuite", name=lesson, tests=str(len(tasks)),
+                              failures=str(sum(t.status == "fail" for t in tasks)),
+                              skipped=str(sum(t.status == "not-graded" for t in tasks)), errors="0")
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="backend", value=rep.backend)
+        ET.SubElement(props, "property", name="seed", value=str(rep.seed))
+        for t in tasks:
+            case = ET.SubElement(suite, "testcase", classname=lesson, name=f"task {t.id}: {t.title}")
+            ET.SubElement(ET.SubElement(case, "properties"), "property", name="points",
+                          value=f"{format_points(t.earned)}/{format_points(t.points)}")
+            if t.status == "fail":
+                first = t.message.splitlines()[0] if t.message else "failed"
+                ET.SubElement(case, "failure", message=first[:300]).text = t.message
+            elif t.status == "not-graded":
+                ET.SubElement(case, "skipped", message=t.message or "not graded")
+        if lesson == "grader":
+            for err in rep.errors:
+                case = ET.SubElement(suite, "testcase", classname="grader", name="grading")
+                ET.SubElement(case, "error", message=err.splitlines()[0][:300]).text = err
+            suite.set("tests", str(len(rep.errors)))
+            suite.set("errors", str(len(rep.errors)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def markdown_report(rep: Report) -> str:
+    """A feedback report to post back to the learner (GitHub-flavoured Markdown)."""
+    earned, possible, ng = rep.totals()
+    title = f"# Grading report{': ' + rep.name if rep.name else ''}"
+    lines = [title, "",
+             f"**{format_points(earned)} / {format_points(possible)} points**"
+             + (f" ({format_points(ng)} not graded here: they need a GPU)" if ng else ""), "",
+             f"Backend `{rep.backend}` ({rep.device}); inputs drawn with `CUDA_COURSE_SEED={rep.seed}` "
+             f"(replay: `CUDA_COURSE_SEED={rep.seed} python -m pytest tests/`).", ""]
+    if rep.rejected:
+        lines += ["## Rejected files", "", *[f"- {r}" for r in rep.rejected], ""]
+    if rep.errors:
+        lines += ["## Grading problems", "", "The grader could not grade everything (not your fault):", ""]
+        lines += ["```", *rep.errors, "```", ""]
+    lines += ["| task | lesson | title | points | status |", "|---|---|---|---|---|"]
+    icon = {"pass": "pass", "fail": "**fail**", "not-graded": "not graded"}
+    for t in rep.tasks:
+        lines.append(f"| {t.id} | {t.lesson} | {t.title.replace('|', '/')} | "
+                     f"{format_points(t.earned)}/{format_points(t.points)} | {icon[t.status]} |")
+    failed = [t for t in rep.tasks if t.status == "fail"]
+    if failed:
+        lines += ["", "## What to fix", ""]
+        for t in failed:
+            lines += [f"### Task {t.id}: {t.title}", "", "```", t.message.replace("```", "'''"), "```", ""]
+    ungraded = [t for t in rep.tasks if t.status == "not-graded"]
+    if ungraded:
+        lines += ["", "Not graded on this machine: " + ", ".join(f"task {t.id}" for t in ungraded)
+                  + " (speed tasks need a GPU)."]
+    return "\n".join(lines) + "\n"
+
+
+def print_report(rep: Report, out: Any = None) -> None:
+    """The points table and each failure's first lines, on stdout."""
+    out = out or sys.stdout
+    head = f"== {rep.name} ==" if rep.name else "== grade =="
+    print(f"{head} backend={rep.backend} impl={rep.impl} seed={rep.seed} ({rep.seconds:.0f} s)", file=out)
+    for line in points_table(rep.tasks):
+        print(line, file=out)
+    for t in rep.tasks:
+        if t.status == "fail":
+            first = "\n    ".join(t.message.splitlines()[:4])
+            print(f"  task {t.id} failed: {first}", file=out)
+    for r in rep.rejected:
+        print(f"  REJECTED: {r}", file=out)
+    for e in rep.errors:
+        print(f"  GRADING PROBLEM: {e}", file=out)
+
+
+def write_gradebook(reports: list[Report], path: Path) -> None:
+    """One CSV row per submission (batch grading): totals, then each task's earned points."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        tasks = reports[0].tasks if reports else []
+        w.writerow(["submission", "earned", "possible", "not_graded"] + [f"task {t.id}" for t in tasks])
+        for rep in reports:
+            e, p, ng = rep.totals()
+            w.writerow([rep.name, format_points(e), format_points(p), format_points(ng)]
+                       + [format_points(t.earned) for t in rep.tasks])
+
+
+def gradescope_results(rep: Report) -> dict[str, Any]:
+    """The report in Gradescope's autograder format (``/autograder/results/results.json``).
+
+    One test per task with ``score``/``max_score``; a task not graded here (it needs a GPU) has
+    ``max_score`` 0 and says so, so it neither earns nor costs points on a CPU autograder.
+    """
+    tests = []
+    for t in rep.tasks:
+        graded = t.status != "not-graded"
+        tests.append({"name": f"task {t.id}: {t.title}", "number": t.id, "score": t.earned,
+                      "max_score": t.points if graded else 0.0,
+                      "status": "passed" if t.status == "pass" else "failed" if t.status == "fail" else "passed",
+                      "output": t.message if t.status != "pass" else "",
+                      "tags": [t.lesson] + ([] if graded else ["not-graded"])})
+    earned = sum(t.earned for t in rep.tasks)
+    out: dict[str, Any] = {"score": earned, "output": f"backend {rep.backend} ({rep.device}), seed {rep.seed}",
+                           "tests": tests}
+    if rep.errors:
+        out["output"] += "\n\nThe grader could not grade everything:\n" + "\n".join(rep.errors)
+    return out
+
+
+def write_gradescope(rep: Report, path: Path) -> None:
+    """Write Gradescope's ``results.json`` for one submission."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(gradescope_results(rep), indent=2) + "\n")

@@ -1,0 +1,137 @@
+"""The task and result model of grading: per-test records, folded task results, the points table.
+
+Shared by the pytest plugin (which writes records) and the grader (which folds them into verdicts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cudacourse.course import task_sort_key
+
+_MSG_LINES = 14
+_MSG_CHARS = 1800
+
+
+@dataclass
+class TestRecord:
+    """What the points table and the grader know about one test."""
+
+    nodeid: str
+    file: str
+    lesson: str
+    task: str | None
+    points: float
+    title: str
+    gpu: bool
+    params: dict[str, Any] = field(default_factory=dict)
+    outcome: str = "not-run"  # passed | failed | not-graded | skipped | not-run
+    message: str = ""
+    exc_type: str = ""
+    duration: float = 0.0
+
+    __test__ = False  # not a pytest test class, whatever module imports it
+
+
+def trim_message(text: str, lines: int = _MSG_LINES, chars: int = _MSG_CHARS) -> str:
+    """The first ``lines`` lines / ``chars`` characters of a failure message, marked when cut."""
+    text = text.strip("\n")
+    parts = text.splitlines()
+    cut = len(parts) > lines
+    text = "\n".join(parts[:lines])
+    if len(text) > chars:
+        text, cut = text[:chars], True
+    return text + ("\n[...]" if cut else "")
+
+
+@dataclass
+class TaskResult:
+    """One graded task: all its tests folded together."""
+
+    id: str
+    lesson: str
+    title: str
+    points: float
+    earned: float
+    status: str  # pass | fail | not-graded
+    message: str
+    tests: list[TestRecord] = field(default_factory=list)
+
+
+def fold_tasks(records: list[TestRecord]) -> list[TaskResult]:
+    """Group test records by task. A task passes only if all its tests passed; any failure fails it;
+    otherwise any not-graded (or skipped) test makes it not graded. Earned = points only on pass."""
+    by_task: dict[tuple[str, str], list[TestRecord]] = {}
+    for r in records:
+        if r.task is None:
+            continue
+        by_task.setdefault((r.lesson, r.task), []).append(r)
+    out = []
+    for (lesson, tid), recs in by_task.items():
+        points = max((r.points for r in recs), default=0.0)
+        failed = [r for r in recs if r.outcome in ("failed", "not-run")]
+        ungraded = [r for r in recs if r.outcome in ("not-graded", "skipped")]
+        if failed:
+            status = "fail"
+            first = failed[0]
+            case = first.nodeid.split("::", 1)[-1]
+            msg = f"{case}: {first.message}" if first.message else f"{case}: failed"
+            real = [r for r in failed if r.exc_type != "NotRun"]
+            if len(failed) > 1:
+                msg += f"\n({len(real)} of {len(recs)} cases failed" + (
+                    f", {len(failed) - len(real)} not run)" if len(real) < len(failed) else ")")
+        elif ungraded:
+            status = "not-graded"
+            msg = ungraded[0].message or "not graded"
+        else:
+            status, msg = "pass", ""
+        out.append(TaskResult(id=tid, lesson=lesson, title=recs[0].title, points=points,
+                              earned=points if status == "pass" else 0.0, status=status, message=msg,
+                              tests=recs))
+    out.sort(key=lambda t: (t.lesson, task_sort_key(t.id)))
+    return out
+
+
+def format_points(value: float) -> str:
+    """``2.0`` -> ``2``, ``1.5`` -> ``1.5``."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def points_table(tasks: list[TaskResult]) -> list[str]:
+    """Lines of the points table (one block per lesson, a total line)."""
+    if not tasks:
+        return []
+    w_id = max(4, *(len(t.id) for t in tasks))
+    w_title = min(56, max(5, *(len(t.title) for t in tasks)))
+    lines = [f"{'task':<{w_id}}  {'title':<{w_title}}  {'points':>6}  {'earned':>6}  status"]
+    lesson = None
+    for t in tasks:
+        if t.lesson != lesson:
+            lesson = t.lesson
+            lines.append(f"-- {lesson} " + "-" * max(0, w_id + w_title + 24 - len(lesson)))
+        title = t.title if len(t.title) <= w_title else t.title[: w_title - 3] + "..."
+        lines.append(f"{t.id:<{w_id}}  {title:<{w_title}}  {format_points(t.points):>6}  "
+                     f"{format_points(t.earned):>6}  {t.status}")
+    earned = sum(t.earned for t in tasks)
+    possible = sum(t.points for t in tasks)
+    ng = sum(t.points for t in tasks if t.status == "not-graded")
+    lines.append(f"total: {format_points(earned)} / {format_points(possible)} points"
+                 + (f" ({format_points(ng)} not graded: need a GPU)" if ng else ""))
+    return lines
+
+
+@dataclass
+class TaskSpec:
+    """One task to run: its id, lesson and the test files holding its cases."""
+
+    id: str
+    lesson: str
+    title: str
+    points: float
+    files: list[str]
+    hidden_cases: int = 0
+
+
+class GradingError(Exception):
+    """The grader itself could not grade (not the submission's fault)."""

@@ -1,0 +1,443 @@
+"""Running tasks: collecting them, one pytest process per group of tasks under a watchdog, verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudacourse.course import Course, Task, task_sort_key
+from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks
+from cudacourse.grading.staging import Submission, restore
+from cudacourse.settings import Settings, to_env
+
+# ----------------------------------------------------------------------------------------------------
+# Worker processes: the one place where the grader starts learner code
+# ----------------------------------------------------------------------------------------------------
+
+
+def worker_command(cmd: list[str]) -> list[str]:
+    """The command line that runs ``cmd`` as a grading worker.
+
+    The seam for OS confinement (``cudacourse/grading/confine.py``): a confinement wrapper changes this
+    one function (and :func:`start_worker`), and every worker the grader starts goes through it.
+    """
+    return cmd
+
+
+def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], **popen: Any) -> subprocess.Popen[Any]:
+    """Start one worker process (pytest over some tasks, a warm-up build) in its own session."""
+    return subprocess.Popen(worker_command(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+                            **popen)
+
+
+def _python() -> str:
+    return sys.executable
+
+
+def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path) -> dict[str, str]:
+    """The environment of a worker: the run's settings (``settings.to_env``), nothing inherited of ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_COURSE_", "PYTEST_"))}
+    run = Settings(root=slot, impl="student", backend=backend if backend in ("cuda", "sim") else "auto", seed=seed,
+                   submission=slot, build_dir=build_dir)
+    env.update(to_env(run))
+    env.update({"PYTHONPATH": str(slot), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
+    return env
+
+
+# ----------------------------------------------------------------------------------------------------
+# Collecting tasks
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_paths(slot: Path, course: Course, lessons: list[str], hidden: bool) -> list[str]:
+    """Test files (relative to the slot) of the graded lessons, hidden ones included."""
+    files = sorted((slot / "tests").glob("test_*.py"))
+    if hidden and (slot / "hidden").is_dir():
+        files += sorted((slot / "hidden").rglob("test_*.py"))
+    return [str(p.relative_to(slot)) for p in files if course.lesson_of_test(p) in lessons]
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines the plugin wrote (a torn last line is dropped)."""
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def collect_tasks(slot: Path, course: Course, declared: dict[tuple[str, str], Task], lessons: list[str], seed: int,
+                  backend: str | None, build_dir: Path, timeout: float) -> list[TaskSpec]:
+    """Collect every task of the graded lessons (public and hidden tests) in one pytest process.
+
+    Titles and points come from ``declared`` (the instructor's course model and hidden ``tasks.toml``),
+    never from what a process reported.
+    """
+    paths = test_paths(slot, course, lessons, hidden=True)
+    if not paths:
+        raise GradingError(f"no graded test files for lessons {', '.join(lessons)} (expected tests/test_NN_*.py)")
+    report = slot.parent / f"collect-{slot.name}.jsonl"
+    report.unlink(missing_ok=True)
+    cmd = [_python(), "-m", "pytest", "-q", "--collect-only", "-c", str(slot / "pytest.ini"), "--rootdir",
+           str(slot), "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), *paths]
+    proc = start_worker(cmd, cwd=slot, env=child_env(slot, seed, backend, build_dir), stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        kill_group(proc)
+        raise GradingError(f"collecting the tests took more than {timeout:g} s") from e
+    if proc.returncode != 0:
+        raise GradingError("collecting the instructor's tests failed (pytest exit code "
+                           f"{proc.returncode}):\n" + _tail(out, 40))
+    tasks: dict[tuple[str, str], TaskSpec] = {}
+    for r in read_records(report):
+        if r.get("event") != "collected" or r.get("task") is None:
+            continue
+        key = (r["lesson"], r["task"])
+        if key not in declared:
+            raise GradingError(f"{r['nodeid']}: task {r['task']} of lesson {r['lesson']} is declared nowhere")
+        rel = str(Path(r["file"]).resolve().relative_to(slot.resolve()))
+        t = tasks.get(key)
+        if t is None:
+            d = declared[key]
+            t = tasks[key] = TaskSpec(d.id, d.lesson, d.title, d.points, [])
+        if rel not in t.files:
+            t.files.append(rel)
+        if rel.startswith("hidden/"):
+            t.hidden_cases += 1
+    if not tasks:
+        raise GradingError(f"no task-marked tests found in {', '.join(paths)}")
+    return sorted(tasks.values(), key=lambda t: (t.lesson, task_sort_key(t.id)))
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Running one task
+# ----------------------------------------------------------------------------------------------------
+
+_EXIT_GRACE_S = 10.0  # how long a pytest process may take to exit after its last test reported
+
+
+@dataclass
+class RunSettings:
+    """What every task run of one grading run needs to know."""
+
+    lessons: list[str]
+    seed: int
+    backend: str | None
+    timeout: float
+    build_timeout: float
+    build_dir: Path
+    hidden_feedback: str
+    sanitize: bool
+    backend_name: str = "sim"
+    slots: queue.Queue[Path] = field(default_factory=queue.Queue)  # working folders, one per job
+
+
+LIVE: set[subprocess.Popen[Any]] = set()  # child processes running now (stopped if the grader is stopped)
+
+
+def signal_name(num: int) -> str:
+    """``SIGSEGV`` for 11 (``signal N`` for a number Python does not name)."""
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def kill_group(proc: subprocess.Popen[Any]) -> None:
+    """Kill a worker and everything in its session."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass
+
+
+@dataclass
+class _Run:
+    """What one pytest process over a group of tasks left behind."""
+
+    collected: dict[str, dict[str, Any]]
+    results: dict[str, dict[str, Any]]
+    culprit: str | None  # the test that was running when the process died or stalled
+    timed_out: bool
+    rc: int
+    output: str
+    tampered: list[str]
+    limit: float
+
+
+def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSettings, tag: str) -> _Run:
+    """Run the tests of ``tasks`` in one pytest process in ``slot`` under a progress watchdog.
+
+    Each lesson's kernel files are built first (:func:`_warm_up`, up to ``st.build_timeout``); the
+    watchdog then stops the process when one test case runs longer than ``st.timeout``.
+    """
+    assert sub.pristine is not None
+    restore(slot, sub.pristine, sub.manifest)
+    report = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.jsonl"
+    report.unlink(missing_ok=True)
+    log = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.log"
+    for lesson in sorted({t.lesson for t in tasks}):
+        if (slot.name, lesson) not in sub.warm:
+            _warm_up(sub, slot, lesson, st)
+    files = sorted({f for t in tasks for f in t.files})
+    cmd = [_python(), "-m", "pytest", "-q", "-c", str(slot / "pytest.ini"), "--rootdir", str(slot),
+           "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), "--tb=short", "-p", "no:randomly"]
+    for t in tasks:
+        cmd += ["--cc-task", t.id]
+    cmd += files
+    timed_out = False
+    limit = 0.0
+    with open(log, "w") as logf:
+        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, st.backend, st.build_dir), stdout=logf,
+                            stderr=subprocess.STDOUT)
+        LIVE.add(proc)
+        size, last = -1, time.monotonic()
+        finished_at: float | None = None
+        while True:
+            try:
+                rc = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                now_size = report.stat().st_size
+            except OSError:
+                now_size = 0
+            if now_size != size:
+                size, last = now_size, time.monotonic()
+                if finished_at is None and any(e.get("event") == "finished" for e in read_records(report)):
+                    finished_at = time.monotonic()
+            if finished_at is not None and time.monotonic() - finished_at > _EXIT_GRACE_S:
+                kill_group(proc)  # every test has reported; only the interpreter's exit is stuck
+                proc.wait()
+                rc = next(int(e["exitstatus"]) for e in read_records(report) if e.get("event") == "finished")
+                break
+            # Before the first test starts, pytest imports torch and the tests: allow a minute for that.
+            limit = st.timeout + (60.0 if size <= 0 else 0.0)
+            if time.monotonic() - last > limit:
+                timed_out = True
+                kill_group(proc)
+                rc = proc.wait()
+                break
+    # Reap anything the tests left running in their session (a forked child of a hostile kernel).
+    kill_group(proc)
+    LIVE.discard(proc)
+    events = read_records(report)
+    collected = {e["nodeid"]: e for e in events if e.get("event") == "collected"}
+    results = {e["nodeid"]: e for e in events if e.get("event") == "result"}
+    started = [e["nodeid"] for e in events if e.get("event") == "start"]
+    culprit = next((n for n in reversed(started) if n not in results), None)
+    tampered = restore(slot, sub.pristine, sub.manifest)
+    return _Run(collected, results, culprit, timed_out, rc, log.read_text(errors="replace"), tampered, limit)
+
+
+_WARM_UP = """
+import os
+import sys
+import cudacourse as cc
+m = cc.lesson(sys.argv[1])
+for f in m.files():
+    try:
+        m.module(f.name)
+    except Exception as e:
+        print(f"{f.name}: {type(e).__name__}")
+sys.stdout.flush()
+os._exit(0)  # never wait on a slow interpreter exit
+"""
+
+
+def _warm_up(sub: Submission, slot: Path, lesson: str, st: RunSettings) -> None:
+    """Build every kernel file of ``lesson`` in ``slot`` (a cold build) before the tests run.
+
+    Building runs none of the submission's code, so the tests' watchdog can then hold each case to
+    ``--timeout`` alone. A file that does not compile is left to the tests, which report it.
+    """
+    assert sub.pristine is not None
+    sub.warm.add((slot.name, lesson))
+    proc = start_worker([_python(), "-c", _WARM_UP, lesson], cwd=slot,
+                        env=child_env(slot, st.seed, st.backend, st.build_dir), stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL)
+    LIVE.add(proc)
+    try:
+        proc.wait(timeout=st.build_timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)  # the tests will build (and time out) and say so
+        proc.wait()
+    finally:
+        LIVE.discard(proc)
+
+
+def _crash_note(run: _Run) -> str:
+    if run.timed_out:
+        return (f"timed out: one case ran for more than {run.limit:g} s (an endless loop? a kernel or launcher "
+                "that never returns?); the process was stopped")
+    if run.rc < 0 or run.rc > 5:
+        sig = signal_name(-run.rc) if run.rc < 0 else f"exit code {run.rc}"
+        return (f"the test process died ({sig}): a crash, e.g. a wild pointer in host code or a corrupted "
+                "CUDA context")
+    if run.rc in (2, 3, 4):
+        return f"pytest could not run this task's tests (exit code {run.rc}):\n" + _tail(run.output, 12)
+    return ""
+
+
+def _records(task: TaskSpec, run: _Run) -> list[TestRecord]:
+    keys = ("nodeid", "file", "lesson", "task", "points", "title", "gpu", "params", "outcome", "message",
+            "exc_type", "duration")
+    out = []
+    for nodeid, c in run.collected.items():
+        if c.get("task") != task.id or c.get("lesson") != task.lesson:
+            continue
+        r = run.results.get(nodeid, c)
+        rec = TestRecord(**{k: r[k] for k in keys})
+        if nodeid not in run.results:
+            rec.outcome = "not-run"
+        out.append(rec)
+    return out
+
+
+def _verdict(sub: Submission, task: TaskSpec, recs: list[TestRecord], st: RunSettings, note: str = "",
+             culprit: str | None = None, timed_out: bool = False, tampered: list[str] | None = None) -> TaskResult:
+    """Fold a task's records (after its run) into a TaskResult (feedback is added after the whole run)."""
+    for r in recs:
+        if r.outcome == "not-run":
+            r.outcome = "failed"
+            if r.nodeid == culprit:
+                r.message, r.exc_type = note or "this case never finished", "Timeout" if timed_out else "Crash"
+            else:
+                r.message = "not run: an earlier case of this task " + ("hung" if timed_out else "crashed")
+                r.exc_type = "NotRun"
+    if not recs:
+        result = TaskResult(task.id, task.lesson, task.title, task.points, 0.0, "fail",
+                            note or "no test of this task ran")
+    else:
+        recs.sort(key=lambda r: 0 if r.nodeid == culprit else (1 if r.exc_type != "NotRun" else 2))
+        result = fold_tasks(recs)[0]
+        result.title, result.points = task.title, task.points
+        result.earned = result.points if result.status == "pass" else 0.0
+    if tampered:
+        result.status, result.earned = "fail", 0.0
+        shown = ", ".join(tampered[:5]) + (" ..." if len(tampered) > 5 else "")
+        result.message = (f"your code changed files of the grading harness while this task ran ({shown}). "
+                          "The changes were undone and the task fails: kernels and launchers must not touch "
+                          "files.\n" + result.message).strip()
+    return result
+
+
+def run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> list[TaskResult]:
+    """Grade ``tasks`` of one submission: together in one process, each failure confirmed alone.
+
+    The group runs in one pytest process. A case that crashes or stalls fails its own task; the tasks
+    not finished yet run again in a fresh process. On a GPU every task that failed in company is then
+    graded again in a process of its own, and that verdict counts, so a kernel that corrupts the CUDA
+    context costs only its own task (the simulator runs kernels in a worker process, so its failures
+    in company stand). If the group changed harness files, every task is
+    graded again alone, so the change is pinned on the task that made it.
+    """
+    final: dict[str, TaskResult] = {}
+    remaining = list(tasks)
+    confirm: list[TaskSpec] = []
+    round_no = 0
+    while remaining:
+        round_no += 1
+        alone = len(remaining) == 1
+        slot = st.slots.get()
+        try:
+            run = _run_pytest(sub, slot, remaining, st, f"{remaining[0].lesson}-{remaining[0].id}-r{round_no}")
+        finally:
+            st.slots.put(slot)
+        if run.tampered and not alone:
+            confirm += remaining
+            break
+        note = _crash_note(run)
+        progressed = False
+        nxt = []
+        for t in remaining:
+            recs = _records(t, run)
+            unfinished = [r for r in recs if r.outcome == "not-run"]
+            holds_culprit = any(r.nodeid == run.culprit for r in recs)
+            if holds_culprit or not unfinished or alone or not run.collected:
+                if not recs and not alone and run.collected:
+                    nxt.append(t)  # its tests were not collected in company (should not happen)
+                    continue
+                v = _verdict(sub, t, recs, st, note, run.culprit, run.timed_out, run.tampered if alone else None)
+                # On a GPU a failure may come from a context an earlier case corrupted: confirm it alone.
+                # The simulator runs kernels in a worker process per module, so its verdicts in company stand.
+                if (v.status == "fail" and not alone and st.backend_name == "cuda"
+                        and not (holds_culprit and run.timed_out)):
+                    confirm.append(t)
+                else:
+                    final[t.id] = v
+                progressed = True
+            else:
+                nxt.append(t)
+        if not progressed:
+            for t in nxt:
+                final[t.id] = _verdict(sub, t, _records(t, run), st, note, run.culprit, run.timed_out)
+            break
+        remaining = nxt
+    for t in confirm:
+        final[t.id] = run_group(sub, [t], st)[0]
+    return [final[t.id] for t in tasks if t.id in final]
+
+
+def safe_run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> list[TaskResult]:
+    """:func:`run_group`, turning any grader exception into failed tasks (grading goes on)."""
+    try:
+        return run_group(sub, tasks, st)
+    except Exception as e:  # noqa: BLE001 - one broken group must never stop the grading
+        return [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail",
+                           f"the grader could not run this task: {type(e).__name__}: {e}") for t in tasks]
+
+
+def sanitizer_report(sub: Submission, task: TaskSpec, st: RunSettings) -> str:
+    """Run a failed task once under ``compute-sanitizer`` (GPU runners only) and return its first lines.
+
+    Untested in the course's CI (no GPU there); off unless ``--sanitize``.
+    """
+    tool = shutil.which("compute-sanitizer")
+    if not tool:
+        return "\n(compute-sanitizer not found on PATH: no sanitizer report)"
+    assert sub.pristine is not None
+    slot = st.slots.get()
+    try:
+        restore(slot, sub.pristine, sub.manifest)
+        cmd = [tool, "--tool", "memcheck", "--print-limit", "5", _python(), "-m", "pytest", "-q", "-x",
+               "-c", str(slot / "pytest.ini"), "--rootdir", str(slot), "-p", "cudacourse.pytest_plugin",
+               "--cc-task", task.id, *task.files]
+        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, "cuda", st.build_dir),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            out, _ = proc.communicate(timeout=st.timeout * 5 + st.build_timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            return "\n(compute-sanitizer run timed out)"
+    finally:
+        restore(slot, sub.pristine, sub.manifest)
+        st.slots.put(slot)
+    lines = [ln for ln in out.splitlines() if ln.startswith("=========")]
+    return "\ncompute-sanitizer:\n" + "\n".join(lines[:20]) if lines else "\ncompute-sanitizer: no errors reported"
+
+

@@ -1,0 +1,202 @@
+"""Screens of submitted files: friendly early errors before anything is built (not the security boundary).
+
+Kernel-only exercise files may include CUDA and C++ standard headers only (no torch, no relative paths
+leaving the lesson, no file or process calls); the files a lesson declares as ``torch_files`` may include
+torch but must launch the learner's kernel with ``<<<...>>>`` and call no torch operator that computes
+the answer. Python exercise files may import only a few modules and reach no files or interpreter state.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from cudacourse.source import line_of, mask
+
+# ----------------------------------------------------------------------------------------------------
+# Screening kernel files (pure-CUDA contract)
+# ----------------------------------------------------------------------------------------------------
+
+CXX_STD_HEADERS = frozenset("""
+algorithm any array atomic barrier bit bitset cassert ccomplex cctype cerrno cfenv cfloat charconv chrono
+cinttypes ciso646 climits clocale cmath codecvt compare complex concepts condition_variable coroutine
+csetjmp csignal cstdalign cstdarg cstdbool cstddef cstdint cstdio cstdlib cstring ctgmath ctime cuchar
+cwchar cwctype deque exception execution expected format forward_list functional initializer_list
+iomanip ios iosfwd iostream istream iterator latch limits list locale map memory memory_resource mutex
+new numbers numeric optional ostream print queue random ranges ratio regex scoped_allocator semaphore
+set shared_mutex source_location span sstream stack stdexcept stop_token streambuf string string_view
+system_error thread tuple type_traits typeindex typeinfo unordered_map unordered_set utility valarray
+variant vector version
+assert.h complex.h ctype.h errno.h fenv.h float.h inttypes.h iso646.h limits.h locale.h math.h setjmp.h
+signal.h stdalign.h stdarg.h stdbool.h stddef.h stdint.h stdio.h stdlib.h string.h tgmath.h time.h
+uchar.h wchar.h wctype.h
+""".split())
+# Standard headers whose only use in a kernel file would be touching files or processes.
+CXX_BANNED_STD = frozenset({"fstream", "filesystem", "thread", "csignal", "signal.h", "future"})
+CUDA_HEADERS = frozenset("""
+cuda.h cuda_runtime.h cuda_runtime_api.h device_launch_parameters.h device_functions.h
+cuda_fp16.h cuda_fp16.hpp cuda_bf16.h cuda_bf16.hpp cuda_fp8.h math_constants.h math_functions.h
+cooperative_groups.h mma.h cuda_pipeline.h cuda_pipeline_primitives.h cuda_awbarrier.h
+cuda_awbarrier_primitives.h sm_20_atomic_functions.h sm_60_atomic_functions.h vector_types.h
+vector_functions.h builtin_types.h driver_types.h crt/host_defines.h
+""".split())
+CUDA_HEADER_PREFIXES = ("cooperative_groups/", "cuda/std/", "cuda/barrier", "cuda/pipeline", "cuda/annotated_ptr",
+                        "cuda/atomic", "cuda/latch", "cuda/semaphore", "cuda/ptx")
+# Host calls that read or write files, start processes or load code: never needed by a kernel file.
+BANNED_CALLS = re.compile(
+    r"\b(fopen|freopen|fdopen|tmpfile|ofstream|ifstream|fstream|filebuf|system|popen|execv|execve|execvp|execl|"
+    r"execlp|execle|fork|vfork|dlopen|dlsym|syscall|unlink|unlinkat|rmdir|truncate|ftruncate|chmod|rename|"
+    r"remove|mkdir|getenv|setenv|putenv)\s*\(")
+BANNED_NAMESPACES = re.compile(r"\bstd\s*::\s*filesystem\b|\b(torch|at|c10|ATen|pybind11)\s*::")
+TORCH_ANSWER_OPS = re.compile(
+    r"\b(?:torch|at)\s*::\s*(?:relu_?|clamp\w*|threshold\w*|maximum|max|where|nn\b|native\b|leaky_relu|"
+    r"hardtanh|gelu|_?cast|matmul|mm|sum|mul|where|abs|sign|heaviside|masked_fill)\b"
+    r"|\.\s*(?:relu_?|clamp\w*|threshold_?|maximum|max|where|masked_fill_?|mul_?|abs|gelu|heaviside|sign)\s*\(")
+
+
+@dataclass
+class Rejection:
+    """A submitted kernel file the grader refused to build."""
+
+    lesson: str
+    file: str
+    reasons: list[str]
+
+    def text(self) -> str:
+        """One paragraph saying which file was rejected and why."""
+        return (f"lessons/{self.lesson}/{self.file} was rejected before building: " + "; ".join(self.reasons)
+                + ". Exercise files hold plain CUDA C++ (see docs/CONTRIBUTING.md).")
+
+
+def header_allowed(name: str, lesson_files: set[str]) -> str | None:
+    """None if ``#include`` of ``name`` is allowed in a kernel-only file, else why not."""
+    if name.startswith("/") or ".." in name.split("/") or "\\" in name:
+        return f"#include \"{name}\" points outside the lesson folder"
+    if "/" not in name and name in lesson_files:
+        return None  # a header of this lesson (its content is screened too)
+    if name in CXX_BANNED_STD:
+        return f"#include <{name}>: file, thread or signal access is not allowed in a kernel file"
+    if name in CXX_STD_HEADERS or name in CUDA_HEADERS or name.startswith(CUDA_HEADER_PREFIXES):
+        return None
+    if name.split("/")[0] in ("torch", "ATen", "c10", "pybind11", "Python.h"):
+        return f"#include <{name}>: torch headers are not allowed in a kernel-only exercise file"
+    return f"#include <{name}>: only CUDA and C++ standard headers may be included"
+
+
+def tensor_functions(masked: str) -> list[tuple[str, str]]:
+    """(name, body) of every function returning ``torch::Tensor`` / ``at::Tensor`` in masked source."""
+    out = []
+    for m in re.finditer(r"^\s*(?:static\s+|inline\s+)*(?:torch|at)\s*::\s*Tensor\s+(\w+)\s*\([^;{]*?\)\s*\{",
+                         masked, re.M):
+        depth, i = 1, m.end()
+        while i < len(masked) and depth:
+            depth += {"{": 1, "}": -1}.get(masked[i], 0)
+            i += 1
+        out.append((m.group(1), masked[m.end():i]))
+    return out
+
+
+def screen_kernel_file(lesson: str, name: str, text: str, lesson_files: set[str],
+                       torch_ok: bool | None = None) -> list[str]:
+    """Reasons to reject one submitted kernel file (empty when it is acceptable).
+
+    Kernel-only files: no torch, no headers beyond CUDA and the C++ standard library (and the lesson's
+    own ``.cuh`` files), no ``#include`` through a macro, no file/process/environment calls. The torch
+    binding exercise (lesson 01 ``relu_torch.cu``) may include torch but must launch a kernel with
+    ``<<<...>>>`` and call no torch operator that computes the answer. ``torch_ok``: whether the file is
+    one of the lesson's ``torch_files``; ``None`` looks it up in this checkout's course model.
+    """
+    reasons: list[str] = []
+    masked = mask(text)
+    if torch_ok is None:
+        from cudacourse.course import course
+
+        les = course().lessons.get(lesson)
+        torch_ok = les is not None and name in les.torch_files
+    for m in re.finditer(r"^[ \t]*#[ \t]*include\b(.*)$", masked, re.M):
+        raw = text[m.start(1):m.end(1)].strip()
+        inc = re.match(r'[<"]([^>"]+)[>"]', raw)
+        line = line_of(text, m.start())
+        if not inc:
+            reasons.append(f"line {line}: #include through a macro is not allowed")
+            continue
+        hdr = inc.group(1).strip()
+        if torch_ok and hdr.split("/")[0] in ("torch", "ATen", "c10"):
+            continue
+        why = header_allowed(hdr, lesson_files)
+        if why:
+            reasons.append(f"line {line}: {why}")
+    if re.search(r"\b__has_include\b|^[ \t]*#[ \t]*(?:import|include_next)\b", masked, re.M):
+        reasons.append("#include_next, #import and __has_include are not allowed")
+    for m in BANNED_CALLS.finditer(masked):
+        reasons.append(f"line {line_of(text, m.start())}: calls {m.group(1)}(): kernel files may not touch "
+                       "files, processes or the environment")
+    if torch_ok:
+        for m in TORCH_ANSWER_OPS.finditer(masked):
+            reasons.append(f"line {line_of(text, m.start())}: `{m.group(0).strip()}` computes with a torch "
+                           "operator; the binding must launch your kernel")
+        for name, body_text in tensor_functions(masked):
+            if "<<<" not in body_text and not re.match(r"\s*(TORCH_CHECK\s*\(\s*false\b|throw\b)", body_text):
+                # (a body that starts by throwing is an untouched stub: it fails at run time with its TODO)
+                reasons.append(f"{name}() launches no kernel (no <<<...>>>): it must launch your kernel, not "
+                               "compute with torch")
+    else:
+        for m in BANNED_NAMESPACES.finditer(masked):
+            reasons.append(f"line {line_of(text, m.start())}: `{m.group(0).strip()}` is not allowed in a "
+                           "kernel-only exercise file (no torch, no filesystem)")
+    # One reason per line is enough.
+    seen: set[str] = set()
+    out = []
+    for r in reasons:
+        if r not in seen:
+            seen.add(r)
+            out.append(r)
+    return out
+
+
+
+# A learner's Python exercise file runs inside the test process, so it may use only these modules and
+# may not reach the file system, the interpreter or other modules' attributes.
+PY_ALLOWED_IMPORTS = {"__future__", "math", "typing", "dataclasses", "collections", "collections.abc", "torch",
+                      "torch.nn.functional", "cudacourse", "cudacourse.check"}
+PY_FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "setattr",
+                      "delattr", "breakpoint", "input", "__builtins__", "importlib", "sys", "os", "subprocess"}
+
+
+def screen_python_file(name: str, text: str) -> list[str]:
+    """Reasons to reject a learner's Python exercise file (empty when it is acceptable)."""
+
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []  # a syntax error fails its task with Python's own message
+    reasons: list[str] = []
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                imported.add((a.asname or a.name).split(".")[0])
+                if a.name not in PY_ALLOWED_IMPORTS:
+                    reasons.append(f"{name}:{node.lineno}: import {a.name} is not allowed "
+                                   f"(allowed: {', '.join(sorted(PY_ALLOWED_IMPORTS))})")
+        elif isinstance(node, ast.ImportFrom):
+            if (node.module or "") not in PY_ALLOWED_IMPORTS:
+                reasons.append(f"{name}:{node.lineno}: from {node.module} import ... is not allowed")
+            imported.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Name) and node.id in PY_FORBIDDEN_NAMES:
+            reasons.append(f"{name}:{node.lineno}: '{node.id}' is not allowed in an exercise file")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr != "__init__":
+            reasons.append(f"{name}:{node.lineno}: dunder attribute '{node.attr}' is not allowed")
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            root = t
+            while isinstance(root, (ast.Attribute, ast.Subscript)):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported and root is not t:
+                reasons.append(f"{name}:{node.lineno}: assigning into the imported module '{root.id}' "
+                               "(monkeypatching) is not allowed")
+    return reasons
+

@@ -1,0 +1,138 @@
+"""Staging: the instructor's harness and a submission's exercise files in fresh folders, and restoring them."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cudacourse.course import Course
+from cudacourse.grading.results import GradingError
+from cudacourse.grading.screens import Rejection, screen_kernel_file, screen_python_file
+
+# ----------------------------------------------------------------------------------------------------
+# Staging
+# ----------------------------------------------------------------------------------------------------
+
+
+def _ignore(_dir: str, names: list[str]) -> set[str]:
+    return {n for n in names if n in ("__pycache__", ".cudacourse-build", ".pytest_cache") or n.endswith(".pyc")}
+
+
+def manifest(root: Path) -> dict[str, str]:
+    """relative path -> sha256 of every file under ``root``."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() or p.is_symlink():
+            try:
+                out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+            except OSError:
+                out[str(p.relative_to(root))] = "unreadable"
+    return out
+
+
+def restore(slot: Path, pristine: Path, ref: dict[str, str]) -> list[str]:
+    """Make ``slot`` identical to ``pristine`` again; returns the relative paths that differed."""
+    now = manifest(slot)
+    changed = sorted(set(now) ^ set(ref) | {k for k in now.keys() & ref.keys() if now[k] != ref[k]})
+    for rel in changed:
+        dst = slot / rel
+        if dst.is_symlink() or dst.is_file():
+            dst.unlink()
+        elif dst.is_dir():
+            shutil.rmtree(dst)
+        if rel in ref:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(pristine / rel, dst)
+    # Remove folders the submission created.
+    for d in sorted((p for p in slot.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        if not any(d.iterdir()) and not (pristine / d.relative_to(slot)).is_dir():
+            d.rmdir()
+    return changed
+
+
+@dataclass
+class Submission:
+    """One thing to grade: a learner's folder, or this checkout's lessons/ or solutions/."""
+
+    name: str
+    source: Path | None  # the submission folder, None for the checkout itself
+    impl: str  # student | solution | submission
+    rejections: list[Rejection] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    pristine: Path | None = None
+    manifest: dict[str, str] = field(default_factory=dict)
+    warm: set[tuple[str, str]] = field(default_factory=set)  # (slot, lesson) pairs built for this submission
+
+
+def stage_harness(dst: Path, lessons: list[str], hidden: Path | None, course: Course) -> None:
+    """Copy the instructor's package, course model, graded tests and hidden tests into ``dst``.
+
+    Every lesson's ``lesson.toml`` comes from the instructor's checkout, so the tests in ``dst`` read the
+    instructor's tasks and points whatever a submission holds.
+    """
+    shutil.copytree(course.root / "cudacourse", dst / "cudacourse", ignore=_ignore)
+    (dst / "tests").mkdir()
+    conftest = course.tests_dir / "conftest.py"
+    if conftest.exists():
+        shutil.copy2(conftest, dst / "tests" / "conftest.py")
+    else:
+        (dst / "tests" / "conftest.py").write_text('pytest_plugins = ["cudacourse.pytest_plugin"]\n')
+    for lesson in lessons:
+        f = course.tests_dir / course.lesson(lesson).test_file
+        if not f.is_file():
+            raise GradingError(f"lesson {lesson} has no graded test file {f}")
+        shutil.copy2(f, dst / "tests" / f.name)
+    if hidden is not None:
+        public = {p.name for p in (dst / "tests").glob("*.py")} - {"conftest.py"}
+        clash = sorted(p.name for p in hidden.rglob("test_*.py") if p.name in public)
+        if clash:
+            raise GradingError(f"--hidden {hidden}: {', '.join(clash)} has the name of a public test file; "
+                               "rename it (e.g. test_01_relu_hidden.py)")
+        shutil.copytree(hidden, dst / "hidden", ignore=_ignore)
+        if not (dst / "hidden" / "conftest.py").exists():
+            (dst / "hidden" / "conftest.py").write_text("")
+    (dst / "pytest.ini").write_text(
+        "[pytest]\n"
+        "# Written by the grader: the instructor's settings, whatever the submission holds.\n"
+        "addopts = --strict-markers -p no:cacheprovider\n"
+        "pythonpath = .\n")
+    for info in course:
+        (dst / "lessons" / info.id).mkdir(parents=True)
+        shutil.copy2(course.lessons_dir / info.id / "lesson.toml", dst / "lessons" / info.id / "lesson.toml")
+
+
+def stage_kernels(sub: Submission, dst: Path, lessons: list[str], course: Course) -> None:
+    """Copy (and screen) each lesson's declared exercise files into ``dst/lessons``; support files come
+    from the instructor's checkout. Nothing else of a submission is used."""
+    for lesson in lessons:
+        info = course.lesson(lesson)
+        src_dir = (sub.source / "lessons" / lesson) if sub.source else course.kernel_dir(lesson, sub.impl)
+        out = dst / "lessons" / lesson
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.glob("*"):
+            if old.name != "lesson.toml":
+                old.unlink()
+        for name in info.support_files:
+            shutil.copy2(course.kernel_dir(lesson, "solution") / name, out / name)
+        files = [src_dir / n for n in info.exercise_files
+                 if (src_dir / n).is_file() and not (src_dir / n).is_symlink()]
+        names = {p.name for p in files} | set(info.support_files)
+        sub.missing += [f"lessons/{lesson}/{n}" for n in info.exercise_files if n not in names]
+        for p in files:
+            text = p.read_text(errors="replace")
+            if sub.source is not None and p.name in info.python_files:
+                reasons = screen_python_file(p.name, text)
+                if reasons:
+                    sub.rejections.append(Rejection(lesson, p.name, reasons))
+                    text = f"raise ImportError({('rejected by the grader: ' + reasons[0])!r})\n"
+            elif sub.source is not None:
+                reasons = screen_kernel_file(lesson, p.name, text, names, torch_ok=p.name in info.torch_files)
+                if reasons:
+                    sub.rejections.append(Rejection(lesson, p.name, reasons))
+                    # The first line becomes a missing include: the build stops at once (nvcc and g++
+                    # treat it as fatal) with a message that says why, and later lines keep their numbers.
+                    _first, nl, rest = text.partition("\n")
+                    text = f'#include "REJECTED_BY_THE_GRADER_see_the_report.h"  // {p.name}{nl}{rest}'
+            (out / p.name).write_text(text)

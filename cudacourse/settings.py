@@ -1,0 +1,114 @@
+"""The run settings of one process: course root, kernels to load (impl), backend, seed, submission, build folder.
+
+Inside a process these travel as one :class:`Settings` object (:func:`current`, changed with
+:func:`configure`: the pytest plugin does that for ``--impl``/``--backend``/``--seed``/``--submission``).
+Environment variables only carry them across a process boundary (a notebook kernel, a grading worker):
+:func:`from_env` reads them, here and nowhere else, and :func:`to_env` writes them for a child.
+
+===========================  ======================================================================
+``CUDA_COURSE_ROOT``         course checkout whose model (``lessons/*/lesson.toml``) is read
+``CUDA_COURSE_IMPL``         ``student`` (``lessons/``, default) or ``solution`` (``solutions/``)
+``CUDA_COURSE_BACKEND``      ``auto`` (default), ``cuda`` or ``sim``
+``CUDA_COURSE_SEED``         base seed of every random input (``check.rng``)
+``CUDA_COURSE_SUBMISSION``   a learner's copy: ``cc.lesson`` loads ``DIR/lessons/NN_topic/`` files
+``CUDA_COURSE_BUILD``        build cache folder (default ``.cudacourse-build/`` in the checkout)
+===========================  ======================================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+IMPLS = ("student", "solution")
+BACKENDS = ("auto", "cuda", "sim")
+ENV = {"root": "CUDA_COURSE_ROOT", "impl": "CUDA_COURSE_IMPL", "backend": "CUDA_COURSE_BACKEND",
+       "seed": "CUDA_COURSE_SEED", "submission": "CUDA_COURSE_SUBMISSION", "build_dir": "CUDA_COURSE_BUILD"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a process runs with. ``None`` means the default (the checkout, a fresh seed, ...)."""
+
+    root: Path | None = None
+    impl: str = "student"
+    backend: str = "auto"
+    seed: int | None = None
+    submission: Path | None = None
+    build_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {self.impl!r} (CUDA_COURSE_IMPL or --impl)")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r} "
+                             "(CUDA_COURSE_BACKEND or --backend)")
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from ``CUDA_COURSE_*`` variables (the only place that reads them)."""
+    env = os.environ if environ is None else environ
+
+    def get(key: str) -> str | None:
+        v = env.get(ENV[key], "").strip()
+        return v or None
+
+    seed = get("seed")
+    try:
+        seed_val = None if seed is None else int(seed)
+    except ValueError:
+        raise ValueError(f"CUDA_COURSE_SEED={seed!r}: expected an integer") from None
+    path = {k: (Path(v).expanduser() if (v := get(k)) else None) for k in ("root", "submission", "build_dir")}
+    return Settings(root=path["root"], impl=(get("impl") or "student").lower(),
+                    backend=(get("backend") or "auto").lower(), seed=seed_val, submission=path["submission"],
+                    build_dir=path["build_dir"])
+
+
+def to_env(s: Settings) -> dict[str, str]:
+    """The ``CUDA_COURSE_*`` variables that give a child process the settings ``s``."""
+    out = {}
+    for key, var in ENV.items():
+        v = getattr(s, key)
+        if v is not None:
+            out[var] = str(v)
+    return out
+
+
+_OVERRIDES: dict[str, object] = {}
+
+
+def current() -> Settings:
+    """This process's settings: the environment it was started with, then what :func:`configure` set."""
+    return dataclasses.replace(from_env(), **_OVERRIDES) if _OVERRIDES else from_env()  # type: ignore[arg-type]
+
+
+def configure(**changes: object) -> Settings:
+    """Set some of this process's settings (``configure(impl="solution")``) and return them all.
+
+    Passing ``None`` for a setting drops what an earlier call set for it.
+    """
+    unknown = set(changes) - set(ENV)
+    if unknown:
+        raise TypeError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(ENV)}")
+    for k, v in changes.items():
+        if v is None:
+            _OVERRIDES.pop(k, None)
+        else:
+            _OVERRIDES[k] = v
+    s = current()  # validates
+    return s
+
+
+@contextlib.contextmanager
+def using(**changes: object) -> Iterator[Settings]:
+    """Within the block, run with some settings changed (``with using(root=tmp): ...``); restored after."""
+    saved = dict(_OVERRIDES)
+    try:
+        yield configure(**changes)
+    finally:
+        _OVERRIDES.clear()
+        _OVERRIDES.update(saved)
