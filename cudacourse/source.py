@@ -185,13 +185,30 @@ def find_functions(src: str) -> list[tuple[str, str, str, int]]:
     m = mask(src)
     found = []
     depth_kinds: list[str] = []
+    # #if/#elif/#else branches that each open a brace: every branch starts at the depth of its #if, and after
+    # #endif the depth is the one the first branch left (only one branch is compiled)
+    pp_stack: list[tuple[list[str], list[str] | None]] = []
     i, n = 0, len(m)
     stmt_start = 0
     while i < n:
         c = m[i]
         if c == "#":  # preprocessor line (with continuations)
-            while i < n and m[i] != "\n":
-                i += 2 if m[i] == "\\" else 1
+            j = i
+            while j < n and m[j] != "\n":
+                j += 2 if m[j] == "\\" else 1
+            directive = re.match(r"#\s*(\w+)", m[i:j])
+            d = directive.group(1) if directive else ""
+            if d in ("if", "ifdef", "ifndef"):
+                pp_stack.append((list(depth_kinds), None))
+            elif d in ("elif", "else") and pp_stack:
+                start, first_end = pp_stack[-1]
+                pp_stack[-1] = (start, first_end if first_end is not None else list(depth_kinds))
+                depth_kinds = list(start)
+            elif d == "endif" and pp_stack:
+                _, first_end = pp_stack.pop()
+                if first_end is not None:
+                    depth_kinds = first_end
+            i = j
             stmt_start = i
             continue
         if c == "{":

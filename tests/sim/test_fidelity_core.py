@@ -175,7 +175,6 @@ void second(float* y) { (void)y; }
 """
 
 
-@pytest.mark.xfail(strict=True, reason="needs source.py patch")
 def test_launcher_discovery_survives_if_else_braces() -> None:
     assert {"first", "second"} <= set(find_launchers(IF_ELSE_SRC))
 
