@@ -444,6 +444,46 @@ def flatten(weights: dict[str, Any]) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1).float() for _, t in _leaves(weights)])
 
 
+class State:
+    """What training keeps between steps: the flat parameters (a leaf that requires grad), AdamW's two
+    moment buffers, the step count, and the weights dict whose shapes the flat buffer is cut into."""
+
+    def __init__(self, weights: dict[str, Any], device: Any) -> None:
+        self.like = weights
+        self.flat = flatten(weights).to(device).requires_grad_(True)
+        self.exp_avg = torch.zeros_like(self.flat)
+        self.exp_avg_sq = torch.zeros_like(self.flat)
+        self.step = 0
+
+    def weights(self) -> dict[str, Any]:
+        """The current weights (views of the flat buffer, no autograd)."""
+        return views(self.flat.detach(), self.like)
+
+
+def train_step(ops: Ops, st: State, cfg: Any, ids: torch.Tensor, targets: torch.Tensor, *, lr: float,
+               betas: tuple[float, float], eps: float, weight_decay: float) -> float:
+    """One step on your kernels: forward, loss, backward, AdamW. Returns the loss before the update."""
+    # TODO(task 6.7, part 2 of 2): one training step (~8 lines).
+    #   st.step += 1; st.flat.grad = None
+    #   logits = ops.decoder.forward(ops, views(st.flat, st.like), cfg, ids)   (lesson 04's forward)
+    #   loss = ops.cross_entropy(logits, targets); loss.backward()             (fills st.flat.grad)
+    #   adamw_flat(ops.m6, st.flat.data, st.flat.grad, st.exp_avg, st.exp_avg_sq, st.step, lr=lr, betas=betas,
+    #              eps=eps, weight_decay=weight_decay); return the loss as a Python float.
+    # Hint: st.flat.data is the same memory as st.flat without autograd tracking: the kernel updates it in
+    # place. views(st.flat, ...) are slices of st.flat, so their gradients all land in st.flat.grad.
+    # BEGIN SOLUTION
+    st.step += 1
+    st.flat.grad = None
+    logits = ops.decoder.forward(ops, views(st.flat, st.like), cfg, ids)
+    loss = ops.cross_entropy(logits, targets)
+    loss.backward()
+    adamw_flat(ops.m6, st.flat.data, st.flat.grad, st.exp_avg, st.exp_avg_sq, st.step, lr=lr, betas=betas, eps=eps,
+               weight_decay=weight_decay)
+    return float(loss.detach())
+    # STUB: raise NotImplementedError("TODO(task 6.7): train_step in lessons/06_training/train.py")
+    # END SOLUTION
+
+
 def train(ops: Ops, weights: dict[str, Any], cfg: Any, data: list[tuple[torch.Tensor, torch.Tensor]], *,
           lr: float = 1e-2, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
           weight_decay: float = 0.1) -> tuple[list[float], dict[str, Any]]:
@@ -452,25 +492,75 @@ def train(ops: Ops, weights: dict[str, Any], cfg: Any, data: list[tuple[torch.Te
     Returns the loss of every step (before its update) and the trained weights (views of one flat
     buffer). ``weights`` itself is not modified.
     """
-    flat = flatten(weights).to(ops.device).requires_grad_(True)
-    exp_avg, exp_avg_sq = torch.zeros_like(flat), torch.zeros_like(flat)
-    losses: list[float] = []
-    # TODO(task 6.7, part 2 of 2): the training loop (~10 lines). For step = 1, 2, ... and each (ids, targets):
-    #   flat.grad = None; w = views(flat, weights)
-    #   logits = ops.decoder.forward(ops, w, cfg, ids)           (lesson 04's forward, on the autograd ops)
-    #   loss = ops.cross_entropy(logits, targets); loss.backward()   (fills flat.grad)
-    #   adamw_flat(ops.m6, flat.data, flat.grad, exp_avg, exp_avg_sq, step, lr=..., betas=..., eps=...,
-    #              weight_decay=...); append float(loss) to losses.
-    # Hint: flat.data is the same memory as flat without autograd tracking: the kernel updates it in place.
-    # BEGIN SOLUTION
-    for step, (ids, targets) in enumerate(data, 1):
-        flat.grad = None
-        logits = ops.decoder.forward(ops, views(flat, weights), cfg, ids)
-        loss = ops.cross_entropy(logits, targets)
+    st = State(weights, ops.device)
+    losses = [train_step(ops, st, cfg, ids, targets, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+              for ids, targets in data]
+    return losses, st.weights()
+
+
+# ----------------------------------------------------------------------------------------------------
+# The same model and training in plain PyTorch (the curve to compare with, and the benchmark's baseline)
+# ----------------------------------------------------------------------------------------------------
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _rope(x: torch.Tensor, T: int, theta: float) -> torch.Tensor:
+    d = x.shape[-1]
+    freq = theta ** (-torch.arange(0, d // 2, dtype=x.dtype, device=x.device) * 2 / d)
+    ang = torch.arange(T, dtype=x.dtype, device=x.device)[:, None] * freq[None, :]
+    c, s = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+    x1, x2 = x[..., :d // 2], x[..., d // 2:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def torch_loss(W: dict[str, Any], cfg: Any, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Lesson 04's decoder and the mean cross-entropy in PyTorch ops (differentiable, any dtype/device)."""
+    B, T = ids.shape
+    H, hd = cfg.n_heads, cfg.head_dim
+    x = W["tok_emb"][ids.reshape(-1).long()]
+    for L in W["layers"]:
+        h = _rms(x, L["attn_norm"], cfg.eps)
+        q, k, v = (h @ L[n].T for n in ("wq", "wk", "wv"))
+        q = _rope(q.reshape(B, T, H, hd), T, cfg.theta).transpose(1, 2)
+        k = _rope(k.reshape(B, T, H, hd), T, cfg.theta).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v.reshape(B, T, H, hd).transpose(1, 2),
+                                                             is_causal=True)
+        x = x + a.transpose(1, 2).reshape(B * T, cfg.dim) @ L["wo"].T
+        h = _rms(x, L["mlp_norm"], cfg.eps)
+        x = x + (torch.nn.functional.silu(h @ L["w_gate"].T) * (h @ L["w_up"].T)) @ L["w_down"].T
+    logits = _rms(x, W["norm"], cfg.eps) @ W["lm_head"].T
+    return torch.nn.functional.cross_entropy(logits, targets.reshape(-1).long())
+
+
+def torch_params(weights: dict[str, Any], dtype: torch.dtype = torch.float32) -> tuple[dict[str, Any], list]:
+    """A copy of the weights as PyTorch leaves (requires_grad), and the list of them for an optimizer."""
+    leaves: list[torch.Tensor] = []
+
+    def leaf(t: torch.Tensor) -> torch.Tensor:
+        r = t.detach().to(dtype).clone().requires_grad_(True)
+        leaves.append(r)
+        return r
+
+    W = {"tok_emb": leaf(weights["tok_emb"]),
+         "layers": [{n: leaf(t) for n, t in layer.items()} for layer in weights["layers"]],
+         "norm": leaf(weights["norm"]), "lm_head": leaf(weights["lm_head"])}
+    return W, leaves
+
+
+def torch_train(weights: dict[str, Any], cfg: Any, data: list[tuple[torch.Tensor, torch.Tensor]], *,
+                lr: float = 1e-2, betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
+                weight_decay: float = 0.1, dtype: torch.dtype = torch.float32) -> list[float]:
+    """The same training in PyTorch (torch ops, autograd, torch.optim.AdamW): the loss of every step."""
+    W, leaves = torch_params(weights, dtype)
+    opt = torch.optim.AdamW(leaves, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    losses = []
+    for ids, targets in data:
+        opt.zero_grad()
+        loss = torch_loss(W, cfg, ids, targets)
         loss.backward()
-        adamw_flat(ops.m6, flat.data, flat.grad, exp_avg, exp_avg_sq, step, lr=lr, betas=betas, eps=eps,
-                   weight_decay=weight_decay)
+        opt.step()
         losses.append(float(loss.detach()))
-    # STUB: raise NotImplementedError("TODO(task 6.7): the training loop of train() in lessons/06_training/train.py")
-    # END SOLUTION
-    return losses, views(flat.detach(), weights)
+    return losses
