@@ -5,7 +5,7 @@ Groups compare each kernel with PyTorch in the same run. Targets are the issue's
   LayerNorm backward, 32768 x 4096 fp32                    >= 1.0x  autograd of F.layer_norm
   AdamW over GPT-2 small's parameter list (124M fp32)      >= 0.95x torch.optim.AdamW(fused=True)
                                                            >= 2.0x  torch.optim.AdamW(foreach=False)
-  capstone training step (train.gpu_config())              >= 1.0x  the same model in PyTorch eager
+  capstone training step (capstone.gpu_config())              >= 1.0x  the same model in PyTorch eager
                                                            (torch.compile's figure beside it)
 A time ratio is a tokens/s ratio for the training step (same tokens per step).
 """
@@ -107,26 +107,32 @@ def _adamw_cases(m: Any) -> list[Case]:
     return out
 
 
+def _module(path: Any, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
 def _capstone_cases(m: Any) -> list[Case]:
-    spec = importlib.util.spec_from_file_location("cc_train_bench", m.dir / "train.py")
-    tr = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(tr)  # type: ignore[union-attr]
     import cudacourse as cc
 
-    ops = tr.Ops(m, cc.lesson("04_transformer", backend="cuda"), cc.lesson("03_gemm", backend="cuda"),
-                 tr.load_decoder())
-    cfg = tr.gpu_config()
+    tr, cap = _module(m.dir / "train.py", "cc_train_bench"), _module(m.dir / "capstone.py", "cc_capstone_bench")
+    impl = "solution" if m.dir.parent.name == "solutions" else "student"  # lessons 04 and 03 from the same side
+    ops = tr.Ops(m, cc.lesson("04_transformer", impl=impl, backend="cuda"), cc.lesson("03_gemm", impl=impl,
+                 backend="cuda"), cap.load_decoder(impl))
+    cfg = cap.gpu_config()
     B, T = 16, 256
     weights = ops.decoder.init_weights(cfg, seed=0, device=ops.device)
-    text = tr.load_corpus()
-    ids, targets = tr.batches(tr.CharTokenizer(text).encode(text), B, T, 1, seed=0, device=ops.device)[0]
+    text = cap.load_corpus()
+    ids, targets = cap.batches(cap.CharTokenizer(text).encode(text), B, T, 1, seed=0, device=ops.device)[0]
     hp = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     st = tr.State(weights, ops.device)
 
     def torch_step(compiled: bool) -> Any:
-        W, leaves = tr.torch_params(weights)
+        W, leaves = cap.torch_params(weights)
         opt = torch.optim.AdamW(leaves, **hp)
-        loss_fn = torch.compile(tr.torch_loss) if compiled else tr.torch_loss
+        loss_fn = torch.compile(cap.torch_loss) if compiled else cap.torch_loss
 
         def step() -> None:
             opt.zero_grad()
