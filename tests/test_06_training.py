@@ -595,9 +595,10 @@ def test_linear_function_backward() -> None:
 
 
 # The loss of every step must be within this of PyTorch's (float64, same weights, batches and AdamW
-# settings). float32 kernels differ from float64 by ~1e-6 relative per op; Adam's normalised updates
-# let that grow over the steps, to ~1e-4 here: 2e-3 + 1e-3 relative fails any wrong gradient or update.
-CURVE_ATOL, CURVE_RTOL = 2e-3, 1e-3
+# settings). Measured on the simulator with the solutions: differences of 1e-8 to 6e-7 over 40 steps
+# (float32 kernels against float64; training does not amplify them at these settings). Planted errors
+# move it far more: no weight decay in AdamW 6e-3 at step 2 and 1e-2 by step 3; RMSNorm's dw zeroed 4e-2 at step 2.
+CURVE_ATOL, CURVE_RTOL = 1e-4, 1e-4
 
 
 @pytest.mark.task("6.7")
