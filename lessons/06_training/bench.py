@@ -1,0 +1,158 @@
+"""Benchmark cases of lesson 06 for ``python -m cudacourse bench --lessons 06_training`` (GPU only).
+
+Groups compare each kernel with PyTorch in the same run. Targets are the issue's (18):
+  cross-entropy forward+backward, 8192 x 50257 fp32      >= 1.5x  F.cross_entropy + backward, eager
+  LayerNorm backward, 32768 x 4096 fp32                    >= 1.0x  autograd of F.layer_norm
+  AdamW over GPT-2 small's parameter list (124M fp32)      >= 0.95x torch.optim.AdamW(fused=True)
+                                                           >= 2.0x  torch.optim.AdamW(foreach=False)
+  capstone training step (capstone.gpu_config())              >= 1.0x  the same model in PyTorch eager
+                                                           (torch.compile's figure beside it)
+A time ratio is a tokens/s ratio for the training step (same tokens per step).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from cudacourse.bench import Case
+
+
+def _cross_entropy_cases(m: Any, rows: int, vocab: int) -> list[Case]:
+    dev = m.device
+    logits = torch.randn(rows, vocab, device=dev)
+    labels = torch.randint(0, vocab, (rows,), device=dev)
+    lab = labels.to(torch.int32)
+    losses, dl, loss = torch.empty(rows, device=dev), torch.empty_like(logits), torch.empty(1, device=dev)
+    x = logits.clone().requires_grad_(True)
+
+    def torch_fwd_bwd() -> None:
+        x.grad = None
+        F.cross_entropy(x, labels).backward()
+
+    nbytes = 2 * logits.numel() * 4  # read the logits, write their gradient (the floor for both)
+    group = f"cross-entropy fwd+bwd {rows}x{vocab} fp32"
+    return [
+        Case(group, "F.cross_entropy + backward (eager)", torch_fwd_bwd, nbytes, reference=True),
+        Case(group, "cross_entropy (6.3)",
+             lambda: m.cross_entropy(logits, lab, losses, dl, loss, rows, vocab, -100, 1.0 / rows), nbytes,
+             target=1.5),
+    ]
+
+
+def _layernorm_cases(m: Any, rows: int, cols: int) -> list[Case]:
+    dev = m.device
+    x, dy = torch.randn(rows, cols, device=dev), torch.randn(rows, cols, device=dev)
+    w, b = torch.randn(cols, device=dev), torch.randn(cols, device=dev)
+    mean, rstd = x.mean(1), torch.rsqrt(x.var(1, unbiased=False) + 1e-5)
+    dx, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
+    part = torch.empty(2 * math.ceil(rows / 32) * cols, device=dev)
+    xr, wr, br = x.clone().requires_grad_(True), w.clone().requires_grad_(True), b.clone().requires_grad_(True)
+    y = F.layer_norm(xr, (cols,), wr, br, 1e-5)
+    nbytes = 3 * x.numel() * 4  # read x and dy, write dx
+    group = f"layernorm backward {rows}x{cols} fp32"
+    return [
+        Case(group, "autograd of F.layer_norm", lambda: torch.autograd.grad(y, (xr, wr, br), dy, retain_graph=True),
+             nbytes, reference=True),
+        Case(group, "layernorm_backward (6.2)",
+             lambda: m.layernorm_backward(dy, x, w, mean, rstd, dx, dw, db, part, rows, cols), nbytes, target=1.0),
+    ]
+
+
+def gpt2_small_shapes() -> list[tuple[int, ...]]:
+    """Parameter shapes of GPT-2 small (124,439,808 parameters), in its state_dict order."""
+    d, v, ctx, layers = 768, 50257, 1024, 12
+    per_layer = [(d,), (d,), (d, 3 * d), (3 * d,), (d, d), (d,), (d,), (d,), (d, 4 * d), (4 * d,), (4 * d, d), (d,)]
+    return [(v, d), (ctx, d)] + per_layer * layers + [(d,), (d,)]
+
+
+def _adamw_cases(m: Any) -> list[Case]:
+    dev = m.device
+    shapes = gpt2_small_shapes()
+    sizes = [math.prod(s) for s in shapes]
+    n = sum(sizes)
+    p, g = torch.randn(n, device=dev), torch.randn(n, device=dev) * 1e-3
+    m1, v1 = torch.zeros_like(p), torch.zeros_like(p)
+    # the list version: per-tensor weight decay (none on vectors, as GPT-2 training does), chunks of 64K
+    offsets = [0]
+    for s in sizes:
+        offsets.append(offsets[-1] + s)
+    chunk = 65536
+    ct = [t for t in range(len(sizes)) for _ in range(offsets[t], offsets[t + 1], chunk)]
+    cs = [s for t in range(len(sizes)) for s in range(offsets[t], offsets[t + 1], chunk)]
+    off_t = torch.tensor(offsets, dtype=torch.int64, device=dev)
+    dec_t = torch.tensor([0.1 if len(s) == 2 else 0.0 for s in shapes], dtype=torch.float32, device=dev)
+    ct_t, cs_t = torch.tensor(ct, dtype=torch.int32, device=dev), torch.tensor(cs, dtype=torch.int64, device=dev)
+
+    def torch_opt(**kw: Any) -> Any:
+        params = [torch.randn(s, device=dev, requires_grad=True) for s in shapes]
+        for t in params:
+            t.grad = torch.randn_like(t) * 1e-3
+        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1, **kw).step
+
+    nbytes = 7 * n * 4  # read p, g, m, v; write p, m, v
+    flat = lambda: m.adamw_flat(p, g, m1, v1, n, 1e-4, 0.9, 0.999, 1e-8, 0.1, 10)  # noqa: E731
+    multi = lambda: m.adamw_multi(p, g, m1, v1, off_t, dec_t, ct_t, cs_t, len(ct), chunk, 1e-4, 0.9, 0.999,  # noqa: E731
+                                  1e-8, 10)
+    out = []
+    for ref_name, kw, target in (("fused=True", {"fused": True}, 0.95), ("foreach=False", {"foreach": False}, 2.0)):
+        group = f"AdamW GPT-2 small ({n / 1e6:.1f}M fp32) vs {ref_name}"
+        out += [Case(group, f"torch AdamW({ref_name})", torch_opt(**kw), nbytes, reference=True),
+                Case(group, "adamw_flat (6.5)", flat, nbytes, target=target),
+                Case(group, "adamw_multi (6.5)", multi, nbytes)]
+    return out
+
+
+def _module(path: Any, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def _capstone_cases(m: Any) -> list[Case]:
+    import cudacourse as cc
+
+    tr, cap = _module(m.dir / "train.py", "cc_train_bench"), _module(m.dir / "capstone.py", "cc_capstone_bench")
+    impl = "solution" if m.dir.parent.name == "solutions" else "student"  # lessons 04 and 03 from the same side
+    ops = tr.Ops(m, cc.lesson("04_transformer", impl=impl, backend="cuda"), cc.lesson("03_gemm", impl=impl,
+                 backend="cuda"), cap.load_decoder(impl))
+    cfg = cap.gpu_config()
+    B, T = 16, 256
+    weights = ops.decoder.init_weights(cfg, seed=0, device=ops.device)
+    text = cap.load_corpus()
+    ids, targets = cap.batches(cap.CharTokenizer(text).encode(text), B, T, 1, seed=0, device=ops.device)[0]
+    hp = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    st = tr.State(weights, ops.device)
+
+    def torch_step(compiled: bool) -> Any:
+        W, leaves = cap.torch_params(weights)
+        opt = torch.optim.AdamW(leaves, **hp)
+        loss_fn = torch.compile(cap.torch_loss) if compiled else cap.torch_loss
+
+        def step() -> None:
+            opt.zero_grad()
+            loss_fn(W, cfg, ids, targets).backward()
+            opt.step()
+
+        return step
+
+    group = f"capstone train step dim {cfg.dim} x {cfg.n_layers} layers, {B}x{T} tokens"
+    return [
+        Case(group, "PyTorch eager", torch_step(False), reference=True),
+        Case(group, "train_step on your kernels (6.7)",
+             lambda: tr.train_step(ops, st, cfg, ids, targets, **hp), target=1.0),
+        Case(group, "torch.compile", torch_step(True)),
+    ]
+
+
+def cases(m: Any, quick: bool = False) -> list[Case]:
+    """Benchmark cases for this lesson on module m (m.device is cuda). quick=True: smaller sizes."""
+    if quick:
+        return _cross_entropy_cases(m, 1024, 50257) + _layernorm_cases(m, 4096, 4096) + _capstone_cases(m)
+    return (_cross_entropy_cases(m, 8192, 50257) + _layernorm_cases(m, 32768, 4096) + _adamw_cases(m)
+            + _capstone_cases(m))

@@ -1,0 +1,541 @@
+// ====================================================================================================
+// Lesson 06: training kernels. The backward passes of a small transformer, a fused cross-entropy
+// (loss and gradient in one kernel), the embedding backward, and the matmul backward.
+//
+// A backward kernel takes the upstream gradient dy = dL/dy of an op's output and returns dL/dx for each
+// input, using what the forward saved (x, the statistics of a norm, the probabilities of a softmax).
+// Elementwise ops become elementwise backward kernels; an op that broadcasts a parameter over rows
+// (a bias, a norm's weight) becomes a COLUMN REDUCTION in the backward: dw[c] = sum over rows r of ....
+//
+// Versions (each launcher below is callable from Python as m.<name>(...), tensors for pointers):
+//   gelu_forward              worked    y = x * Phi(x) (exact GELU, erf form, as F.gelu)
+//   gelu_backward             task 6.1  dx = dy * (Phi(x) + x * phi(x))
+//   bias_backward             task 6.1  db[c] = sum_r dy[r, c]: one thread per column, rows in order
+//   swiglu_backward           worked    d gate, d up of out = silu(gate) * up (lesson 04's SwiGLU)
+//   scale                     worked    y = alpha * x
+//   rmsnorm_backward          worked    dx per row, dw as a two-stage column reduction (no atomics)
+//   layernorm_backward        task 6.2  dx per row, dw and db by the same two-stage reduction
+//   softmax_backward          task 6.3  dx = y * (dy - sum(y * dy)) per row
+//   cross_entropy             task 6.3  per row: log-sum-exp, loss, and d logits in the same kernel;
+//                                       ignore_index and mean reduction as F.cross_entropy
+//   attention_backward        worked    dq, dk, dv of lesson 04's attention_naive, using softmax_backward
+//   embedding_backward_atomic task 6.4  dtable[ids[i]] += dout[i] with atomicAdd (order varies)
+//   embedding_backward_sorted task 6.4  the same sums, one thread per (row, feature), in sorted order
+//   matmul_backward           task 6.6  C = A B: dA = dC B^T, dB = A^T dC, transposes read in place
+//   linear_backward           worked    y = x W^T (+ b): dx = dy W, dW = dy^T x, db = column sums of dy
+// AdamW is in adamw.cu (task 6.5); the capstone (task 6.7) is train.py.
+// Worked helpers, complete: warp_sum, block_sum, MaxSum and its combine, block_maxsum, fill,
+// column_reduce (stage 2 of the deterministic column sums).
+//
+// Run it:
+//   import cudacourse as cc; m = cc.lesson("06_training"); m.gelu_backward(x, dy, dx, n)
+//   python -m pytest tests/test_06_training.py -k "gelu or layernorm"   (graded checks)
+//   python -m cudacourse bench --lessons 06_training                    (timings, GPU only)
+// ====================================================================================================
+
+#include <cmath>
+#include <cstdint>
+
+constexpr int kBlock = 256;
+
+static inline int ceil_div(long long n, int per_block) { return (int)((n + per_block - 1) / per_block); }
+
+// ----------------------------------------------------------------------------------------------------
+// Worked helpers: reductions
+// ----------------------------------------------------------------------------------------------------
+
+// Sum over the 32 lanes of a warp; every lane gets the result. All 32 lanes must call it.
+__device__ inline float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// Sum over the whole block; every thread gets the result. blockDim.x must be a multiple of 32 and
+// every thread must call it (it contains __syncthreads). `scratch` holds 32 floats.
+__device__ inline float block_sum(float v, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // a previous call may still be reading scratch
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+// Online softmax state: m the largest value seen, s = sum of exp(x - m). s == 0 means "nothing seen".
+// A NaN input makes s NaN, and NaN survives every combine: NaN logits propagate as in PyTorch.
+struct MaxSum {
+    float m;
+    float s;
+};
+
+__device__ inline MaxSum maxsum_combine(MaxSum a, MaxSum b) {
+    if (b.s == 0.0f) return a;  // an empty side changes nothing (and avoids exp(-inf - -inf) = NaN)
+    if (a.s == 0.0f) return b;
+    const float m = fmaxf(a.m, b.m);
+    return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+__device__ inline MaxSum block_maxsum(MaxSum v, MaxSum* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        MaxSum o = {__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.s, offset)};
+        v = maxsum_combine(v, o);
+    }
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? scratch[lane] : MaxSum{-INFINITY, 0.0f};
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        MaxSum o = {__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.s, offset)};
+        v = maxsum_combine(v, o);
+    }
+    return v;
+}
+
+__global__ void fill_kernel(float* __restrict__ y, float value, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        y[i] = value;
+}
+
+static void fill(float* y, float value, long long n) {
+    if (n <= 0) return;
+    int blocks = ceil_div(n, kBlock);
+    if (blocks > 4096) blocks = 4096;  // grid-stride loop: a capped grid covers any n
+    fill_kernel<<<blocks, kBlock>>>(y, value, n);
+}
+
+// Stage 2 of a deterministic column reduction: out[c] = sum over p of partial[p, c], p = 0, 1, 2, ...
+// in that order, one thread per column (consecutive threads read consecutive addresses: coalesced).
+// The same inputs always give the same bits, whatever the launch order of stage 1's blocks.
+__global__ void column_reduce_kernel(const float* __restrict__ partial, float* __restrict__ out, int parts,
+                                     int cols) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float acc = 0.0f;
+    for (int p = 0; p < parts; ++p) acc += partial[(size_t)p * cols + c];
+    out[c] = acc;
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Worked example: gelu_forward, y = x * Phi(x)
+// ----------------------------------------------------------------------------------------------------
+// Phi is the standard normal CDF, Phi(x) = (1 + erf(x / sqrt 2)) / 2: F.gelu's default (approximate=
+// "none"). GPT-2 used the tanh approximation; the backward below is for the exact form.
+
+__global__ void gelu_forward_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+}
+
+// Contract: x and y hold n floats; y = gelu(x).
+void gelu_forward(const float* x, float* y, int n) {
+    if (n <= 0) return;
+    gelu_forward_kernel<<<ceil_div(n, kBlock), kBlock>>>(x, y, n);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Task 6.1: GELU backward and the bias backward
+// ----------------------------------------------------------------------------------------------------
+// d/dx [x Phi(x)] = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi) the normal density.
+// The chain rule multiplies by the upstream gradient: dx = dy * (Phi(x) + x phi(x)).
+
+__global__ void gelu_backward_kernel(const float* __restrict__ x, const float* __restrict__ dy,
+                                     float* __restrict__ dx, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    // TODO(task 6.1, part 1 of 2): if i < n, dx[i] = dy[i] * (Phi(x) + x * phi(x)) (~4 lines).
+    // Hint: Phi as in gelu_forward_kernel; phi(x) = 0.3989422804014327f * expf(-0.5f * x * x).
+}
+
+// Contract: x, dy, dx hold n floats; dx = dL/dx of y = gelu(x) given dy = dL/dy. x, dy unchanged.
+void gelu_backward(const float* x, const float* dy, float* dx, int n) {
+    if (n <= 0) return;
+    gelu_backward_kernel<<<ceil_div(n, kBlock), kBlock>>>(x, dy, dx, n);
+}
+
+// y[r, c] = x[r, c] + b[c] adds the same b[c] to every row: its gradient is the sum over the rows,
+// db[c] = sum_r dy[r, c]. (dx = dy: an add passes the gradient through unchanged, to both inputs;
+// the residual connection's backward needs no kernel at all.)
+
+__global__ void bias_backward_kernel(const float* __restrict__ dy, float* __restrict__ db, int rows, int cols) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    // TODO(task 6.1, part 2 of 2): one thread per column c < cols: add dy[r, c] over r = 0 .. rows-1 in
+    // order and write db[c] (~4 lines).
+    // Hint: thread c and thread c + 1 read neighbouring addresses at every r: the reads are coalesced.
+    // Index in size_t: r * cols overflows int for large matrices.
+}
+
+// Contract: dy holds rows * cols floats, db cols floats: db[c] = sum over r of dy[r, c]. rows may be 0
+// (then db = 0).
+void bias_backward(const float* dy, float* db, int rows, int cols) {
+    if (cols <= 0) return;
+    bias_backward_kernel<<<ceil_div(cols, kBlock), kBlock>>>(dy, db, rows, cols);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Worked examples: swiglu_backward and scale
+// ----------------------------------------------------------------------------------------------------
+// out = silu(g) * u, silu(g) = g s, s = sigmoid(g). d out / d u = silu(g);
+// d out / d g = u * silu'(g) = u * (s + g s (1 - s)). For g = -1e4, s = 0 and g s (1 - s) = 0: no NaN.
+
+__global__ void swiglu_backward_kernel(const float* __restrict__ gate, const float* __restrict__ up,
+                                       const float* __restrict__ dout, float* __restrict__ dgate,
+                                       float* __restrict__ dup, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float g = gate[i], s = 1.0f / (1.0f + expf(-g));
+    dup[i] = dout[i] * g * s;
+    dgate[i] = dout[i] * up[i] * (s + g * s * (1.0f - s));
+}
+
+// Contract: all five hold n floats; dgate, dup = gradients of out = silu(gate) * up given dout.
+void swiglu_backward(const float* gate, const float* up, const float* dout, float* dgate, float* dup, int n) {
+    if (n <= 0) return;
+    swiglu_backward_kernel<<<ceil_div(n, kBlock), kBlock>>>(gate, up, dout, dgate, dup, n);
+}
+
+__global__ void scale_kernel(const float* __restrict__ x, float* __restrict__ y, float alpha, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = alpha * x[i];
+}
+
+// Contract: x and y hold n floats; y = alpha * x.
+void scale(const float* x, float* y, float alpha, int n) {
+    if (n <= 0) return;
+    scale_kernel<<<ceil_div(n, kBlock), kBlock>>>(x, y, alpha, n);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Worked example: rmsnorm_backward, dw by a two-stage column reduction
+// ----------------------------------------------------------------------------------------------------
+// y = x r w with r = 1 / sqrt(mean(x^2) + eps). With g = dy * w (elementwise):
+//   dx = r g - x r^3 mean(g x)          (per row: one block-wide sum)
+//   dw[c] = sum over rows of dy[., c] x[., c] r   (a column reduction over all rows)
+// Why not atomicAdd(&dw[c], ...) from every row? Float addition is not associative: the sum's bits
+// depend on the order the atomics land in, which changes from run to run on a GPU. Instead stage 1
+// gives each block a fixed set of rows and a private row of partial sums (partial[block, c]); stage 2
+// (column_reduce_kernel) adds the partial rows in a fixed order. Same inputs, same bits, every run.
+
+constexpr int kNormRows = 32;  // rows per block in stage 1: partial holds ceil(rows / 32) * cols floats
+
+__global__ void rmsnorm_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                        const float* __restrict__ w, float* __restrict__ dx,
+                                        float* __restrict__ partial, int rows, int cols, float eps) {
+    __shared__ float scratch[32];
+    const int r0 = blockIdx.x * kNormRows;
+    const int r1 = r0 + kNormRows < rows ? r0 + kNormRows : rows;
+    float* my_partial = partial + (size_t)blockIdx.x * cols;  // this block's private row of dw sums
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) my_partial[c] = 0.0f;
+    for (int r = r0; r < r1; ++r) {
+        const float* xr = x + (size_t)r * cols;
+        const float* dyr = dy + (size_t)r * cols;
+        float ss = 0.0f, gx = 0.0f;
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+            ss += xr[c] * xr[c];
+            gx += dyr[c] * w[c] * xr[c];
+        }
+        ss = block_sum(ss, scratch);
+        gx = block_sum(gx, scratch);
+        const float rs = rsqrtf(ss / cols + eps);
+        const float k = rs * rs * rs * gx / cols;
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+            dx[(size_t)r * cols + c] = rs * dyr[c] * w[c] - xr[c] * k;
+            my_partial[c] += dyr[c] * xr[c] * rs;  // column c of this block: only this thread touches it
+        }
+    }
+}
+
+// Contract: dy, x, dx hold rows * cols floats; w and dw cols floats; partial is scratch of
+// ceil(rows / 32) * cols floats. dx, dw = gradients of y = rmsnorm(x) * w given dy. Deterministic.
+void rmsnorm_backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* partial,
+                      int rows, int cols, float eps) {
+    if (cols <= 0) return;
+    if (rows <= 0) { fill(dw, 0.0f, cols); return; }
+    const int parts = ceil_div(rows, kNormRows);
+    rmsnorm_backward_kernel<<<parts, kBlock>>>(dy, x, w, dx, partial, rows, cols, eps);
+    column_reduce_kernel<<<ceil_div(cols, kBlock), kBlock>>>(partial, dw, parts, cols);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Task 6.2: layernorm_backward
+// ----------------------------------------------------------------------------------------------------
+// y = xhat w + b, xhat = (x - mean) rstd, rstd = 1 / sqrt(var + eps) (the forward saved mean and rstd).
+// With g = dy * w:
+//   dx = rstd (g - mean(g) - xhat mean(g xhat))        (two block-wide sums per row)
+//   dw[c] = sum over rows of dy[., c] xhat[., c],  db[c] = sum over rows of dy[., c]
+// dw and db: the two-stage reduction of rmsnorm_backward, with two partial rows per block.
+
+__global__ void layernorm_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                          const float* __restrict__ w, const float* __restrict__ mean,
+                                          const float* __restrict__ rstd, float* __restrict__ dx,
+                                          float* __restrict__ partial, int rows, int cols) {
+    __shared__ float scratch[32];
+    const int r0 = blockIdx.x * kNormRows;
+    const int r1 = r0 + kNormRows < rows ? r0 + kNormRows : rows;
+    // partial holds 2 * gridDim.x rows of cols floats: rows 0 .. gridDim.x-1 for dw, the rest for db.
+    float* pw = partial + (size_t)blockIdx.x * cols;
+    float* pb = partial + (size_t)(gridDim.x + blockIdx.x) * cols;
+    // TODO(task 6.2): stage 1, the rows r0 .. r1-1 of this block (~20 lines). Zero pw and pb; then for
+    // each row: sums of g and g * xhat over the row (block_sum), write dx, and add dy * xhat to pw[c] and
+    // dy to pb[c]. Stage 2 (the launcher's column_reduce_kernel calls) is given.
+    // Hint: rmsnorm_backward_kernel above has the same shape. Each thread owns the columns c =
+    // threadIdx.x, += blockDim.x of pw and pb, so no two threads ever add to the same slot: no atomics.
+}
+
+// Contract: dy, x, dx hold rows * cols floats; w, dw, db cols floats; mean and rstd rows floats (as
+// the forward computed them: biased variance); partial is scratch of 2 * ceil(rows / 32) * cols
+// floats. Deterministic: the same inputs give the same bits in dw and db on every run.
+void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
+                        float* dx, float* dw, float* db, float* partial, int rows, int cols) {
+    if (cols <= 0) return;
+    if (rows <= 0) { fill(dw, 0.0f, cols); fill(db, 0.0f, cols); return; }
+    const int parts = ceil_div(rows, kNormRows);
+    layernorm_backward_kernel<<<parts, kBlock>>>(dy, x, w, mean, rstd, dx, partial, rows, cols);
+    column_reduce_kernel<<<ceil_div(cols, kBlock), kBlock>>>(partial, dw, parts, cols);
+    column_reduce_kernel<<<ceil_div(cols, kBlock), kBlock>>>(partial + (size_t)parts * cols, db, parts, cols);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Task 6.3, part 1: softmax_backward
+// ----------------------------------------------------------------------------------------------------
+// y = softmax(x) per row. The Jacobian is dy_i/dx_j = y_i (delta_ij - y_j), so
+//   dx_j = sum_i dy_i y_i (delta_ij - y_j) = y_j (dy_j - sum_i y_i dy_i).
+// One block-wide sum per row, then one elementwise pass. It needs y (saved by the forward), not x.
+
+__global__ void softmax_backward_kernel(const float* __restrict__ y, const float* __restrict__ dy,
+                                        float* __restrict__ dx, int rows, int cols) {
+    __shared__ float scratch[32];
+    const int r = blockIdx.x;
+    if (r >= rows) return;  // uniform over the block: no barrier is skipped by part of it
+    const float* yr = y + (size_t)r * cols;
+    const float* dyr = dy + (size_t)r * cols;
+    float* dxr = dx + (size_t)r * cols;
+    // TODO(task 6.3, part 1 of 2): s = sum over the row of yr[c] * dyr[c] (each thread a strided share,
+    // then block_sum), then dxr[c] = yr[c] * (dyr[c] - s) (~6 lines).
+    // Hint: every thread of the block must call block_sum, even one with no columns.
+}
+
+// Threads per block for a row of `cols` floats: about 8 per thread, whole warps, 32 .. 1024.
+static inline int row_threads(int cols) {
+    int t = (cols + 7) / 8;
+    t = (t + 31) / 32 * 32;
+    return t < 32 ? 32 : (t > 1024 ? 1024 : t);
+}
+
+// Contract: y, dy, dx hold rows * cols floats; dx = gradient of y = softmax(x, dim=1) given dy.
+void softmax_backward(const float* y, const float* dy, float* dx, int rows, int cols) {
+    if (rows <= 0 || cols <= 0) return;
+    softmax_backward_kernel<<<rows, row_threads(cols)>>>(y, dy, dx, rows, cols);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Task 6.3, part 2: cross_entropy, forward and backward in one pass over the logits
+// ----------------------------------------------------------------------------------------------------
+// For a row x with label t: loss = logsumexp(x) - x[t], and d loss / d x_c = softmax(x)_c - [c == t].
+// Mean reduction over the N rows whose label is not ignore_index: loss = sum / N, every gradient
+// times 1 / N (the launcher's inv_count); ignored rows add 0 to the loss and get a zero gradient.
+// logsumexp(x) = m + log(sum exp(x - m)) with m the row max: exp never overflows, even for logits of
+// 1e4, and the online MaxSum reads the row once. The gradient pass reads it a second time: the whole
+// row of a 50257-word vocabulary never sits in shared memory.
+
+__global__ void cross_entropy_kernel(const float* __restrict__ logits, const int* __restrict__ labels,
+                                     float* __restrict__ losses, float* __restrict__ dlogits, int rows,
+                                     int vocab, int ignore_index, float inv_count) {
+    __shared__ MaxSum scratch[32];
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    const float* xr = logits + (size_t)r * vocab;
+    float* dr = dlogits + (size_t)r * vocab;
+    const int t = labels[r];
+    // TODO(task 6.3, part 2 of 2): (~20 lines)
+    //   1. ignored row (t == ignore_index): thread 0 writes losses[r] = 0, the threads write dr[c] = 0; return.
+    //   2. each thread pushes its strided share of xr into a MaxSum {m, s} (online: a new max v > m
+    //      rescales s by expf(m - v); skip -inf values, they add exp(-inf) = 0), then block_maxsum.
+    //   3. lse = m + logf(s); thread 0 writes losses[r] = lse - xr[t];
+    //   4. dr[c] = (expf(xr[c] - lse) - (c == t ? 1 : 0)) * inv_count.
+    // Hint: start from MaxSum{-INFINITY, 0.0f}. A NaN value must make s NaN (let it through the else
+    // branch): NaN logits then give NaN loss and gradients for that row, as in PyTorch.
+}
+
+// One block: loss[0] = inv_count * sum of losses[0 .. rows-1] (fixed order: deterministic).
+__global__ void mean_loss_kernel(const float* __restrict__ losses, float* __restrict__ loss, int rows,
+                                 float inv_count) {
+    __shared__ float scratch[32];
+    float s = 0.0f;
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) s += losses[r];
+    s = block_sum(s, scratch);
+    if (threadIdx.x == 0) loss[0] = s * inv_count;
+}
+
+// Contract: logits and dlogits hold rows * vocab floats, labels and losses rows, loss 1 float. Every
+// label is ignore_index or in [0, vocab) (the Python wrapper checks that before the launch: a kernel
+// cannot raise). inv_count = 1 / (number of rows not ignored); NaN when there are none (PyTorch's mean
+// of nothing). Writes losses (per row, 0 where ignored), loss = the mean, dlogits = d loss / d logits.
+void cross_entropy(const float* logits, const int* labels, float* losses, float* dlogits, float* loss, int rows,
+                   int vocab, int ignore_index, float inv_count) {
+    if (rows <= 0 || vocab <= 0) return;
+    const int threads = vocab >= 8192 ? 1024 : row_threads(vocab);  // long rows: the most threads per row
+    cross_entropy_kernel<<<rows, threads>>>(logits, labels, losses, dlogits, rows, vocab, ignore_index, inv_count);
+    mean_loss_kernel<<<1, 1024>>>(losses, loss, rows, inv_count);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Worked example: attention_backward (for lesson 04's attention_naive, which saves P)
+// ----------------------------------------------------------------------------------------------------
+// Forward per (batch b, head h): S = scale Q K^T, P = softmax(S) per row (causal: masked entries 0),
+// O = P V. Backward with dO:
+//   dV = P^T dO      dP = dO V^T      dS = softmax_backward(P, dP)      dQ = scale dS K      dK = scale dS^T Q
+// Layout as in lesson 04: q, k, v, o and their gradients are (B, N, H, d); P is (B, H, N, N).
+// Masked entries have P = 0, so their dS is 0 too: no mask is needed in the backward.
+
+__global__ void attn_dv_kernel(const float* __restrict__ p, const float* __restrict__ dout, float* __restrict__ dv,
+                               int H, int N, int d) {
+    const int c = threadIdx.x + blockIdx.x * blockDim.x, j = blockIdx.y, bh = blockIdx.z;
+    if (c >= d) return;
+    const int b = bh / H, h = bh % H;
+    float acc = 0.0f;
+    for (int i = 0; i < N; ++i) acc += p[((size_t)bh * N + i) * N + j] * dout[(((size_t)b * N + i) * H + h) * d + c];
+    dv[(((size_t)b * N + j) * H + h) * d + c] = acc;
+}
+
+__global__ void attn_dp_kernel(const float* __restrict__ dout, const float* __restrict__ v, float* __restrict__ dp,
+                               int H, int N, int d) {
+    const int j = threadIdx.x + blockIdx.x * blockDim.x, i = blockIdx.y, bh = blockIdx.z;
+    if (j >= N) return;
+    const int b = bh / H, h = bh % H;
+    const float* o = dout + (((size_t)b * N + i) * H + h) * d;
+    const float* vj = v + (((size_t)b * N + j) * H + h) * d;
+    float acc = 0.0f;
+    for (int c = 0; c < d; ++c) acc += o[c] * vj[c];
+    dp[((size_t)bh * N + i) * N + j] = acc;
+}
+
+__global__ void attn_dqk_kernel(const float* __restrict__ ds, const float* __restrict__ q, const float* __restrict__ k,
+                                float* __restrict__ dq, float* __restrict__ dk, int H, int N, int d, float scale) {
+    const int c = threadIdx.x + blockIdx.x * blockDim.x, i = blockIdx.y, bh = blockIdx.z;
+    if (c >= d) return;
+    const int b = bh / H, h = bh % H;
+    float aq = 0.0f, ak = 0.0f;
+    for (int j = 0; j < N; ++j) {
+        aq += ds[((size_t)bh * N + i) * N + j] * k[(((size_t)b * N + j) * H + h) * d + c];  // dQ row i
+        ak += ds[((size_t)bh * N + j) * N + i] * q[(((size_t)b * N + j) * H + h) * d + c];  // dK row i
+    }
+    dq[(((size_t)b * N + i) * H + h) * d + c] = scale * aq;
+    dk[(((size_t)b * N + i) * H + h) * d + c] = scale * ak;
+}
+
+// Contract: q, k, v, dout, dq, dk, dv hold B * N * H * d floats ((B, N, H, d)); p holds the B * H * N * N
+// probabilities that attention_naive left in its s buffer; scratch holds 2 * B * H * N * N floats.
+void attention_backward(const float* q, const float* k, const float* v, const float* p, const float* dout,
+                        float* dq, float* dk, float* dv, float* scratch, int B, int H, int N, int d, float scale) {
+    if (B <= 0 || H <= 0 || N <= 0 || d <= 0) return;
+    const int bh = B * H;
+    float* dp = scratch;
+    float* ds = scratch + (size_t)bh * N * N;
+    attn_dv_kernel<<<dim3(ceil_div(d, 64), N, bh), 64>>>(p, dout, dv, H, N, d);
+    attn_dp_kernel<<<dim3(ceil_div(N, 64), N, bh), 64>>>(dout, v, dp, H, N, d);
+    softmax_backward_kernel<<<bh * N, row_threads(N)>>>(p, dp, ds, bh * N, N);  // your kernel, task 6.3
+    attn_dqk_kernel<<<dim3(ceil_div(d, 64), N, bh), 64>>>(ds, q, k, dq, dk, H, N, d, scale);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Task 6.4: embedding backward, atomic and deterministic
+// ----------------------------------------------------------------------------------------------------
+// Forward: out[i, :] = table[ids[i], :]. Backward: dtable[v, :] = sum of dout[i, :] over every i with
+// ids[i] == v; rows no token used get 0. A token repeated in the batch adds several rows into one.
+
+__global__ void embedding_backward_atomic_kernel(const int* __restrict__ ids, const float* __restrict__ dout,
+                                                 float* __restrict__ dtable, int n, int dim) {
+    const long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    // TODO(task 6.4, part 1 of 2): one thread per (i, c) with idx = i * dim + c < n * dim: atomicAdd
+    // dout[i, c] into dtable[ids[i], c] (~4 lines). The launcher has zeroed dtable.
+    // Hint: two threads with the same id add to the same address: a plain += would lose one of them.
+}
+
+// Contract: ids holds n ints in [0, vocab) (checked by the Python wrapper), dout n * dim floats, dtable
+// vocab * dim floats. dtable = the gradient of the lookup. Float atomics land in whatever order the
+// hardware runs them: on a GPU the low bits can differ from run to run.
+void embedding_backward_atomic(const int* ids, const float* dout, float* dtable, int n, int vocab, int dim) {
+    fill(dtable, 0.0f, (long long)vocab * dim);
+    if (n <= 0 || dim <= 0) return;
+    embedding_backward_atomic_kernel<<<ceil_div((long long)n * dim, kBlock), kBlock>>>(ids, dout, dtable, n, dim);
+}
+
+// The deterministic version: the Python wrapper sorts the positions by token id (a stable sort), so the
+// positions of token v are order[offsets[v]] .. order[offsets[v + 1] - 1], in increasing position.
+// One thread per (v, c) adds them in that order: no atomics, the same bits every run, and every row of
+// dtable written (no zero-fill needed).
+
+__global__ void embedding_backward_sorted_kernel(const int* __restrict__ order, const int* __restrict__ offsets,
+                                                 const float* __restrict__ dout, float* __restrict__ dtable,
+                                                 int vocab, int dim) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int v = blockIdx.y * blockDim.y + threadIdx.y;
+    // TODO(task 6.4, part 2 of 2): if v < vocab and c < dim: sum dout[order[j], c] for j from
+    // offsets[v] to offsets[v + 1] - 1, in that order, and write dtable[v, c] (~5 lines).
+    // Hint: threadIdx.x runs along the features c, so a warp reads one contiguous piece of a dout row.
+}
+
+// Contract: order holds n ints (positions sorted by id, stable), offsets vocab + 1 ints (offsets[v] =
+// number of ids < v), dout n * dim floats, dtable vocab * dim floats (every element written).
+void embedding_backward_sorted(const int* order, const int* offsets, const float* dout, float* dtable, int n,
+                               int vocab, int dim) {
+    if (vocab <= 0 || dim <= 0) return;
+    (void)n;
+    dim3 block(32, 8);
+    embedding_backward_sorted_kernel<<<dim3(ceil_div(dim, 32), ceil_div(vocab, 8)), block>>>(order, offsets, dout,
+                                                                                             dtable, vocab, dim);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Task 6.6: matmul backward on lesson 03's tiled GEMM, transposes read in place
+// ----------------------------------------------------------------------------------------------------
+// C = A B with A (M, K), B (K, N). dA = dC B^T (M, N) x (N, K); dB = A^T dC (K, M) x (M, N).
+// One kernel computes C = op(A) op(B) for op = identity or transpose, chosen at compile time:
+//   op(A)[i, k] = TA ? A[k * M + i] : A[i * K + k]      (A stored (K, M) when TA)
+//   op(B)[k, j] = TB ? B[j * K + k] : B[k * N + j]      (B stored (N, K) when TB)
+// No transposed copy is ever written: the tile loads read the stored matrix with swapped indices,
+// arranged so that consecutive threadIdx.x still read consecutive addresses (coalesced).
+
+constexpr int TG = 32;
+
+template <bool TA, bool TB>
+__global__ void gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
+                                  int M, int N, int K) {
+    __shared__ float As[TG][TG + 1];  // As[r][k] = op(A)[rowBase + r, k0 + k]; +1: no bank conflicts
+    __shared__ float Bs[TG][TG + 1];  // Bs[k][c] = op(B)[k0 + k, colBase + c]
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int rowBase = blockIdx.y * TG, colBase = blockIdx.x * TG;
+    const int row = rowBase + ty, col = colBase + tx;
+    // TODO(task 6.6): lesson 03's v3 loop (k0 += 32, load a tile of op(A) and of op(B), two barriers,
+    // 32 products), with the loads depending on TA and TB (~16 lines). Write C[row, col] inside C.
+    //   not TA: As[ty][tx] = A[row, k0 + tx]             (A stored (M, K))
+    //   TA:     As[tx][ty] = A[k0 + ty, rowBase + tx]   (A stored (K, M): tx runs along its rows)
+    //   not TB: Bs[ty][tx] = B[k0 + ty, col]            (B stored (K, N))
+    //   TB:     Bs[tx][ty] = B[colBase + ty, k0 + tx]   (B stored (N, K))
+    // Hint: `if constexpr (TA)` picks the load at compile time. Store 0.0f outside the matrix.
+}
+
+template <bool TA, bool TB>
+static void gemm_tiled(const float* A, const float* B, float* C, int M, int N, int K) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) { fill(C, 0.0f, (long long)M * N); return; }
+    gemm_tiled_kernel<TA, TB><<<dim3(ceil_div(N, TG), ceil_div(M, TG)), dim3(TG, TG)>>>(A, B, C, M, N, K);
+}
+
+// Contract: C = A B with A (M, K), B (K, N), dC (M, N); writes dA (M, K) = dC B^T and dB (K, N) = A^T dC.
+void matmul_backward(const float* A, const float* B, const float* dC, float* dA, float* dB, int M, int N, int K) {
+    gemm_tiled<false, true>(dC, B, dA, M, K, N);  // (M, N) x op(B) where B (K, N) is read as B^T (N, K)
+    gemm_tiled<true, false>(A, dC, dB, K, N, M);  // op(A) = A^T (K, M) x dC (M, N)
+}
+
+// Worked: the linear layer y = x W^T + b of lesson 03 (x (batch, in), W (out, in), b (out)).
+// Contract: dy (batch, out); writes dx (batch, in) = dy W, dW (out, in) = dy^T x, db (out) = sum of dy rows.
+void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, int batch,
+                     int in_features, int out_features) {
+    gemm_tiled<false, false>(dy, W, dx, batch, in_features, out_features);
+    gemm_tiled<true, false>(dy, x, dW, out_features, in_features, batch);
+    bias_backward(dy, db, batch, out_features);
+}
