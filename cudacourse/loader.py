@@ -25,6 +25,7 @@ import ctypes
 import functools
 import numbers
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -204,15 +205,19 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
     key = buildcache.content_key("cuda-v1", text, arch, nvcc_path() or "")
 
+    # the file's own folder for its local headers (the build runs elsewhere); cuBLAS linked where it is used
+    cflags = ["-O3", "-lineinfo", *([f"-I{Path(path).parent}"] if Path(path).is_file() else [])]
+    ldflags = ["-lcublas"] if re.search(r'#\s*include\s*[<"]cublas', source) else []
+
     def build(d: Path) -> None:
         name = f"cc_{key}"
         try:
             cpp_extension.load_inline(
                 name=name, cpp_sources=[""], cuda_sources=[text], no_implicit_headers=True,
-                is_python_module=False, build_directory=str(d), extra_cuda_cflags=["-O3", "-lineinfo"],
-                verbose=False)
+                is_python_module=False, build_directory=str(d), extra_cuda_cflags=cflags,
+                extra_ldflags=ldflags, verbose=False)
         except TypeError:  # a torch without no_implicit_headers: call nvcc directly, same result
-            _nvcc_shared(text, d / f"{name}.so")
+            _nvcc_shared(text, d / f"{name}.so", cflags + ldflags)
         except RuntimeError as e:
             log = str(e)
             for f in d.glob("*.log"):
@@ -224,11 +229,10 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
     return d / (d / "library").read_text()
 
 
-def _nvcc_shared(text: str, out: Path) -> None:
+def _nvcc_shared(text: str, out: Path, flags: list[str]) -> None:
     src = out.with_suffix(".cu")
     src.write_text(text)
-    cmd = [nvcc_path() or "nvcc", "-O3", "-lineinfo", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
-           str(src), "-o", str(out)]
+    cmd = [nvcc_path() or "nvcc", *flags, "-std=c++17", "-shared", "-Xcompiler", "-fPIC", str(src), "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise compile_error(r.stdout + r.stderr, str(src))

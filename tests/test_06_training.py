@@ -1,17 +1,17 @@
 """Graded checks of lesson 06 (training kernels): lessons/06_training/{training,adamw}.cu and the capstone in
 lessons/06_training/train.py.
 
-Tasks (ids match the TODOs in the kernel files and the rows of the points table):
-  6.1  GELU backward and the bias backward (gelu_backward, bias_backward)                      2 points
-  6.2  LayerNorm backward: dx, and dw/db by a deterministic two-stage column reduction         3 points
-  6.3  softmax backward; fused cross-entropy forward+backward, ignore_index, mean reduction    4 points
-  6.4  embedding backward: atomic, and deterministic in sorted order (repeated ids)            2 points
-  6.5  AdamW: flat buffer and multi-tensor in one launch, exactly torch.optim.AdamW            3 points
-  6.6  matmul backward on the tiled GEMM, transposes read in place (matmul_backward)           3 points
-  6.7  capstone: train lesson 04's decoder on your kernels, loss curve matches PyTorch's       5 points
-  6.8  speed: cross-entropy fwd+bwd at 8192 x 50257 reaches 1.5x PyTorch eager (GPU only)      1 point
-  6.9  speed: LayerNorm backward at 32768 x 4096 reaches 1.0x PyTorch (GPU only)                1 point
-  6.10 speed: AdamW over 124M parameters reaches 0.95x torch fused=True (GPU only)             1 point
+Tasks (ids match the TODOs in the kernel files; titles and points live in lessons/06_training/lesson.toml):
+  6.1  GELU backward and the bias backward (gelu_backward, bias_backward)
+  6.2  LayerNorm backward: dx, and dw/db by a deterministic two-stage column reduction
+  6.3  softmax backward; fused cross-entropy forward+backward, ignore_index, mean reduction
+  6.4  embedding backward: atomic, and deterministic in sorted order (repeated ids)
+  6.5  AdamW: flat buffer and multi-tensor in one launch, exactly torch.optim.AdamW
+  6.6  matmul backward on the tiled GEMM, transposes read in place (matmul_backward)
+  6.7  capstone: train lesson 04's decoder on your kernels, loss curve matches PyTorch's
+  6.8  speed: cross-entropy fwd+bwd at 8192 x 50257 reaches 1.5x PyTorch eager (GPU only)
+  6.9  speed: LayerNorm backward at 32768 x 4096 reaches 1.0x PyTorch (GPU only)
+  6.10 speed: AdamW over 124M parameters reaches 0.95x torch fused=True (GPU only)
 
 Every gradient is compared with torch.autograd on the same float32 inputs promoted to float64 (the
 reference), with tolerances stated per test. Outputs start as NaN poison, inputs are checked unchanged,
@@ -94,7 +94,6 @@ class _Counting:
 
 
 @pytest.mark.task("6.1")
-@pytest.mark.points(2)
 @pytest.mark.parametrize("n", [1, 31, 33, 1000, 4099])
 def test_gelu_backward(n: int) -> None:
     m = _m()
@@ -113,7 +112,6 @@ def test_gelu_backward(n: int) -> None:
 
 
 @pytest.mark.task("6.1")
-@pytest.mark.points(2)
 @pytest.mark.parametrize(("rows", "cols"), [(1, 1), (7, 33), (300, 257), (1000, 3)])
 def test_bias_backward(rows: int, cols: int) -> None:
     m = _m()
@@ -155,7 +153,6 @@ def _layernorm_case(rows: int, cols: int, m: cc.Lesson, shift: float = 0.0) -> t
 
 
 @pytest.mark.task("6.2")
-@pytest.mark.points(3)
 @pytest.mark.parametrize(("rows", "cols"), [(1, 7), (3, 1000), (33, 100), (70, 257), (200, 33)])
 def test_layernorm_backward(rows: int, cols: int) -> None:
     m = _m()
@@ -170,7 +167,6 @@ def test_layernorm_backward(rows: int, cols: int) -> None:
 
 
 @pytest.mark.task("6.2")
-@pytest.mark.points(3)
 def test_layernorm_backward_far_from_zero_and_deterministic() -> None:
     """Rows of mean 1000 (xhat must come from the saved mean, not from sums of x), and two runs give the
     same bits in dw and db: no float atomics."""
@@ -195,7 +191,6 @@ def test_layernorm_backward_far_from_zero_and_deterministic() -> None:
 
 
 @pytest.mark.task("6.3")
-@pytest.mark.points(4)
 @pytest.mark.parametrize("cols", [1, 7, 33, 1000, 4099])
 def test_softmax_backward(cols: int) -> None:
     m = _m()
@@ -238,7 +233,6 @@ def _ce(m: cc.Lesson, logits: torch.Tensor, labels: torch.Tensor, what: str, ign
 
 
 @pytest.mark.task("6.3")
-@pytest.mark.points(4)
 @pytest.mark.parametrize(("rows", "vocab"), [(1, 1), (7, 33), (33, 1000), (5, 4099)])
 def test_cross_entropy(rows: int, vocab: int) -> None:
     m = _m()
@@ -251,7 +245,6 @@ def test_cross_entropy(rows: int, vocab: int) -> None:
 
 
 @pytest.mark.task("6.3")
-@pytest.mark.points(4)
 def test_cross_entropy_gpt2_vocab_large_logits() -> None:
     """Vocabulary 50257 (GPT-2's): longer than any block; logits of size 1e4 overflow exp() unless the
     row max is subtracted; a custom ignore_index."""
@@ -266,7 +259,6 @@ def test_cross_entropy_gpt2_vocab_large_logits() -> None:
 
 
 @pytest.mark.task("6.3")
-@pytest.mark.points(4)
 def test_cross_entropy_nan_inf_and_all_ignored() -> None:
     """A NaN logit makes its row's loss and gradient NaN, +inf likewise, as in PyTorch; the other rows are
     unaffected. With every row ignored the mean is NaN (0 / 0) and every gradient 0. (An ignored row
@@ -283,7 +275,6 @@ def test_cross_entropy_nan_inf_and_all_ignored() -> None:
 
 
 @pytest.mark.task("6.3")
-@pytest.mark.points(4)
 @pytest.mark.parametrize("bad", [-1, 40])
 def test_cross_entropy_rejects_bad_labels_before_launch(bad: int) -> None:
     tr = _train()
@@ -311,7 +302,6 @@ def _emb_ref(ids: torch.Tensor, dout: torch.Tensor, vocab: int) -> torch.Tensor:
 
 
 @pytest.mark.task("6.4")
-@pytest.mark.points(2)
 @pytest.mark.parametrize(("n", "vocab", "dim"), EMB_CASES)
 def test_embedding_backward_atomic(n: int, vocab: int, dim: int) -> None:
     m = _m()
@@ -330,7 +320,6 @@ def test_embedding_backward_atomic(n: int, vocab: int, dim: int) -> None:
 
 
 @pytest.mark.task("6.4")
-@pytest.mark.points(2)
 @pytest.mark.parametrize(("n", "vocab", "dim"), EMB_CASES)
 def test_embedding_backward_sorted(n: int, vocab: int, dim: int) -> None:
     m = _m()
@@ -370,7 +359,6 @@ def _adam_tol() -> dict[str, float]:
 
 
 @pytest.mark.task("6.5")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("n", [1, 33, 4099, 70_001])
 def test_adamw_flat_matches_torch(n: int) -> None:
     m = _m()
@@ -403,7 +391,6 @@ def _chunk_table(offsets: list[int], chunk: int) -> tuple[list[int], list[int]]:
 
 
 @pytest.mark.task("6.5")
-@pytest.mark.points(3)
 def test_adamw_multi_tensor_matches_torch_param_groups() -> None:
     """Five tensors of odd sizes in one launch, two param groups (weight decay 0.1, and 0 for the
     norm-like vectors), chunks of 1000 so that big tensors span several blocks and small ones one."""
@@ -443,7 +430,6 @@ def test_adamw_multi_tensor_matches_torch_param_groups() -> None:
 
 
 @pytest.mark.task("6.5")
-@pytest.mark.points(3)
 @pytest.mark.parametrize("which", ["grad", "exp_avg", "exp_avg_sq"])
 def test_adamw_rejects_mismatched_shapes_before_writing(which: str) -> None:
     tr = _train()
@@ -469,7 +455,6 @@ MM_HINT = ("TODO(task 6.6): the v3 tile loop; for TA load As[tx][ty] = A[(k0 + t
 
 
 @pytest.mark.task("6.6")
-@pytest.mark.points(3)
 @pytest.mark.parametrize(("M", "N", "K"), [(1, 1, 1), (33, 17, 45), (100, 64, 31), (7, 130, 65)])
 def test_matmul_backward(M: int, N: int, K: int) -> None:
     m = _m()
@@ -489,7 +474,6 @@ def test_matmul_backward(M: int, N: int, K: int) -> None:
 
 
 @pytest.mark.task("6.6")
-@pytest.mark.points(3)
 def test_linear_backward_uses_the_same_kernel() -> None:
     """linear_backward (given) runs your kernel with TA=false/TB=false and TA=true: y = x W^T + b."""
     m = _m()
@@ -624,7 +608,6 @@ def _ops(tr: ModuleType) -> tuple[Any, _Counting]:
 
 
 @pytest.mark.task("6.7")
-@pytest.mark.points(5)
 def test_linear_function_backward() -> None:
     tr = _train()
     ops, m6 = _ops(tr)
@@ -648,7 +631,6 @@ CURVE_ATOL, CURVE_RTOL = 1e-4, 1e-4
 
 
 @pytest.mark.task("6.7")
-@pytest.mark.points(5)
 def test_capstone_loss_curve_matches_pytorch() -> None:
     tr = _train()
     ops, m6 = _ops(tr)
@@ -701,7 +683,6 @@ def _time(fn: Any) -> float:
 
 
 @pytest.mark.task("6.8")
-@pytest.mark.points(1)
 @pytest.mark.gpu
 def test_speed_cross_entropy() -> None:
     m = _m()
@@ -725,7 +706,6 @@ def test_speed_cross_entropy() -> None:
 
 
 @pytest.mark.task("6.9")
-@pytest.mark.points(1)
 @pytest.mark.gpu
 def test_speed_layernorm_backward() -> None:
     m = _m()
@@ -746,7 +726,6 @@ def test_speed_layernorm_backward() -> None:
 
 
 @pytest.mark.task("6.10")
-@pytest.mark.points(1)
 @pytest.mark.gpu
 def test_speed_adamw() -> None:
     m = _m()
