@@ -206,7 +206,12 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
     key = buildcache.content_key("cuda-v1", text, arch, nvcc_path() or "")
 
     # the file's own folder for its local headers (the build runs elsewhere); cuBLAS linked where it is used
-    cflags = ["-O3", "-lineinfo", *([f"-I{Path(path).parent}"] if Path(path).is_file() else [])]
+    cflags = ["-O3", "-lineinfo", *([f"-I{Path(path).parent}"] if Path(path).is_file() else []),
+              # load_inline adds torch's -D__CUDA_NO_HALF_OPERATORS__ (and the conversions/bfloat16/half2 ones),
+              # which only matter next to torch headers; a kernel-only file gets plain nvcc's __half/bf16 API, as
+              # on the simulator and everywhere else people compile CUDA
+              *(f"-U__CUDA_NO_{m}__" for m in ("HALF_OPERATORS", "HALF_CONVERSIONS", "BFLOAT16_CONVERSIONS",
+                                                "HALF2_OPERATORS"))]
     ldflags = ["-lcublas"] if re.search(r'#\s*include\s*[<"]cublas', source) else []
 
     def build(d: Path) -> None:

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 
 import cudacourse as cc
 from cudacourse import check
+from cudacourse.course import course
 
 LESSON = "06_training"
 
@@ -228,7 +229,12 @@ def _ce(m: cc.Lesson, logits: torch.Tensor, labels: torch.Tensor, what: str, ign
                        task="6.3", hint=CE_HINT)
     check.assert_close(loss, ref.reshape(1).float(), name=f"cross_entropy mean loss, {what}", rtol=1e-5, atol=1e-5,
                        task="6.3", hint=CE_HINT)
-    check.assert_close(dl, x.grad.float(), name=f"cross_entropy dlogits, {what}", rtol=1e-4,
+    # dlogits = exp(x - lse) - onehot: lse is rounded to float32, an absolute error of about eps * |lse| that
+    # becomes a relative error of the same size in exp(); with logits of size 1e4 that is ~1e-3, so the relative
+    # tolerance grows with the largest logit (2 * eps * max|x|), never below 1e-4
+    big = float(torch.nan_to_num(logits, 0.0, 0.0, 0.0).abs().max()) if logits.numel() else 0.0
+    rtol = max(1e-4, 2 * torch.finfo(torch.float32).eps * big)
+    check.assert_close(dl, x.grad.float(), name=f"cross_entropy dlogits, {what}", rtol=rtol,
                        atol=1e-6 / max(count, 1) + 1e-9, task="6.3", hint=CE_HINT)
 
 
@@ -636,7 +642,9 @@ def test_capstone_loss_curve_matches_pytorch() -> None:
     ops, m6 = _ops(tr)
     sim = ops.device.type != "cuda"
     cfg = _Cfg() if sim else _Cfg(dim=128, n_heads=4, hidden=352)
-    steps, B, T = (10, 4, 16) if sim else (60, 8, 64)
+    # float32 training drifts from the float64 reference as steps go on (on the H100, 60 steps left the
+    # 1e-4 band at step 29): both configurations stay well inside it
+    steps, B, T = (10, 4, 16) if sim else (16, 8, 64)
     g = check.rng("capstone")
     seed = int(torch.randint(0, 1 << 30, (1,), generator=g))
     chars = sorted(set(TEXT))  # 36 characters: ids below the model's vocabulary of 64
@@ -682,11 +690,18 @@ def _time(fn: Any) -> float:
     return time_kernel(fn)
 
 
+def _target(task_id: str) -> float:
+    """A speed task's target, declared once in lessons/06_training/lesson.toml (bench reads the same)."""
+    target = course().task("06_training", task_id).target
+    assert target is not None, f"task {task_id} declares no speed target in lesson.toml"
+    return target
+
+
 @pytest.mark.task("6.8")
 @pytest.mark.gpu
 def test_speed_cross_entropy() -> None:
     m = _m()
-    rows, vocab, target = 8192, 50257, 1.5
+    rows, vocab, target = 8192, 50257, _target("6.8")
     logits = torch.randn(rows, vocab, device=m.device)
     labels = torch.randint(0, vocab, (rows,), device=m.device)
     lab = labels.to(torch.int32)
@@ -709,7 +724,7 @@ def test_speed_cross_entropy() -> None:
 @pytest.mark.gpu
 def test_speed_layernorm_backward() -> None:
     m = _m()
-    rows, cols, target = 32768, 4096, 1.0
+    rows, cols, target = 32768, 4096, _target("6.9")
     (dx, dw, db), (rdx, _, _) = _layernorm_case(33, 100, m)
     check.assert_close(dx, rdx, name="layernorm_backward (checked before timing)", rtol=1e-4, atol=1e-5, task="6.9")
     x, dy = torch.randn(rows, cols, device=m.device), torch.randn(rows, cols, device=m.device)
@@ -729,7 +744,7 @@ def test_speed_layernorm_backward() -> None:
 @pytest.mark.gpu
 def test_speed_adamw() -> None:
     m = _m()
-    n, target = 124_439_808, 0.95
+    n, target = 124_439_808, _target("6.10")
     p, g = torch.randn(n, device=m.device), torch.randn(n, device=m.device)
     m1, v1 = torch.zeros_like(p), torch.zeros_like(p)
     ms = _time(lambda: m.adamw_flat(p, g, m1, v1, n, 1e-4, 0.9, 0.999, 1e-8, 0.1, 1))
