@@ -205,6 +205,7 @@ def broken_links(doc: str, text: str, committed: set[str]) -> list[str]:
     """Relative links of markdown ``text`` (written in file ``doc``) whose target is not committed."""
     broken = []
     text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)  # inline code shows link syntax, it does not link
     for m in LINK.finditer(text):
         target = (m.group(1) or m.group(2)).split("#")[0]
         if not target or re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):  # anchors, http:, mailto:
@@ -229,7 +230,7 @@ def test_relative_links_resolve_to_committed_files() -> None:
 def test_link_check_catches_a_broken_link() -> None:
     """The link check is not a no-op: missing files, escapes and uncommitted files are reported."""
     text = ("[ok](../../README.md) ![plot](../../results/missing.png) [web](https://example.org) [a](#x) "
-            "[out](../../../etc/passwd) [dir](../../results/)\n```\n[in a fence](nowhere.md)\n```")
+            "[out](../../../etc/passwd) [dir](../../results/) `[code](nowhere.md)`\n```\n[in a fence](nowhere.md)\n```")
     got = broken_links("lessons/01_relu/README.md", text, {"README.md", "results/x/results.md"})
     assert got == ["lessons/01_relu/README.md: ../../results/missing.png",
                    "lessons/01_relu/README.md: ../../../etc/passwd (outside the repository)"]
