@@ -18,7 +18,7 @@ from typing import Any
 from cudacourse.checkcmd import lesson_started
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
-from cudacourse.grading.feedback import feedback
+from cudacourse.grading.feedback import compile_error_key, feedback
 from cudacourse.grading.reports import (
     Report,
     markdown_report,
@@ -242,7 +242,7 @@ def grade(args: argparse.Namespace) -> list[Report]:
             # Feedback comes from the results, after every run: hints, hidden-case wording, rejections.
             for r in done:
                 if r.status == "fail":
-                    r.message = feedback(r, sub, args.hidden_feedback)
+                    r.message = feedback(r, sub, args.hidden_feedback, course.root)
                     if args.sanitize and backend == "cuda":
                         r.message += sanitizer_report(sub, next(t for t in tasks if t.id == r.id), st)
         elapsed = time.monotonic() - t_start
@@ -270,16 +270,24 @@ def print_learner_report(rep: Report, verbose: bool = False, out: Any = None) ->
     for t in rep.tasks:
         if t.message == NOT_STARTED:
             idle[t.lesson] = idle.get(t.lesson, 0.0) + t.points
-    shown = {}  # message -> first task id, so one compile error blocking several tasks is printed once
+    # One compile error blocks every task of its file: show it once, with the tasks it blocks.
+    blocked: dict[str, list[str]] = {}
+    for t in rep.tasks:
+        key = compile_error_key(t) if t.status == "fail" else None
+        if key is not None:
+            blocked.setdefault(key, []).append(t.id)
+    shown: set[str] = set()
     for t in rep.tasks:
         if t.status != "fail" or t.lesson in idle:
             continue
         lines = t.message.splitlines()
-        key = "\n".join(lines[:6])
-        if key in shown:
-            print(f"task {t.id} failed: the same error as task {shown[key]} (above)", file=out)
-            continue
-        shown[key] = t.id
+        key = compile_error_key(t)
+        if key is not None:
+            if key in shown:
+                continue
+            shown.add(key)
+            ids = blocked[key]
+            print(f"compile error, blocks task{'s' if len(ids) > 1 else ''} {', '.join(ids)}:", file=out)
         body = lines if verbose else lines[:6]
         more = "" if verbose or len(lines) <= 6 else f"\n    ... ({len(lines) - 6} more lines: --verbose)"
         print(f"task {t.id} failed: " + "\n    ".join(body) + more, file=out)
