@@ -19,19 +19,22 @@ from cudacourse.course import Course, CourseError, LessonInfo, course
 
 def lesson_started(c: Course, lesson: LessonInfo, folder: Path | None = None) -> bool:
     """Whether any exercise file of ``lesson`` in ``folder`` (default: this checkout's ``lessons/<id>/``)
-    differs from the stub derived from its solution. A missing file counts as started (it was changed)."""
+    differs from the stub derived from its solution. A missing file counts as started (it was changed), and
+    so does a lesson none of whose stubs differ from their solutions (an untouched copy would be complete)."""
     from cudacourse import stubs
 
     folder = folder if folder is not None else c.kernel_dir(lesson.id, "student")
+    has_exercise = False
     for name in lesson.exercise_files:
         src, dst = c.kernel_dir(lesson.id, "solution") / name, folder / name
         if not src.is_file():
             return True  # no solution to compare with: never claim the learner has not started
         want = stubs.expected(src)
         want_b = want.encode() if isinstance(want, str) else want
+        has_exercise = has_exercise or want_b != src.read_bytes()
         if not dst.is_file() or dst.read_bytes() != want_b:
             return True
-    return False
+    return not has_exercise
 
 
 def resolve(c: Course, target: str | None) -> tuple[list[LessonInfo], list[str]]:

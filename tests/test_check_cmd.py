@@ -57,3 +57,18 @@ def test_check_runs_only_that_task() -> None:
     assert "cudacourse check: task 1.1" in text
     assert "1.1 " in text and "1.2 " not in text  # the points table holds task 1.1 only
     assert " passed" in text and " failed" not in text
+
+
+def test_a_file_without_solution_markers_never_means_not_started(tmp_path: Path) -> None:
+    """Where the stub equals the solution (no BEGIN SOLUTION block), an untouched copy is indistinguishable
+    from finished work: the lesson counts as started and is graded."""
+    from cudacourse.course import Course
+
+    root = tmp_path / "course"
+    for kind in ("lessons", "solutions"):
+        (root / kind / "01_toy").mkdir(parents=True)
+        (root / kind / "01_toy" / "toy.cu").write_text("// complete\n")
+    (root / "lessons" / "01_toy" / "lesson.toml").write_text(
+        '[lesson]\ntitle = "t"\nwrite = "w"\nlearn = "l"\nfiles = ["toy.cu"]\n')
+    c = Course(root)
+    assert checkcmd.lesson_started(c, c.lesson("01_toy"))
