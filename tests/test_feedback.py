@@ -155,3 +155,25 @@ def test_grade_skips_untouched_lessons(tmp_path: Path, capsys: pytest.CaptureFix
     assert {t["status"] for t in rep["tasks"] if t["id"] not in {x.id for x in course().tasks() if x.gpu}} == {"fail"}
     text = capsys.readouterr().out
     assert "01_relu: not started, 17 points" in text and "task 1.1 failed" not in text
+
+
+def test_notebook_task_14_cell_on_the_stub_is_deterministic() -> None:
+    """Lesson 01's task 1.4 cell allocates poisoned (NaN) outputs, so on the untouched stub it says "nothing
+    was written" the same way every run, never showing whatever random memory torch.empty_like held."""
+    import torch
+
+    import cudacourse as cc
+    from cudacourse import check
+
+    nb = json.loads((ROOT / "lessons/01_relu/relu.ipynb").read_text())
+    src = next("".join(c["source"]) for c in nb["cells"]
+               if c["cell_type"] == "code" and "class ReLU(" in "".join(c["source"]))
+    assert "empty_like" not in src
+    m = cc.lesson("01_relu", impl="student")
+    messages = []
+    for _ in range(2):
+        with pytest.raises(AssertionError) as e:
+            exec(src, {"torch": torch, "check": check, "m": m})
+        messages.append(str(e.value))
+    assert "Nothing was written at all" in messages[0] and "yours nan" in messages[0]
+    assert messages[0] == messages[1]
