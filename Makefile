@@ -14,8 +14,8 @@ setup:
 check: setup  ## check one task with full messages: make check T=1.1 (a lesson: T=01_relu; nothing: lessons started)
 	@$(PY) -m cudacourse check $(T)
 
-grade: setup  ## grade your work in lessons/ on the detected backend (GPU or CPU simulator)
-	@$(PY) -m cudacourse grade $(if $(LESSONS),--lessons $(LESSONS))
+grade: setup  ## grade your work in lessons/ on the detected backend (GPU or CPU simulator); ARGS=--verbose: every message
+	@$(PY) -m cudacourse grade $(if $(LESSONS),--lessons $(LESSONS)) $(ARGS)
 
 test: setup   ## the course's own test suite (what CI runs)
 	@$(PY) -m cudacourse stubs --check
