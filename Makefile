@@ -2,16 +2,20 @@
 PY := .venv/bin/python
 LESSONS ?=
 ARGS ?=
+T ?=
 # Jupyter refuses to run as root unless told (containers, cloud GPU machines).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup grade test lab bench doctor stubs templates clean
+.PHONY: setup check grade test lab bench doctor stubs templates clean
 
 setup:
 	@./setup.sh
 
-grade: setup  ## grade your work in lessons/ on the detected backend (GPU or CPU simulator)
-	@$(PY) -m cudacourse grade $(if $(LESSONS),--lessons $(LESSONS))
+check: setup  ## check one task with full messages: make check T=1.1 (a lesson: T=01_relu; nothing: lessons started)
+	@$(PY) -m cudacourse check $(T)
+
+grade: setup  ## grade your work in lessons/ on the detected backend (GPU or CPU simulator); ARGS=--verbose: every message
+	@$(PY) -m cudacourse grade $(if $(LESSONS),--lessons $(LESSONS)) $(ARGS)
 
 test: setup   ## the course's own test suite (what CI runs)
 	@$(PY) -m cudacourse stubs --check

@@ -1,6 +1,6 @@
 """``python -m cudacourse <command>`` (or the ``cudacourse`` console command).
 
-Commands: grade, doctor, bench, stubs, templates.
+Commands: check, grade, doctor, bench, stubs, templates.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import sys
 USAGE = """usage: python -m cudacourse <command> [options]   (or: cudacourse <command> [options])
 
 commands:
+  check    check one task (check 1.1), a lesson (check 01_relu), or every lesson you started, full messages
   grade    run the graded checks and print the points table (--help for options)
   doctor   show versions, GPU, chosen backend, and how to fix problems
   bench    time the lessons' kernels against PyTorch/cuBLAS on a GPU
@@ -38,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
-    if cmd == "grade":
+    if cmd == "check":
+        from cudacourse.checkcmd import main as run
+    elif cmd == "grade":
         from cudacourse.grading.cli import main as run
     elif cmd == "doctor":
         from cudacourse.doctor import main as run

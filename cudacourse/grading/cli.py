@@ -15,19 +15,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cudacourse.course import Course, CourseError, Task, hidden_tasks
+from cudacourse.checkcmd import lesson_started
+from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
-from cudacourse.grading.feedback import feedback
+from cudacourse.grading.feedback import compile_error_key, feedback
 from cudacourse.grading.reports import (
     Report,
     markdown_report,
-    print_report,
     write_gradebook,
     write_gradescope,
     write_json,
     write_junit,
 )
-from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, format_points
+from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, format_points, points_table
 from cudacourse.grading.runner import LIVE, RunSettings, collect_tasks, kill_group, safe_run_group, sanitizer_report
 from cudacourse.grading.staging import Submission, manifest, stage_harness, stage_kernels
 from cudacourse.settings import current
@@ -46,6 +46,30 @@ def declared_tasks(course: Course, hidden: Path | None) -> dict[tuple[str, str],
     for t in hidden_tasks(course, hidden) if hidden is not None else []:
         out[(t.lesson, t.id)] = t
     return out
+
+
+NOT_STARTED = "not started"
+
+
+def not_started(course: Course, sub: Submission, lessons: list[str]) -> set[str]:
+    """The lessons of ``lessons`` whose exercise files in ``sub`` are all identical to the generated stubs
+    (never for the reference solutions)."""
+    if sub.impl == "solution":
+        return set()
+    out = set()
+    for lid in lessons:
+        folder = sub.source / "lessons" / lid if sub.source is not None else course.kernel_dir(lid, "student")
+        if not lesson_started(course, course.lesson(lid), folder):
+            out.add(lid)
+    return out
+
+
+def not_started_results(declared: dict[tuple[str, str], Task], lessons: set[str], backend: str) -> list[TaskResult]:
+    """One result per declared task of ``lessons`` (untouched, so never run): ``fail`` with the message
+    "not started"; a GPU task on the simulator stays ``not-graded``, as it would after a run."""
+    return [TaskResult(t.id, t.lesson, t.title, t.points, 0.0,
+                       "not-graded" if t.gpu and backend != "cuda" else "fail", NOT_STARTED)
+            for (lid, _), t in declared.items() if lid in lessons]
 
 
 def resolve_backend(requested: str) -> tuple[str, str]:
@@ -100,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--course", type=Path, default=None, help=argparse.SUPPRESS)
     p.add_argument("--workdir", type=Path, default=None, help="keep the staging folders here (debugging)")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the totals")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="print every failure's whole message and every task of the lessons not started")
     return p
 
 
@@ -153,6 +179,9 @@ def grade(args: argparse.Namespace) -> list[Report]:
         raise GradingError(f"no lessons found (lessons/NN_topic/lesson.toml under {course.root})")
     declared = declared_tasks(course, args.hidden)
     backend, device = resolve_backend(args.backend)
+    # Lessons whose exercise files are all still the stubs are not built or run: they cannot earn points.
+    unstarted = {i: not_started(course, sub, lessons) for i, sub in enumerate(subs)}
+    run_lessons = [lid for lid in lessons if any(lid not in ns for ns in unstarted.values())]
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
     jobs = args.jobs if args.jobs and args.jobs > 0 else min(8, os.cpu_count() or 1)
     if args.workdir:
@@ -172,19 +201,20 @@ def grade(args: argparse.Namespace) -> list[Report]:
         shutil.copytree(harness, collect_dir)
         # Collection imports torch and every test file but runs nothing of a submission: on a busy machine
         # that alone can take longer than one case's --timeout, so it gets a limit of its own.
-        tasks = collect_tasks(collect_dir, course, declared, lessons, seed, st.backend, build_dir,
-                              max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout))
+        tasks = collect_tasks(collect_dir, course, declared, run_lessons, seed, st.backend, build_dir,
+                              max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout)) if run_lessons else []
         by_lesson: dict[str, list[TaskSpec]] = {}
         for t in tasks:
             by_lesson.setdefault(t.lesson, []).append(t)
         # Groups of tasks that share a process: one per (submission, lesson), split further while
         # there are fewer groups than jobs.
-        split = max(1, -(-jobs // (len(subs) * len(by_lesson))))
+        split = max(1, -(-jobs // (len(subs) * max(1, len(by_lesson)))))
         groups: list[tuple[int, list[TaskSpec]]] = []
         for i in range(len(subs)):
             for lt in by_lesson.values():
                 k = min(split, len(lt))
-                groups += [(i, lt[j::k]) for j in range(k)]
+                if lt[0].lesson not in unstarted[i]:
+                    groups += [(i, lt[j::k]) for j in range(k)]
         # Working folders ("slots") belong to the jobs, not to the submissions: each run first restores
         # its slot to the submission's pristine tree. Builds are cached by content, so a kernel file that
         # several submissions share (an untouched relu_torch.cu) is built once per slot, not per learner.
@@ -212,12 +242,14 @@ def grade(args: argparse.Namespace) -> list[Report]:
             # Feedback comes from the results, after every run: hints, hidden-case wording, rejections.
             for r in done:
                 if r.status == "fail":
-                    r.message = feedback(r, sub, args.hidden_feedback)
+                    r.message = feedback(r, sub, args.hidden_feedback, course.root)
                     if args.sanitize and backend == "cuda":
                         r.message += sanitizer_report(sub, next(t for t in tasks if t.id == r.id), st)
         elapsed = time.monotonic() - t_start
         for i, sub in enumerate(subs):
             done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
+            done = sorted(done + not_started_results(declared, unstarted[i], backend),
+                          key=lambda r: (lessons.index(r.lesson), task_sort_key(r.id)))
             reports.append(Report(backend, device, sub.impl, done, name=sub.name, seed=seed, seconds=elapsed,
                                   rejected=[r.text() for r in sub.rejections]))
         return reports
@@ -226,6 +258,49 @@ def grade(args: argparse.Namespace) -> list[Report]:
             kill_group(proc)
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def print_learner_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
+    """The grade output for a learner: what failed and why, one line per lesson not started, then the
+    points table last, where the eye lands. ``verbose``: whole messages, every lesson's rows."""
+    out = out or sys.stdout
+    head = f"== {rep.name} ==" if rep.name else "== grade =="
+    print(f"{head} backend={rep.backend} impl={rep.impl} seed={rep.seed} ({rep.seconds:.0f} s)", file=out)
+    idle: dict[str, float] = {}
+    for t in rep.tasks:
+        if t.message == NOT_STARTED:
+            idle[t.lesson] = idle.get(t.lesson, 0.0) + t.points
+    # One compile error blocks every task of its file: show it once, with the tasks it blocks.
+    blocked: dict[str, list[str]] = {}
+    for t in rep.tasks:
+        key = compile_error_key(t) if t.status == "fail" else None
+        if key is not None:
+            blocked.setdefault(key, []).append(t.id)
+    shown: set[str] = set()
+    for t in rep.tasks:
+        if t.status != "fail" or t.lesson in idle:
+            continue
+        lines = t.message.splitlines()
+        key = compile_error_key(t)
+        if key is not None:
+            if key in shown:
+                continue
+            shown.add(key)
+            ids = blocked[key]
+            print(f"compile error, blocks task{'s' if len(ids) > 1 else ''} {', '.join(ids)}:", file=out)
+        body = lines if verbose else lines[:6]
+        more = "" if verbose or len(lines) <= 6 else f"\n    ... ({len(lines) - 6} more lines: --verbose)"
+        print(f"task {t.id} failed: " + "\n    ".join(body) + more, file=out)
+    for r in rep.rejected:
+        print(f"REJECTED: {r}", file=out)
+    for e in rep.errors:
+        print(f"GRADING PROBLEM: {e}", file=out)
+    for lesson, pts in idle.items():
+        print(f"{lesson}: {NOT_STARTED}, {format_points(pts)} points", file=out)
+    table = points_table(rep.tasks if verbose else [t for t in rep.tasks if t.lesson not in idle])
+    for line in table[:-1]:
+        print(line, file=out)
+    print(points_table(rep.tasks)[-1] if rep.tasks else "total: 0 / 0 points", file=out)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -269,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{rep.name or 'grade'}: {format_points(e)} / {format_points(p)} points"
                   + (f" ({format_points(ng)} not graded)" if ng else ""))
         else:
-            print_report(rep)
+            print_learner_report(rep, verbose=args.verbose)
     if batch and args.json:
         write_gradebook(reports, args.json / "gradebook.csv")
     if not args.quiet:

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from cudacourse.grading.results import TaskResult, TestRecord, trim_message
 from cudacourse.grading.staging import Submission
+
+# A staged copy's folder inside the grader's work folder: /tmp/cc-grade-XXXX/slot3/ (also sub000/, collect/).
+_STAGED = re.compile(r"(?:/[^\s:'\"()]*)?/cc-grade-[^/\s]+/(?:slot\d+|sub\d+|collect|harness)/")
+_SIM_GUARD = ("The grid has more threads than elements: guard the access with a bounds check such as if (i < n), "
+              "and check the index arithmetic.")
+_SIM_GRID_EXAMPLE = re.compile(r",? e\.g\. \(n \+ \d+\) / \d+")
+_OOB_AT = re.compile(r"OutOfBoundsError .*? at ([\w./-]+\.cuh?):(\d+), past the end")
+_BOUNDS_CHECK = re.compile(r"\bif\s*\(.*(<|>)|\bfor\s*\(.*;.*(<|>)|\bwhile\s*\(.*(<|>)")
 
 
 def _int_sizes(params: dict[str, Any]) -> list[int]:
@@ -23,8 +33,13 @@ def _int_sizes(params: dict[str, Any]) -> list[int]:
 HINTS = {
     "bounds": "Hint: the last block (or tile) is only partly inside the data when the size is not a multiple of "
               "the block size; guard every access with a bounds check such as `if (i < n)`.",
-    "unwritten": "Hint: some outputs were never written: make sure the grid covers every element (round the "
-                 "number of blocks up: (n + block - 1) / block) or loop with a grid stride.",
+    "unwritten": "Hint: some outputs were never written: every element needs a thread that writes it.",
+    "index": "Hint: your kernel has a bounds check, yet it wrote past the end: check the index arithmetic (the "
+             "index you access must be the one your check tests).",
+    "grid": "Hint: the elements at the tail were never written, so no thread reached them: check the launcher's "
+            "grid size (a number of blocks that rounds down leaves the tail without threads).",
+    "launch": "Hint: the launcher line named above launches an empty grid for this n: check the launcher's grid "
+              "size for sizes smaller than one block.",
     "race": "Hint: a thread read shared memory another thread writes without a barrier in between: put "
             "__syncthreads() between the writes and the reads (and before the next overwrite).",
     "barrier": "Hint: every thread of a block must reach the same __syncthreads(); do not put one inside a branch "
@@ -41,8 +56,97 @@ HINTS = {
 }
 
 
-def choose_hints(recs: list[TestRecord], message: str) -> list[str]:
-    """The hints that apply to a failed task, from its failures' types, messages and sizes."""
+def display_paths(text: str, sub: Submission, root: Path | None = None) -> str:
+    """``text`` with the grader's staged copies (``/tmp/cc-grade-.../slot0/lessons/...``) replaced by the
+    learner's own files: the submission folder, or this checkout's ``lessons/`` (``solutions/`` when the
+    reference solutions are graded)."""
+    base = f"{sub.source}/" if sub.source is not None else (f"{root}/" if root is not None else "")
+
+    def repl(m: re.Match[str]) -> str:
+        return base
+
+    out = _STAGED.sub(repl, text)
+    if sub.impl == "solution" and sub.source is None:
+        out = out.replace(f"{base}lessons/", f"{base}solutions/")
+    return out
+
+
+def has_bounds_check(path: Path, line: int) -> bool:
+    """Whether the kernel around ``path:line`` (from its ``__global__`` line down to ``line``) compares an
+    index with a bound (an ``if``, ``for`` or ``while`` with ``<``/``>``)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    start = max(0, min(line, len(lines)) - 1)
+    while start > 0 and "__global__" not in lines[start]:
+        start -= 1
+    body = "\n".join(lines[start:line])
+    body = re.sub(r"//[^\n]*", "", body)  # the TODO comment itself says "if i < n"
+    return bool(_BOUNDS_CHECK.search(body))
+
+
+def solution_lines(root: Path | None, lesson: str) -> set[str]:
+    """Whitespace-free lines of code inside the ``BEGIN SOLUTION`` blocks of ``lesson``'s solutions (those
+    long enough to give something away), to keep them out of hints."""
+    folder = root / "solutions" / lesson if root is not None else None
+    out: set[str] = set()
+    if folder is None or not folder.is_dir():
+        return out
+    for f in sorted(folder.iterdir()):
+        if f.suffix not in (".cu", ".cuh", ".py"):
+            continue
+        inside = False
+        for ln in f.read_text(errors="replace").splitlines():
+            if re.match(r"^\s*(//|#)\s*BEGIN SOLUTION", ln):
+                inside = True
+            elif re.match(r"^\s*(//|#)\s*END SOLUTION", ln):
+                inside = False
+            elif inside:
+                code = re.sub(r"\s+", "", re.sub(r"//.*|#.*", "", ln))
+                if len(code) >= 12:
+                    out.add(code)
+    return out
+
+
+def never_ran(text: str) -> bool:
+    """Whether the failure shows the learner's code has not run at all yet (the stub is still there)."""
+    low = text.lower()
+    return ("nothing was written at all" in low or "todo(task" in low or "is the kernel body still the stub" in low
+            or "not implemented" in low)
+
+
+def remove_answers(text: str, lesson: str, root: Path | None) -> str:
+    """Drop the "Hint:" lines of ``text`` that give the answer away: any of them while the learner's code has
+    not run at all, and those that quote a line of the lesson's solution at any time."""
+    sol = solution_lines(root, lesson)
+    stub = never_ran(text)
+    out = []
+    for ln in text.splitlines():
+        if ln.strip().startswith("Hint:"):
+            flat = re.sub(r"\s+", "", ln)
+            if stub or any(code in flat for code in sol):
+                continue
+        out.append(ln)
+    return "\n".join(out)
+
+
+def compile_error_key(result: TaskResult) -> str | None:
+    """The compiler's first error line (file and line) when ``result`` failed to compile, else ``None``:
+    tasks with the same key are blocked by one error, shown once."""
+    for r in result.tests:
+        if r.outcome == "failed" and r.exc_type == "CompileError":
+            first = r.message.strip().splitlines()[0] if r.message.strip() else "CompileError"
+            return _STAGED.sub("", first.split("CompileError:", 1)[-1]).strip()
+    m = re.search(r"CompileError: (.*)", result.message)
+    return _STAGED.sub("", m.group(1)).strip() if m else None
+
+
+def choose_hints(recs: list[TestRecord], message: str, bounds_checked: bool = False) -> list[str]:
+    """The hints that apply to a failed task, from its failures' types, messages and sizes.
+
+    ``bounds_checked``: the kernel that wrote out of bounds already has a bounds check, so the hint is about
+    the index arithmetic, not about adding a check."""
     failed = [r for r in recs if r.outcome == "failed" and r.exc_type != "NotRun"]
     passed = [r for r in recs if r.outcome == "passed"]
     text = (message + "\n" + "\n".join(r.exc_type + " " + r.message for r in failed)).lower()
@@ -56,7 +160,16 @@ def choose_hints(recs: list[TestRecord], message: str) -> list[str]:
         add("compile")
     if "todo(task" in text or "is the kernel body still the stub" in text:
         add("todo")
-    if "outofbounds" in text or "out-of-bounds" in text or "out of bounds" in text or "only the tail is wrong" in text:
+    stub = never_ran(text)
+    oob = "outofbounds" in text or "out-of-bounds" in text or "out of bounds" in text
+    if oob:
+        add("index" if bounds_checked else "bounds")
+    if "a grid or block dimension is 0" in text:
+        add("launch")
+    tail_unwritten = "never written" in text and "only the tail is wrong" in text and not stub
+    if tail_unwritten and not oob:
+        add("grid")
+    elif "only the tail is wrong" in text and not oob:
         add("bounds")
     if "raceerror" in text or " race" in text:
         add("race")
@@ -66,26 +179,44 @@ def choose_hints(recs: list[TestRecord], message: str) -> list[str]:
         add("timeout")
     if "was modified by the kernel" in text:
         add("mutation")
-    if "never written" in text and "todo" not in keys:
+    if "never written" in text and not stub and not tail_unwritten and not oob:
         add("unwritten")
     if any(r.exc_type in ("Crash",) for r in failed):
         add("crash")
     # Size pattern: only sizes that are not a multiple of a warp fail while aligned ones pass.
     f_sizes = [s for r in failed for s in _int_sizes(r.params)]
     p_sizes = [s for r in passed for s in _int_sizes(r.params)]
-    if f_sizes and p_sizes and all(s % 32 for s in f_sizes) and any(s % 32 == 0 for s in p_sizes):
+    if (f_sizes and p_sizes and all(s % 32 for s in f_sizes) and any(s % 32 == 0 for s in p_sizes)
+            and not stub and not {"index", "grid", "launch"} & set(keys)):
         add("bounds")
     hidden_failed = [r for r in failed if "/hidden/" in r.file.replace("\\", "/")]
     public_failed = [r for r in failed if r not in hidden_failed]
     public_passed = [r for r in passed if "/hidden/" not in r.file.replace("\\", "/")]
     if hidden_failed and not public_failed and public_passed:
         add("hidden")
+    if stub:  # the learner's code has not run yet: say only that, nothing that gives the answer
+        keys = [k for k in keys if k in ("todo", "compile", "hidden")] or ["todo"]
     return [HINTS[k] for k in keys]
 
 
-def feedback(result: TaskResult, sub: Submission, hidden_feedback: str = "brief") -> str:
+def _oob_bounds_checked(msg: str, lesson: str, sub: Submission, root: Path | None) -> bool:
+    m = _OOB_AT.search(msg)
+    if not m:
+        return False
+    name, line = Path(m.group(1)).name, int(m.group(2))
+    base = sub.source if sub.source is not None else root
+    if base is None:
+        return False
+    folder = base / ("solutions" if sub.impl == "solution" and sub.source is None else "lessons") / lesson
+    return has_bounds_check(folder / name, line)
+
+
+def feedback(result: TaskResult, sub: Submission, hidden_feedback: str = "brief", root: Path | None = None) -> str:
     """The message of a failed task, computed from its results after the run: a failed hidden case only
-    named (``hidden_feedback="brief"``), rejected and missing files first, then the hints that apply."""
+    named (``hidden_feedback="brief"``), rejected and missing files first, then the hints that apply.
+
+    ``root`` is the course checkout: paths name the learner's own files (the submission's, or the checkout's
+    ``lessons/``), and no hint quotes the solutions in ``root/solutions/``."""
     msg = result.message
     recs = result.tests
     failed = [r for r in recs if r.outcome == "failed"]
@@ -101,7 +232,12 @@ def feedback(result: TaskResult, sub: Submission, hidden_feedback: str = "brief"
     missing = [m for m in sub.missing if f"/{result.lesson}/" in m]
     if missing and ("no launcher" in msg or "AttributeError" in msg or "No such file" in msg):
         msg = f"missing from the submission: {', '.join(missing)}\n" + msg
-    hints = choose_hints(recs, msg)
+    checked = _oob_bounds_checked(msg, result.lesson, sub, root)
+    if checked:
+        msg = msg.replace(_SIM_GUARD, "Your kernel has a bounds check: check the index arithmetic.")
+    msg = _SIM_GRID_EXAMPLE.sub("", msg)
+    hints = choose_hints(recs, msg, bounds_checked=checked)
+    msg = remove_answers(display_paths(msg, sub, root), result.lesson, root)
     msg = trim_message(msg, lines=16, chars=2400)
     hints = [h for h in hints if h.split(":", 1)[1].strip()[:40].lower() not in msg.lower()]
     return msg + ("\n" + "\n".join(hints) if hints else "")

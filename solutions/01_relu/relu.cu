@@ -16,7 +16,7 @@
 //
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("01_relu"); m.relu_v1_scalar(x, y, n)
-//   python -m pytest tests/test_01_relu.py           (graded checks)
+//   cudacourse check 1.1                             (one task's graded checks; or: make check T=1.1)
 //   python -m cudacourse bench --lessons 01_relu     (timings, GPU only)
 // ====================================================================================================
 

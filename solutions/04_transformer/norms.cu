@@ -20,7 +20,7 @@
 //
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("04_transformer"); m.softmax(x, y, rows, cols)
-//   python -m pytest tests/test_04_transformer.py -k "softmax or norm"   (graded checks)
+//   cudacourse check 4.1     (or 4.2, 4.3; or: make check T=4.1)   (graded checks)
 //   python -m cudacourse bench --lessons 04_transformer                  (timings, GPU only)
 // ====================================================================================================
 

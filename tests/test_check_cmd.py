@@ -1,0 +1,74 @@
+"""``cudacourse check``: a task, a lesson, the lessons started, and a clear error for an unknown id."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cudacourse import checkcmd, stubs
+from cudacourse.course import CourseError, course
+
+
+def test_resolve_task_and_lesson() -> None:
+    c = course()
+    lessons, tasks = checkcmd.resolve(c, "1.1")
+    assert [les.id for les in lessons] == ["01_relu"] and tasks == ["1.1"]
+    for name in ("02_reduce", "02", "2"):
+        lessons, tasks = checkcmd.resolve(c, name)
+        assert [les.id for les in lessons] == ["02_reduce"] and tasks == []
+    args = checkcmd.pytest_args(c, *checkcmd.resolve(c, "3.2"), ["-x"])
+    assert args[0].endswith("tests/test_03_gemm.py") and args[1:3] == ["--cc-task", "3.2"] and args[-1] == "-x"
+
+
+def test_unknown_id_lists_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(CourseError) as e:
+        checkcmd.resolve(course(), "1.99")
+    text = str(e.value)
+    assert "'1.99'" in text and "1.1, 1.2" in text and "01_relu" in text
+    assert checkcmd.main(["7.7"]) == 2
+    assert "no task or lesson '7.7'" in capsys.readouterr().err
+
+
+def test_started_means_differs_from_the_stub(tmp_path: Path) -> None:
+    c = course()
+    les = c.lesson("01_relu")
+    for name in les.exercise_files:
+        want = stubs.expected(c.kernel_dir(les.id, "solution") / name)
+        (tmp_path / name).write_bytes(want.encode() if isinstance(want, str) else want)
+    assert not checkcmd.lesson_started(c, les, tmp_path)
+    first = tmp_path / les.exercise_files[0]
+    first.write_text(first.read_text() + "\n// my work\n")
+    assert checkcmd.lesson_started(c, les, tmp_path)
+    first.unlink()
+    assert checkcmd.lesson_started(c, les, tmp_path)
+
+
+def test_check_runs_only_that_task() -> None:
+    """The real command, as a learner types it, on the reference solutions (so it must pass)."""
+    env = dict(os.environ, PYTHONPATH=str(course().root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-m", "cudacourse", "check", "1.1", "--solution"], cwd=course().root,
+                         env=env, capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "cudacourse check: task 1.1" in text
+    assert "1.1 " in text and "1.2 " not in text  # the points table holds task 1.1 only
+    assert " passed" in text and " failed" not in text
+
+
+def test_a_file_without_solution_markers_never_means_not_started(tmp_path: Path) -> None:
+    """Where the stub equals the solution (no BEGIN SOLUTION block), an untouched copy is indistinguishable
+    from finished work: the lesson counts as started and is graded."""
+    from cudacourse.course import Course
+
+    root = tmp_path / "course"
+    for kind in ("lessons", "solutions"):
+        (root / kind / "01_toy").mkdir(parents=True)
+        (root / kind / "01_toy" / "toy.cu").write_text("// complete\n")
+    (root / "lessons" / "01_toy" / "lesson.toml").write_text(
+        '[lesson]\ntitle = "t"\nwrite = "w"\nlearn = "l"\nfiles = ["toy.cu"]\n')
+    c = Course(root)
+    assert checkcmd.lesson_started(c, c.lesson("01_toy"))

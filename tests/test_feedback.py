@@ -1,0 +1,179 @@
+"""Feedback that fits the mistake (cudacourse/grading/feedback.py) and the learner's grade output (cli.py).
+
+The messages below are the simulator's and cudacourse.check's own wording, captured from real runs of
+task 1.1 with the mistake named in each test.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from cudacourse.course import course
+from cudacourse.grading import cli
+from cudacourse.grading.feedback import HINTS, feedback
+from cudacourse.grading.reports import Report
+from cudacourse.grading.results import TaskResult, TestRecord
+from cudacourse.grading.staging import Submission
+
+ROOT = course().root
+SLOT = "/tmp/cc-grade-abc123/slot0/"
+SOLUTION_HINT = ("  Hint: relu_v1_scalar_kernel (TODO task 1.1): i = blockIdx.x * blockDim.x + threadIdx.x; "
+                 "if (i < n) y[i] = fmaxf(x[i], 0.0f);")
+OOB = ("OutOfBoundsError in relu_v1_scalar_kernel, block (0,0,0): thread (0,0,0) writes y[1] at relu.cu:{line}, "
+       "past the end of y (1 element). The grid has more threads than elements: guard the access with a bounds "
+       "check such as if (i < n), and check the index arithmetic.")
+TAIL = ("relu_v1_scalar y (n=1000) (task 1.1): 232 of 1000 elements differ\n"
+        "  at 768: yours nan, expected 0\n"
+        "  232 elements were never written (still poison), first at flat index 768, last at 999: does every output "
+        "element get a thread, and did you implement the TODO?\n"
+        "  Only the tail is wrong (flat indices 768..999 of 1000): check the bounds or tail handling for sizes that "
+        "are not a multiple of your block or vector width.\n" + SOLUTION_HINT)
+ZERO_GRID = (f"LaunchError: relu_v1_scalar_kernel<<<(0,1,1), (256,1,1), 0>>> at {SLOT}lessons/01_relu/relu.cu:63: "
+             "invalid configuration: a grid or block dimension is 0 (an empty launch is an error in CUDA; check the "
+             "grid size arithmetic, e.g. (n + 255) / 256).")
+STUB = ("relu_v1_scalar y (n=1000) (task 1.1): 1000 of 1000 elements differ\n"
+        "  1000 elements were never written (still poison), first at flat index 0, last at 999: does every output "
+        "element get a thread, and did you implement the TODO?\n"
+        "  Nothing was written at all: is the kernel body still the stub?\n" + SOLUTION_HINT)
+
+
+def _result(exc_type: str, message: str, task: str = "1.1", n: int = 1000) -> TaskResult:
+    rec = TestRecord(nodeid=f"tests/test_01_relu.py::test_relu_scalar[{n}]", file=str(ROOT / "tests/test_01_relu.py"),
+                     lesson="01_relu", task=task, points=2.0, title="relu", gpu=False, params={"n": n},
+                     outcome="failed", message=message, exc_type=exc_type)
+    return TaskResult(task, "01_relu", "relu", 2.0, 0.0, "fail", f"test_relu_scalar[{n}]: {exc_type}: {message}",
+                      [rec])
+
+
+def _submission(tmp_path: Path, body: str) -> tuple[Submission, int]:
+    """A learner's copy whose relu_v1_scalar_kernel has ``body``; returns it and the body's line number."""
+    src = (ROOT / "lessons/01_relu/relu.cu").read_text()
+    marker = "    // TODO(task 1.1)"
+    assert marker in src
+    folder = tmp_path / "learner" / "lessons" / "01_relu"
+    folder.mkdir(parents=True)
+    text = src.replace(marker, body + "\n" + marker, 1)
+    (folder / "relu.cu").write_text(text)
+    line = text.splitlines().index(body.splitlines()[-1]) + 1
+    return Submission("learner", tmp_path / "learner", "submission"), line
+
+
+def test_write_past_the_end_with_a_bounds_check_points_at_the_index(tmp_path: Path) -> None:
+    sub, line = _submission(tmp_path, "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                      "    if (i < n) y[i + 1] = fmaxf(x[i], 0.0f);")
+    msg = feedback(_result("OutOfBoundsError", OOB.format(line=line)), sub, root=ROOT)
+    assert HINTS["index"] in msg and HINTS["bounds"] not in msg
+    assert "such as if (i < n)" not in msg  # the check is there: never advise adding it
+
+
+def test_write_past_the_end_without_a_bounds_check_asks_for_one(tmp_path: Path) -> None:
+    sub, line = _submission(tmp_path, "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                      "    y[i] = fmaxf(x[i], 0.0f);")
+    msg = feedback(_result("OutOfBoundsError", OOB.format(line=line)), sub, root=ROOT)
+    assert HINTS["bounds"] in msg and HINTS["index"] not in msg
+
+
+def test_tail_never_written_points_at_the_grid_and_quotes_no_solution(tmp_path: Path) -> None:
+    sub, _ = _submission(tmp_path, "    int i = blockIdx.x * blockDim.x + threadIdx.x;")
+    msg = feedback(_result("AssertionError", TAIL), sub, root=ROOT)
+    assert HINTS["grid"] in msg and HINTS["bounds"] not in msg
+    assert "fmaxf(x[i], 0.0f)" not in msg and "(n + " not in msg and "never written" in msg
+
+
+def test_zero_size_grid_names_the_launcher_line_in_the_learners_file(tmp_path: Path) -> None:
+    sub, _ = _submission(tmp_path, "    int i = 0;")
+    msg = feedback(_result("LaunchError", ZERO_GRID, n=31), sub, root=ROOT)
+    assert HINTS["launch"] in msg
+    assert f"{tmp_path}/learner/lessons/01_relu/relu.cu:63" in msg
+    assert "cc-grade-" not in msg and "slot0" not in msg and "(n + 255) / 256" not in msg
+
+
+def test_untouched_stub_gets_no_answer_giving_hint() -> None:
+    sub = Submission("", None, "student")
+    msg = feedback(_result("AssertionError", STUB), sub, root=ROOT)
+    assert HINTS["todo"] in msg
+    assert "Hint:" not in msg.replace(HINTS["todo"], "")  # no other hint, and not the test's solution hint
+    assert "blockIdx.x * blockDim.x" not in msg
+
+
+def test_checkout_paths_name_lessons_or_solutions() -> None:
+    msg = feedback(_result("LaunchError", ZERO_GRID, n=31), Submission("", None, "student"), root=ROOT)
+    assert f"{ROOT}/lessons/01_relu/relu.cu:63" in msg
+    msg = feedback(_result("LaunchError", ZERO_GRID, n=31), Submission("", None, "solution"), root=ROOT)
+    assert f"{ROOT}/solutions/01_relu/relu.cu:63" in msg
+
+
+def test_compile_error_shown_once_with_the_tasks_it_blocks() -> None:
+    err = (f"{SLOT}lessons/01_relu/relu.cu:54: error: expected ';' before '}}' token\n\n"
+           f"{SLOT}lessons/01_relu/relu.cu:54:89: error: expected ';' before '}}' token")
+    sub = Submission("", None, "student")
+    tasks = []
+    for tid in ("1.1", "1.2", "1.3"):
+        r = _result("CompileError", err, task=tid)
+        r.message = feedback(r, sub, root=ROOT)
+        tasks.append(r)
+    out = io.StringIO()
+    cli.print_learner_report(Report("sim", "CPU simulator", "student", tasks), out=out)
+    text = out.getvalue()
+    assert text.count("expected ';' before") == 2  # the one error's two lines, once
+    assert "blocks tasks 1.1, 1.2, 1.3" in text and "cc-grade-" not in text
+
+
+def test_not_started_lessons_summarised_and_the_table_last() -> None:
+    started = _result("AssertionError", TAIL)
+    idle = [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail", cli.NOT_STARTED)
+            for t in course().lesson("02_reduce").tasks]
+    out = io.StringIO()
+    cli.print_learner_report(Report("sim", "CPU simulator", "student", [started, *idle]), out=out)
+    lines = out.getvalue().splitlines()
+    pts = sum(t.points for t in idle)
+    assert f"02_reduce: not started, {pts:g} points" in lines
+    assert lines[-1].startswith("total: 0 / ") and not any(ln.startswith("2.1 ") for ln in lines)
+    assert lines.index(f"02_reduce: not started, {pts:g} points") < lines.index(
+        next(ln for ln in lines if ln.startswith("1.1 ")))
+    out = io.StringIO()
+    cli.print_learner_report(Report("sim", "CPU simulator", "student", [started, *idle]), verbose=True, out=out)
+    assert any(ln.startswith("2.1 ") for ln in out.getvalue().splitlines())
+
+
+def test_grade_skips_untouched_lessons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An untouched copy of the course is neither built nor run: every task 'not started' in the report."""
+    sub = tmp_path / "learner"
+    for les in course():
+        (sub / "lessons" / les.id).mkdir(parents=True)
+        for f in les.exercise_files:
+            (sub / "lessons" / les.id / f).write_bytes((ROOT / "lessons" / les.id / f).read_bytes())
+    out = tmp_path / "g.json"
+    assert cli.main(["--submission", str(sub), "--backend", "sim", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert len(rep["tasks"]) == len(course().tasks())
+    assert {t["message"] for t in rep["tasks"]} == {"not started"}
+    assert {t["status"] for t in rep["tasks"] if t["id"] not in {x.id for x in course().tasks() if x.gpu}} == {"fail"}
+    text = capsys.readouterr().out
+    assert "01_relu: not started, 17 points" in text and "task 1.1 failed" not in text
+
+
+def test_notebook_task_14_cell_on_the_stub_is_deterministic() -> None:
+    """Lesson 01's task 1.4 cell allocates poisoned (NaN) outputs, so on the untouched stub it says "nothing
+    was written" the same way every run, never showing whatever random memory torch.empty_like held."""
+    import torch
+
+    import cudacourse as cc
+    from cudacourse import check
+
+    nb = json.loads((ROOT / "lessons/01_relu/relu.ipynb").read_text())
+    src = next("".join(c["source"]) for c in nb["cells"]
+               if c["cell_type"] == "code" and "class ReLU(" in "".join(c["source"]))
+    assert "empty_like" not in src
+    m = cc.lesson("01_relu", impl="student")
+    messages = []
+    for _ in range(2):
+        with pytest.raises(AssertionError) as e:
+            exec(src, {"torch": torch, "check": check, "m": m})
+        messages.append(str(e.value))
+    assert "Nothing was written at all" in messages[0] and "yours nan" in messages[0]
+    assert messages[0] == messages[1]
