@@ -95,8 +95,9 @@ def test_worked_scale_float4() -> None:
 # Task 1.1: scalar ReLU
 # ----------------------------------------------------------------------------------------------------
 
-HINT_11 = ("relu_v1_scalar_kernel (TODO task 1.1): i = blockIdx.x * blockDim.x + threadIdx.x; "
-           "if (i < n) y[i] = fmaxf(x[i], 0.0f);")
+HINT_11 = ("relu_v1_scalar_kernel (TODO task 1.1): each thread computes its global index from its block and "
+           "thread indices, and only a thread whose index is inside the array reads and writes it; the worked "
+           "example scale just above it has the same shape.")
 
 
 @pytest.mark.task("1.1")
@@ -139,9 +140,9 @@ def test_relu_scalar_rejects_bad_inputs(bad: str) -> None:
 # Task 1.2: grid-stride ReLU
 # ----------------------------------------------------------------------------------------------------
 
-HINT_12 = ("relu_v2_grid_stride_kernel (TODO task 1.2): for (int i = blockIdx.x * blockDim.x + threadIdx.x; "
-           "i < n; i += gridDim.x * blockDim.x) y[i] = fmaxf(x[i], 0.0f);  Without the loop, a grid of "
-           "B blocks writes only the first B * 256 elements.")
+HINT_12 = ("relu_v2_grid_stride_kernel (TODO task 1.2): a thread handles more than one element: after its first, "
+           "it steps forward by the total number of threads in the grid until it passes n. Without that loop, a "
+           "grid of B blocks writes only the first B * 256 elements.")
 
 
 @pytest.mark.task("1.2")
@@ -202,8 +203,9 @@ def test_relu_float4_misaligned_views(n: int) -> None:
 # Task 1.4: ReLU backward, inside a torch.autograd.Function
 # ----------------------------------------------------------------------------------------------------
 
-HINT_14 = ("relu_backward_kernel (TODO task 1.4): if (i < n) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;  "
-           "(strictly greater: the gradient at x == 0 is 0, as in PyTorch; and 0, not dy * 0, where x <= 0)")
+HINT_14 = ("relu_backward_kernel (TODO task 1.4): the gradient passes through where the input was strictly "
+           "positive and is 0 elsewhere (at x == 0 too, as in PyTorch; and exactly 0, not dy * 0, so an infinite "
+           "or NaN dy does not leak through).")
 
 
 class ReLUWithKernel(torch.autograd.Function):
@@ -266,8 +268,9 @@ def test_relu_backward_autograd(shape: tuple[int, ...]) -> None:
 # Task 1.5: fused bias-add + GELU (tanh approximation)
 # ----------------------------------------------------------------------------------------------------
 
-HINT_15 = ("gelu_tanh (TODO task 1.5): 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v))); "
-           "bias_gelu_kernel: if (i < rows * cols) y[i] = gelu_tanh(x[i] + b[i % cols]);")
+HINT_15 = ("gelu_tanh (TODO task 1.5): the tanh form of GELU in the lesson README, with tanhf (a tanh built from "
+           "expf overflows for large inputs); bias_gelu_kernel: one thread per element of the rows x cols matrix, "
+           "adding the bias of the element's column before the GELU.")
 # float32 against a float64 reference: tanhf and torch differ by an ulp or two, and 1 + tanh(z) loses
 # relative accuracy for z near -1 (cancellation), so allow 1e-5 relative plus 1e-5 absolute. The erf
 # form of GELU differs from the tanh form by up to ~1e-3 and fails this.

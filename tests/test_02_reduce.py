@@ -121,8 +121,8 @@ def test_block_tree_sequential_large_magnitudes() -> None:
 # Task 2.2: warp-shuffle reduction
 # ----------------------------------------------------------------------------------------------------
 
-HINT_22 = ("warp_reduce_sum (TODO task 2.2): for offset = 16, 8, 4, 2, 1: "
-           "v += __shfl_down_sync(FULL_MASK, v, offset); lane 0 then holds the warp's sum.")
+HINT_22 = ("warp_reduce_sum (TODO task 2.2): halve the distance each step, from 16 down to 1, adding the value a "
+           "shuffle brings from the lane that far above; after five steps lane 0 holds the warp's sum.")
 
 
 @pytest.mark.task("2.2")
@@ -152,10 +152,9 @@ def test_block_reduce_warp_shuffle(n: int) -> None:
 # Task 2.3: the whole vector (multi-block)
 # ----------------------------------------------------------------------------------------------------
 
-HINT_23 = ("task 2.3 has two TODOs: thread_sum_grid_stride (loop i from blockIdx.x * blockDim.x + threadIdx.x "
-           "to n in steps of gridDim.x * blockDim.x, adding x[i]) and, in reduce_v6's kernel, "
-           "`if (threadIdx.x == 0) atomicAdd(out, block_total);`. Both use block_reduce_sum, which needs "
-           "warp_reduce_sum from task 2.2.")
+HINT_23 = ("task 2.3 has two TODOs: thread_sum_grid_stride (each thread adds every element it reaches with a "
+           "grid-stride loop) and, in reduce_v6's kernel, one thread per block adding the block's total to the "
+           "output atomically. Both use block_reduce_sum, which needs warp_reduce_sum from task 2.2.")
 
 
 def _vector_sum(m: cc.Lesson, version: str, x: torch.Tensor, n: int) -> torch.Tensor:
@@ -294,9 +293,9 @@ def test_row_max_special_inputs() -> None:
 # ----------------------------------------------------------------------------------------------------
 
 HINT_26 = ("task 2.6: argmax_key must order keys like the values (NaN largest, -0.0 == +0.0) and, among equal "
-           "values, give the smaller index the larger key (low 32 bits 0xffffffff - i); warp_reduce_max_key "
-           "keeps the larger key over offsets 16..1; argmax_kernel keeps the max key over a grid-stride loop, "
-           "block_reduce_max_key, then thread 0 atomicMax(best, k).")
+           "values, rank the smaller index higher, so that one integer maximum finds both the value and the "
+           "first index; the kernel then reduces keys the way the sum reduced values (thread, warp, block, one "
+           "atomic per block).")
 
 
 def _check_argmax(m: cc.Lesson, x: torch.Tensor, what: str) -> None:

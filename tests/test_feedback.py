@@ -24,8 +24,8 @@ SLOT = "/tmp/cc-grade-abc123/slot0/"
 SOLUTION_HINT = ("  Hint: relu_v1_scalar_kernel (TODO task 1.1): i = blockIdx.x * blockDim.x + threadIdx.x; "
                  "if (i < n) y[i] = fmaxf(x[i], 0.0f);")
 OOB = ("OutOfBoundsError in relu_v1_scalar_kernel, block (0,0,0): thread (0,0,0) writes y[1] at relu.cu:{line}, "
-       "past the end of y (1 element). The grid has more threads than elements: guard the access with a bounds "
-       "check such as if (i < n), and check the index arithmetic.")
+       "past the end of y (1 element). A thread reached past the end of the data: either a thread beyond the end "
+       "has no bounds check, or the index arithmetic is off (an access such as i + 1); check both.")
 TAIL = ("relu_v1_scalar y (n=1000) (task 1.1): 232 of 1000 elements differ\n"
         "  at 768: yours nan, expected 0\n"
         "  232 elements were never written (still poison), first at flat index 768, last at 999: does every output "

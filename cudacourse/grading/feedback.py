@@ -11,8 +11,8 @@ from cudacourse.grading.staging import Submission
 
 # A staged copy's folder inside the grader's work folder: /tmp/cc-grade-XXXX/slot3/ (also sub000/, collect/).
 _STAGED = re.compile(r"(?:/[^\s:'\"()]*)?/cc-grade-[^/\s]+/(?:slot\d+|sub\d+|collect|harness)/")
-_SIM_GUARD = ("The grid has more threads than elements: guard the access with a bounds check such as if (i < n), "
-              "and check the index arithmetic.")
+_SIM_GUARD = ("A thread reached past the end of the data: either a thread beyond the end has no bounds check, or "
+              "the index arithmetic is off (an access such as i + 1); check both.")
 _SIM_GRID_EXAMPLE = re.compile(r",? e\.g\. \(n \+ \d+\) / \d+")
 _OOB_AT = re.compile(r"OutOfBoundsError .*? at ([\w./-]+\.cuh?):(\d+), past the end")
 _BOUNDS_CHECK = re.compile(r"\bif\s*\(.*(<|>)|\bfor\s*\(.*;.*(<|>)|\bwhile\s*\(.*(<|>)")

@@ -752,8 +752,8 @@ void global_bad(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
                  "OutOfBoundsError %s: %s %s %s[%lld] at %s, %s %s (%zu element%s). %s",
                  where(w->L, w->bidx).c_str(), thr(f).c_str(), verb, b->name, idx, pctok(pc).c_str(),
                  past ? "past the end of" : "before the start of", b->name, n, n == 1 ? "" : "s",
-                 past ? "The grid has more threads than elements: guard the access with a bounds check such as "
-                        "if (i < n), and check the index arithmetic."
+                 past ? "A thread reached past the end of the data: either a thread beyond the end has no bounds "
+                        "check, or the index arithmetic is off (an access such as i + 1); check both."
                       : "Check the index arithmetic (a negative index or offset).");
         fail_here("out-of-bounds", m, nullptr, 0, pc);
     }
@@ -1315,7 +1315,7 @@ std::string validate(const Launch* L) {
     char m[900];
     unsigned long long nt = (unsigned long long)b.x * b.y * b.z;
     const char* why = nullptr; char wb[600];
-    if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) why = "a grid or block dimension is 0 (an empty launch is an error in CUDA; check the grid size arithmetic, e.g. (n + 255) / 256)";
+    if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) why = "a grid or block dimension is 0 (an empty launch is an error in CUDA; check the launcher's grid size arithmetic for small n)";
     else if (nt > 1024) { snprintf(wb, sizeof wb, "the block has %llu threads, more than the 1024 a block may have", nt); why = wb; }
     else if (b.x > 1024 || b.y > 1024 || b.z > 64) { snprintf(wb, sizeof wb, "block dimensions are limited to (1024, 1024, 64)"); why = wb; }
     else if (g.x > 2147483647u || g.y > 65535 || g.z > 65535) { snprintf(wb, sizeof wb, "grid dimensions are limited to (2^31-1, 65535, 65535) (a negative size converted to unsigned?)"); why = wb; }
