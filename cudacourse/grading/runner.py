@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cudacourse.course import Course, Task, task_sort_key
+from cudacourse.grading.confine import Confinement, Limits, available, confined_popen, stop_group
 from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks
 from cudacourse.grading.staging import Submission, restore
 from cudacourse.settings import Settings, to_env
@@ -24,19 +25,45 @@ from cudacourse.settings import Settings, to_env
 # ----------------------------------------------------------------------------------------------------
 
 
-def worker_command(cmd: list[str]) -> list[str]:
-    """The command line that runs ``cmd`` as a grading worker.
+GRADER_CPU_S = 3600  # CPU seconds one task process may use (its wall clock is the watchdog's: --timeout)
 
-    The seam for OS confinement (``cudacourse/grading/confine.py``): a confinement wrapper changes this
-    one function (and :func:`start_worker`), and every worker the grader starts goes through it.
-    """
+
+def confinement() -> Confinement:
+    """What confinement the grader's workers get on this machine (probed once per process)."""
+    return available()
+
+
+def confine_mode() -> str:
+    """``strict`` when every promise of ``confine.py`` holds here, else ``best-effort`` (reports say
+    "unconfined: <why>")."""
+    return "strict" if confinement().confined else "best-effort"
+
+
+def worker_command(cmd: list[str]) -> list[str]:
+    """The command line of a grading worker (the launcher of ``confine.py`` wraps it in :func:`start_worker`)."""
     return cmd
 
 
-def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], **popen: Any) -> subprocess.Popen[Any]:
-    """Start one worker process (pytest over some tasks, a warm-up build) in its own session."""
-    return subprocess.Popen(worker_command(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
-                            **popen)
+def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Path, writable: list[Path] = (),
+                 readable: list[Path] = (), **popen: Any) -> subprocess.Popen[Any]:
+    """Start one worker process (pytest over some tasks, a warm-up build), confined by the OS.
+
+    It may write only ``cwd`` (its slot), ``scratch`` (its results file) and ``writable`` (the build
+    cache); it reads the Python installation, the course package, and ``readable``; no network, no
+    signals to the grader, and :func:`kill_group` stops it with everything it started. Where the machine
+    cannot keep every promise it runs with what works (``allow_unconfined``), and every report says so.
+    """
+    return confined_popen(worker_command(cmd), scratch=scratch, cwd=str(cwd), env=env,
+                          read_only=[cwd, *readable], read_write=[cwd, *writable],
+                          limits=Limits(memory=None, cpu_s=GRADER_CPU_S),
+                          allow_unconfined=confine_mode() != "strict", stdin=subprocess.DEVNULL, **popen)
+
+
+def scratch_of(slot: Path) -> Path:
+    """The folder beside ``slot`` where its worker writes results files (outside the staged tree)."""
+    d = slot.parent / f"scratch-{slot.name}"
+    d.mkdir(exist_ok=True)
+    return d
 
 
 def _python() -> str:
@@ -47,7 +74,7 @@ def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path) -> di
     """The environment of a worker: the run's settings (``settings.to_env``), nothing inherited of ours."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_COURSE_", "PYTEST_"))}
     run = Settings(root=slot, impl="student", backend=backend if backend in ("cuda", "sim") else "auto", seed=seed,
-                   submission=slot, build_dir=build_dir)
+                   submission=slot, build_dir=build_dir, confine=confine_mode())
     env.update(to_env(run))
     env.update({"PYTHONPATH": str(slot), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
     return env
@@ -89,12 +116,12 @@ def collect_tasks(slot: Path, course: Course, declared: dict[tuple[str, str], Ta
     paths = test_paths(slot, course, lessons, hidden=True)
     if not paths:
         raise GradingError(f"no graded test files for lessons {', '.join(lessons)} (expected tests/test_NN_*.py)")
-    report = slot.parent / f"collect-{slot.name}.jsonl"
+    report = scratch_of(slot) / f"collect-{slot.name}.jsonl"
     report.unlink(missing_ok=True)
     cmd = [_python(), "-m", "pytest", "-q", "--collect-only", "-c", str(slot / "pytest.ini"), "--rootdir",
            str(slot), "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), *paths]
-    proc = start_worker(cmd, cwd=slot, env=child_env(slot, seed, backend, build_dir), stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True)
+    proc = start_worker(cmd, cwd=slot, env=child_env(slot, seed, backend, build_dir), scratch=report.parent,
+                        writable=[build_dir], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as e:
@@ -163,14 +190,10 @@ def signal_name(num: int) -> str:
 
 
 def kill_group(proc: subprocess.Popen[Any]) -> None:
-    """Kill a worker and everything in its session."""
+    """Stop a worker and everything it started (``confine.stop_group``: its PID namespace, setsid or not)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.kill()
-    except ProcessLookupError:
+        stop_group(proc, timeout=10.0)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
         pass
 
 
@@ -196,7 +219,7 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     """
     assert sub.pristine is not None
     restore(slot, sub.pristine, sub.manifest)
-    report = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.jsonl"
+    report = scratch_of(slot) / f"{sub.pristine.name}-{slot.name}-{tag}.jsonl"
     report.unlink(missing_ok=True)
     log = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.log"
     for lesson in sorted({t.lesson for t in tasks}):
@@ -211,8 +234,8 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     timed_out = False
     limit = 0.0
     with open(log, "w") as logf:
-        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, st.backend, st.build_dir), stdout=logf,
-                            stderr=subprocess.STDOUT)
+        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, st.backend, st.build_dir),
+                            scratch=report.parent, writable=[st.build_dir], stdout=logf, stderr=subprocess.STDOUT)
         LIVE.add(proc)
         size, last = -1, time.monotonic()
         finished_at: float | None = None
@@ -278,8 +301,8 @@ def _warm_up(sub: Submission, slot: Path, lesson: str, st: RunSettings) -> None:
     assert sub.pristine is not None
     sub.warm.add((slot.name, lesson))
     proc = start_worker([_python(), "-c", _WARM_UP, lesson], cwd=slot,
-                        env=child_env(slot, st.seed, st.backend, st.build_dir), stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL)
+                        env=child_env(slot, st.seed, st.backend, st.build_dir), scratch=scratch_of(slot),
+                        writable=[st.build_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     LIVE.add(proc)
     try:
         proc.wait(timeout=st.build_timeout)
@@ -428,7 +451,8 @@ def sanitizer_report(sub: Submission, task: TaskSpec, st: RunSettings) -> str:
                "-c", str(slot / "pytest.ini"), "--rootdir", str(slot), "-p", "cudacourse.pytest_plugin",
                "--cc-task", task.id, *task.files]
         proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, "cuda", st.build_dir),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            scratch=scratch_of(slot), writable=[st.build_dir], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
         try:
             out, _ = proc.communicate(timeout=st.timeout * 5 + st.build_timeout)
         except subprocess.TimeoutExpired:
