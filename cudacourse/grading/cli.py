@@ -17,6 +17,7 @@ from typing import Any
 
 from cudacourse.course import Course, CourseError, Task, hidden_tasks
 from cudacourse.course import course as course_model
+from cudacourse.grading import runner
 from cudacourse.grading.feedback import feedback
 from cudacourse.grading.reports import (
     Report,
@@ -28,7 +29,15 @@ from cudacourse.grading.reports import (
     write_junit,
 )
 from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, format_points
-from cudacourse.grading.runner import LIVE, RunSettings, collect_tasks, kill_group, safe_run_group, sanitizer_report
+from cudacourse.grading.runner import (
+    LIVE,
+    RunSettings,
+    collect_tasks,
+    kill_group,
+    safe_run_group,
+    sanitizer_report,
+    signal_name,
+)
 from cudacourse.grading.staging import Submission, manifest, stage_harness, stage_kernels
 from cudacourse.settings import current
 
@@ -228,8 +237,31 @@ def grade(args: argparse.Namespace) -> list[Report]:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+_STOP_SIGNALS: list[int] = []  # the signals that stopped this grade (SIGTERM from CI, Ctrl-C)
+
+
+def _on_stop_signal(signum: int, frame: Any) -> None:
+    """Stop every worker at once (their watchdog threads then end quickly), then unwind like Ctrl-C."""
+    runner.stop_all()
+    first = not _STOP_SIGNALS
+    _STOP_SIGNALS.append(signum)
+    if first:  # a second signal while the report is being written only stops workers again
+        raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _interrupted_reports(args: argparse.Namespace, batch: bool) -> list[tuple[str, Report]]:
+    """One report per submission when the grade was stopped: finished tasks keep their verdicts, the
+    others are "interrupted"."""
+    if batch:
+        names = [p.name for p in sorted(args.batch.iterdir()) if p.is_dir()] if args.batch.is_dir() else []
+    else:
+        names = [args.submission.resolve().name if args.submission else ""]
+    impl = "submission" if (args.submission or batch) else (args.impl or current().impl)
+    sig = signal_name(_STOP_SIGNALS[0]) if _STOP_SIGNALS else "SIGINT"
+    why = (f"interrupted: the grade was stopped ({sig}); tasks not finished by then are marked "
+           "\"interrupted\" and earn nothing. Grade again to finish them.")
+    return [(n, Report(args.backend, "unknown", impl, runner.interrupted_results(n), name=n, seed=args.seed or 0,
+                       errors=[why])) for n in names]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,12 +269,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():
-        # A cancelled CI job sends SIGTERM: unwind (kill the children, remove the work folder) like Ctrl-C.
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        # A cancelled CI job sends SIGTERM, a person Ctrl-C: stop the workers, unwind, write the reports.
+        _STOP_SIGNALS.clear()
+        runner.STOPPING.clear()
+        signal.signal(signal.SIGTERM, _on_stop_signal)
+        signal.signal(signal.SIGINT, _on_stop_signal)
     batch = args.batch is not None
     t0 = time.monotonic()
     try:
         reports = grade(args)
+    except KeyboardInterrupt:
+        runner.stop_all()
+        done = _interrupted_reports(args, batch)
+        for n, rep in done:
+            _write_all(rep, _outputs(args, n or "grade", batch))
+            if not args.quiet:
+                print_report(rep)
+        if batch and args.json:
+            write_gradebook([r for _, r in done], args.json / "gradebook.csv")
+        print("cudacourse grade: stopped; reports written with unfinished tasks marked interrupted", file=sys.stderr)
+        return EXIT_GRADER_ERROR
     except GradingError as e:
         rep = Report(args.backend, "unknown", "submission" if (args.submission or batch) else
                      (args.impl or current().impl), [],

@@ -17,6 +17,13 @@ from cudacourse.grading.results import TaskResult, format_points, points_table
 # ----------------------------------------------------------------------------------------------------
 
 
+def _confinement() -> str:
+    """Which confinement the grader's workers ran under (``confine.describe``; "unconfined: ..." if not)."""
+    from cudacourse.grading.confine import describe
+
+    return describe()
+
+
 @dataclass
 class Report:
     """Everything written about one graded submission."""
@@ -30,6 +37,7 @@ class Report:
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     rejected: list[str] = field(default_factory=list)  # submitted files refused before building, with why
+    confinement: str = field(default_factory=_confinement)  # e.g. "landlock ABI 7 + ..." or "unconfined: <why>"
 
     def totals(self) -> tuple[float, float, float]:
         """(earned, possible, not graded)."""
@@ -39,7 +47,8 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """The report in the course's fixed JSON schema."""
         earned, possible, ng = self.totals()
-        return {"backend": self.backend, "device": self.device, "impl": self.impl, "earned": earned,
+        return {"backend": self.backend, "device": self.device, "impl": self.impl,
+                "confinement": self.confinement, "earned": earned,
                 "possible": possible, "not_graded": ng,
                 "tasks": [{"id": t.id, "lesson": t.lesson, "title": t.title, "points": t.points,
                            "earned": t.earned, "status": t.status, "message": t.message} for t in self.tasks]}
@@ -66,6 +75,7 @@ def write_junit(rep: Report, path: Path) -> None:
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="backend", value=rep.backend)
         ET.SubElement(props, "property", name="seed", value=str(rep.seed))
+        ET.SubElement(props, "property", name="confinement", value=rep.confinement)
         for t in tasks:
             case = ET.SubElement(suite, "testcase", classname=lesson, name=f"task {t.id}: {t.title}")
             ET.SubElement(ET.SubElement(case, "properties"), "property", name="points",
@@ -75,6 +85,8 @@ def write_junit(rep: Report, path: Path) -> None:
                 ET.SubElement(case, "failure", message=first[:300]).text = t.message
             elif t.status == "not-graded":
                 ET.SubElement(case, "skipped", message=t.message or "not graded")
+            elif t.status == "interrupted":
+                ET.SubElement(case, "error", message="interrupted").text = t.message
         if lesson == "grader":
             for err in rep.errors:
                 case = ET.SubElement(suite, "testcase", classname="grader", name="grading")
@@ -93,14 +105,15 @@ def markdown_report(rep: Report) -> str:
              f"**{format_points(earned)} / {format_points(possible)} points**"
              + (f" ({format_points(ng)} not graded here: they need a GPU)" if ng else ""), "",
              f"Backend `{rep.backend}` ({rep.device}); inputs drawn with `CUDA_COURSE_SEED={rep.seed}` "
-             f"(replay: `CUDA_COURSE_SEED={rep.seed} python -m pytest tests/`).", ""]
+             f"(replay: `CUDA_COURSE_SEED={rep.seed} python -m pytest tests/`).", "",
+             f"Confinement of the graded code: {rep.confinement}.", ""]
     if rep.rejected:
         lines += ["## Rejected files", "", *[f"- {r}" for r in rep.rejected], ""]
     if rep.errors:
         lines += ["## Grading problems", "", "The grader could not grade everything (not your fault):", ""]
         lines += ["```", *rep.errors, "```", ""]
     lines += ["| task | lesson | title | points | status |", "|---|---|---|---|---|"]
-    icon = {"pass": "pass", "fail": "**fail**", "not-graded": "not graded"}
+    icon = {"pass": "pass", "fail": "**fail**", "not-graded": "not graded", "interrupted": "**interrupted**"}
     for t in rep.tasks:
         lines.append(f"| {t.id} | {t.lesson} | {t.title.replace('|', '/')} | "
                      f"{format_points(t.earned)}/{format_points(t.points)} | {icon[t.status]} |")
@@ -109,6 +122,10 @@ def markdown_report(rep: Report) -> str:
         lines += ["", "## What to fix", ""]
         for t in failed:
             lines += [f"### Task {t.id}: {t.title}", "", "```", t.message.replace("```", "'''"), "```", ""]
+    stopped = [t for t in rep.tasks if t.status == "interrupted"]
+    if stopped:
+        lines += ["", "Grading was stopped before these tasks finished (not your fault; grade again): "
+                  + ", ".join(f"task {t.id}" for t in stopped) + "."]
     ungraded = [t for t in rep.tasks if t.status == "not-graded"]
     if ungraded:
         lines += ["", "Not graded on this machine: " + ", ".join(f"task {t.id}" for t in ungraded)
@@ -121,6 +138,7 @@ def print_report(rep: Report, out: Any = None) -> None:
     out = out or sys.stdout
     head = f"== {rep.name} ==" if rep.name else "== grade =="
     print(f"{head} backend={rep.backend} impl={rep.impl} seed={rep.seed} ({rep.seconds:.0f} s)", file=out)
+    print(f"confinement: {rep.confinement}", file=out)
     for line in points_table(rep.tasks):
         print(line, file=out)
     for t in rep.tasks:
@@ -157,11 +175,12 @@ def gradescope_results(rep: Report) -> dict[str, Any]:
         graded = t.status != "not-graded"
         tests.append({"name": f"task {t.id}: {t.title}", "number": t.id, "score": t.earned,
                       "max_score": t.points if graded else 0.0,
-                      "status": "passed" if t.status == "pass" else "failed" if t.status == "fail" else "passed",
+                      "status": "passed" if t.status in ("pass", "not-graded") else "failed",
                       "output": t.message if t.status != "pass" else "",
                       "tags": [t.lesson] + ([] if graded else ["not-graded"])})
     earned = sum(t.earned for t in rep.tasks)
-    out: dict[str, Any] = {"score": earned, "output": f"backend {rep.backend} ({rep.device}), seed {rep.seed}",
+    out: dict[str, Any] = {"score": earned, "output": f"backend {rep.backend} ({rep.device}), seed {rep.seed}, "
+                                                      f"confinement: {rep.confinement}",
                            "tests": tests}
     if rep.errors:
         out["output"] += "\n\nThe grader could not grade everything:\n" + "\n".join(rep.errors)

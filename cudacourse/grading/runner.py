@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 from cudacourse.course import Course, Task, task_sort_key
 from cudacourse.grading.confine import Confinement, Limits, available, confined_popen, stop_group
-from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks
+from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
 from cudacourse.grading.staging import Submission, restore
 from cudacourse.settings import Settings, to_env
 
@@ -53,10 +54,40 @@ def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Pat
     signals to the grader, and :func:`kill_group` stops it with everything it started. Where the machine
     cannot keep every promise it runs with what works (``allow_unconfined``), and every report says so.
     """
+    if STOPPING.is_set():
+        raise GradeInterrupted("the grade was stopped; no new worker starts")
     return confined_popen(worker_command(cmd), scratch=scratch, cwd=str(cwd), env=env,
                           read_only=[cwd, *readable], read_write=[cwd, *writable],
                           limits=Limits(memory=None, cpu_s=GRADER_CPU_S),
                           allow_unconfined=confine_mode() != "strict", stdin=subprocess.DEVNULL, **popen)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Stopping a grade (SIGTERM, Ctrl-C): what finished stands, everything else is "interrupted"
+# ----------------------------------------------------------------------------------------------------
+
+STOPPING = threading.Event()  # set by stop_all(): no worker starts any more
+COLLECTED: list[TaskSpec] = []  # the tasks of the grade in progress (from collect_tasks)
+FINISHED: dict[str, dict[str, TaskResult]] = {}  # submission name -> "lesson/id" -> result, as groups finish
+_PROGRESS_LOCK = threading.Lock()
+
+
+class GradeInterrupted(Exception):
+    """The grade is being stopped; raised instead of starting a worker."""
+
+
+def stop_all() -> None:
+    """Stop the grade now: no new worker starts, every running one is stopped with all it started."""
+    STOPPING.set()
+    for proc in list(LIVE):
+        kill_group(proc)
+
+
+def interrupted_results(name: str) -> list[TaskResult]:
+    """Every collected task of submission ``name``: its result if its group finished, else interrupted."""
+    with _PROGRESS_LOCK:
+        done = dict(FINISHED.get(name, {}))
+    return [done.get(f"{t.lesson}/{t.id}") or interrupted(t) for t in COLLECTED]
 
 
 def scratch_of(slot: Path) -> Path:
@@ -122,11 +153,14 @@ def collect_tasks(slot: Path, course: Course, declared: dict[tuple[str, str], Ta
            str(slot), "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), *paths]
     proc = start_worker(cmd, cwd=slot, env=child_env(slot, seed, backend, build_dir), scratch=report.parent,
                         writable=[build_dir], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    LIVE.add(proc)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as e:
         kill_group(proc)
         raise GradingError(f"collecting the tests took more than {timeout:g} s") from e
+    finally:
+        LIVE.discard(proc)
     if proc.returncode != 0:
         raise GradingError("collecting the instructor's tests failed (pytest exit code "
                            f"{proc.returncode}):\n" + _tail(out, 40))
@@ -148,7 +182,11 @@ def collect_tasks(slot: Path, course: Course, declared: dict[tuple[str, str], Ta
             t.hidden_cases += 1
     if not tasks:
         raise GradingError(f"no task-marked tests found in {', '.join(paths)}")
-    return sorted(tasks.values(), key=lambda t: (t.lesson, task_sort_key(t.id)))
+    out = sorted(tasks.values(), key=lambda t: (t.lesson, task_sort_key(t.id)))
+    with _PROGRESS_LOCK:
+        COLLECTED[:] = out
+        FINISHED.clear()
+    return out
 
 
 def _tail(text: str, lines: int) -> str:
@@ -218,6 +256,8 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     watchdog then stops the process when one test case runs longer than ``st.timeout``.
     """
     assert sub.pristine is not None
+    if STOPPING.is_set():
+        raise GradeInterrupted("the grade was stopped")
     restore(slot, sub.pristine, sub.manifest)
     report = scratch_of(slot) / f"{sub.pristine.name}-{slot.name}-{tag}.jsonl"
     report.unlink(missing_ok=True)
@@ -427,12 +467,25 @@ def run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> list[T
 
 
 def safe_run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> list[TaskResult]:
-    """:func:`run_group`, turning any grader exception into failed tasks (grading goes on)."""
+    """:func:`run_group`, turning any grader exception into failed tasks (grading goes on).
+
+    Results are recorded in :data:`FINISHED` as the group ends; a group still running when the grade is
+    stopped (:func:`stop_all`) records nothing and returns nothing (its tasks are "interrupted").
+    """
+    if STOPPING.is_set():
+        return []
     try:
-        return run_group(sub, tasks, st)
+        out = run_group(sub, tasks, st)
+    except GradeInterrupted:
+        return []
     except Exception as e:  # noqa: BLE001 - one broken group must never stop the grading
-        return [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail",
-                           f"the grader could not run this task: {type(e).__name__}: {e}") for t in tasks]
+        out = [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail",
+                          f"the grader could not run this task: {type(e).__name__}: {e}") for t in tasks]
+    with _PROGRESS_LOCK:
+        if STOPPING.is_set():  # its workers may have been stopped under it: verdicts not to be trusted
+            return []
+        FINISHED.setdefault(sub.name, {}).update({f"{r.lesson}/{r.id}": r for r in out})
+    return out
 
 
 def sanitizer_report(sub: Submission, task: TaskSpec, st: RunSettings) -> str:
