@@ -389,6 +389,16 @@ class SimLibrary:
         assert self._req is not None
         os.write(self._req, (json.dumps(obj) + "\n").encode())
 
+    def _drain(self) -> None:
+        """Drop what arrived between calls: only a child the learner's code forked writes then (its exit()
+        report would otherwise be read as the answer to the next call and fail another task)."""
+        if self._resp is None:
+            return
+        self._rbuf = b""
+        while select.select([self._resp], [], [], 0)[0]:
+            if not os.read(self._resp, 65536):
+                break
+
     def _recv(self, timeout: float) -> dict | None:
         """One JSON line from the worker; None on timeout; {"eof": True} if it died silently."""
         assert self._resp is not None
@@ -501,6 +511,7 @@ class SimLibrary:
             self._kill()
             self._start()
         err: KernelError | None = None
+        self._drain()
         try:
             self._send({"op": "call", "name": name, "params": params})
         except OSError:
