@@ -15,7 +15,9 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -25,6 +27,7 @@ import pytest
 
 from cudacourse.grading import cli
 from cudacourse.grading.confine import available
+from cudacourse.grading.results import STATUSES
 from cudacourse.settings import using
 from tests.attacks.corpus import Attack, build, forgeries, load
 
@@ -37,11 +40,10 @@ LESSON = "01_relu"
 SUBSET = ("ctor-rewrites-report", "ctor-rewrites-junit", "atexit-appends-pass-records", "kill-parent",
           "exit0-from-launcher", "setsid-daemon-edits-later", "setenv-grader-variables", "read-hidden-tests",
           "ctor-rewrites-course-tests", "ctor-rewrites-hidden-tests", "endless-host-loop")
+SAME_MEANING = {"timed out": ("timed out", "KernelTimeout")}
 SECRET = "CCSECRET-hidden-7f3a9c"  # planted in the hidden tests: must appear in no output
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not available().confined,
-                                 reason=f"OS confinement unavailable here: {available().describe()}")]
+pytestmark = pytest.mark.slow
 
 
 def _checksums(root: Path) -> dict[str, str]:
@@ -76,6 +78,8 @@ def _processes_mentioning(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Grade the subset and an unchanged solution in one ``--batch`` run; what the tests check."""
+    if not available().confined:
+        pytest.skip(f"OS confinement unavailable here: {available().describe()}")
     tmp = tmp_path_factory.mktemp("attacks")
     course, hidden, batch, out = tmp / "course", tmp / "hidden", tmp / "batch", tmp / "out"
     _copy_course(course)
@@ -142,7 +146,9 @@ def test_attack_gets_its_verdict_and_changes_nothing(graded: dict[str, Any], att
     assert rep["earned"] == sum(t["earned"] for t in rep["tasks"]) < solution["earned"]
     for tid, words in attack.message.items():
         msg = next(t["message"] for t in rep["tasks"] if t["id"] == tid)
-        assert words in msg, msg
+        # On the simulator an endless launcher is stopped by the per-call timeout (KernelTimeout), before the
+        # grader's watchdog ("timed out"); a hidden case that fails first is named with its exception only.
+        assert any(w in msg for w in SAME_MEANING.get(words, (words,))), msg
     junit = ET.fromstring(graded["junits"][attack_id])
     failed = {c.get("name", "").split(":")[0] for c in junit.iter("testcase") if c.find("failure") is not None}
     assert {f"task {t}" for t in attack.fail} <= failed
@@ -163,3 +169,36 @@ def test_no_process_is_left_and_reports_stay(graded: dict[str, Any]) -> None:
     for name, text in graded["reports"].items():  # nothing rewrote them after the grade
         assert (graded["out"] / f"{name}.json").read_text() == text
         assert (graded["out"] / f"{name}.xml").read_text() == graded["junits"][name]
+
+
+# ----------------------------------------------------------------------------------------------------
+# SIGTERM (a cancelled CI job): the report is written, unfinished tasks are "interrupted", nothing is left
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_sigterm_writes_the_report_with_interrupted_tasks(tmp_path: Path) -> None:
+    work, out = tmp_path / "work", tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_COURSE_BUILD": str(tmp_path / "build")}
+    env.pop("CUDA_COURSE_SEED", None)
+    proc = subprocess.Popen([sys.executable, "-m", "cudacourse", "grade", "--impl", "solution", "--lessons", LESSON,
+                             "--backend", "sim", "--jobs", "1", "--workdir", str(work), "--json",
+                             str(out / "r.json"), "--junit", str(out / "r.xml"), "--markdown", str(out / "r.md")],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Wait until a task process runs (its results file exists: collection is over, the lesson builds or runs).
+    while not list(work.glob("cc-grade-*/scratch-slot*/sub*.jsonl")) and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the grade ended before a task started:\n" + proc.communicate()[0]
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate()
+    print(f"stopped {time.monotonic() - t0:.1f} s after SIGTERM (issue 14 asks for at most 5 s)")
+    assert proc.returncode == cli.EXIT_GRADER_ERROR, output
+    rep = json.loads((out / "r.json").read_text())
+    statuses = [t["status"] for t in rep["tasks"]]
+    assert statuses and set(statuses) <= set(STATUSES), rep
+    assert "interrupted" in statuses and rep["earned"] == sum(t["earned"] for t in rep["tasks"]), rep
+    assert rep["confinement"] == available().describe()
+    assert "interrupted" in (out / "r.md").read_text()
+    junit = ET.parse(out / "r.xml").getroot()
+    assert sum(c.find("error") is not None for c in junit.iter("testcase")) >= statuses.count("interrupted")
+    assert not _processes_mentioning(str(work)), _processes_mentioning(str(work))
