@@ -178,14 +178,15 @@ def test_no_process_is_left_and_reports_stay(graded: dict[str, Any]) -> None:
 
 def test_sigterm_writes_the_report_with_interrupted_tasks(tmp_path: Path) -> None:
     work, out = tmp_path / "work", tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_COURSE_BUILD": str(tmp_path / "build")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("CUDA_COURSE_SEED", None)
     proc = subprocess.Popen([sys.executable, "-m", "cudacourse", "grade", "--impl", "solution", "--lessons", LESSON,
                              "--backend", "sim", "--jobs", "1", "--workdir", str(work), "--json",
                              str(out / "r.json"), "--junit", str(out / "r.xml"), "--markdown", str(out / "r.md")],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    # Wait until a task process runs (its results file exists: collection is over, the lesson builds or runs).
-    while not list(work.glob("cc-grade-*/scratch-slot*/sub*.jsonl")) and proc.poll() is None:
+    # Wait until the tasks' stage begins (a slot's scratch folder exists: collection is over, the lesson
+    # builds or its tests run).
+    while not list(work.glob("cc-grade-*/scratch-slot*")) and proc.poll() is None:
         time.sleep(0.2)
     assert proc.poll() is None, "the grade ended before a task started:\n" + proc.communicate()[0]
     t0 = time.monotonic()
