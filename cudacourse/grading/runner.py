@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,8 @@ def worker_command(cmd: list[str]) -> list[str]:
     return cmd
 
 
-def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Path, writable: list[Path] = (),
-                 readable: list[Path] = (), **popen: Any) -> subprocess.Popen[Any]:
+def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Path, writable: Sequence[Path] = (),
+                 readable: Sequence[Path] = (), **popen: Any) -> subprocess.Popen[Any]:
     """Start one worker process (pytest over some tasks, a warm-up build), confined by the OS.
 
     It may write only ``cwd`` (its slot), ``scratch`` (its results file) and ``writable`` (the build
