@@ -59,7 +59,7 @@ def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Pat
         raise GradeInterrupted("the grade was stopped; no new worker starts")
     return confined_popen(worker_command(cmd), scratch=scratch, cwd=str(cwd), env=env,
                           read_only=[cwd, *readable], read_write=[cwd, *writable],
-                          limits=Limits(memory=None, cpu_s=GRADER_CPU_S),
+                          limits=Limits(memory=None, cpu_s=GRADER_CPU_S), gpu=_has_gpu_devices(),
                           allow_unconfined=confine_mode() != "strict", stdin=subprocess.DEVNULL, **popen)
 
 
@@ -89,6 +89,12 @@ def interrupted_results(name: str) -> list[TaskResult]:
     with _PROGRESS_LOCK:
         done = dict(FINISHED.get(name, {}))
     return [done.get(f"{t.lesson}/{t.id}") or interrupted(t) for t in COLLECTED]
+
+
+def _has_gpu_devices() -> bool:
+    """NVIDIA device files exist: task processes then get them (and the CUDA libraries), whatever backend
+    ``auto`` picks, since importing torch may touch the driver."""
+    return Path("/dev/nvidiactl").exists()
 
 
 def scratch_of(slot: Path) -> Path:
