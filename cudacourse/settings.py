@@ -12,6 +12,9 @@ Environment variables only carry them across a process boundary (a notebook kern
 ``CUDA_COURSE_SEED``         base seed of every random input (``check.rng``)
 ``CUDA_COURSE_SUBMISSION``   a learner's copy: ``cc.lesson`` loads ``DIR/lessons/NN_topic/`` files
 ``CUDA_COURSE_BUILD``        build cache folder (default ``.cudacourse-build/`` in the checkout)
+``CUDA_COURSE_CONFINE``      set by the grader for its task processes: ``strict`` (learner code runs only in
+                             OS-confined workers, ``grading/confine.py``) or ``best-effort`` (as confined as
+                             this machine allows; the report says "unconfined"); unset: no confinement
 ===========================  ======================================================================
 """
 
@@ -27,7 +30,9 @@ from pathlib import Path
 IMPLS = ("student", "solution")
 BACKENDS = ("auto", "cuda", "sim")
 ENV = {"root": "CUDA_COURSE_ROOT", "impl": "CUDA_COURSE_IMPL", "backend": "CUDA_COURSE_BACKEND",
-       "seed": "CUDA_COURSE_SEED", "submission": "CUDA_COURSE_SUBMISSION", "build_dir": "CUDA_COURSE_BUILD"}
+       "seed": "CUDA_COURSE_SEED", "submission": "CUDA_COURSE_SUBMISSION", "build_dir": "CUDA_COURSE_BUILD",
+       "confine": "CUDA_COURSE_CONFINE"}
+CONFINE = ("strict", "best-effort")
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Settings:
     seed: int | None = None
     submission: Path | None = None
     build_dir: Path | None = None
+    confine: str | None = None  # None: learner code runs unconfined (the course's own tests, notebooks)
 
     def __post_init__(self) -> None:
         if self.impl not in IMPLS:
@@ -47,6 +53,8 @@ class Settings:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r} "
                              "(CUDA_COURSE_BACKEND or --backend)")
+        if self.confine is not None and self.confine not in CONFINE:
+            raise ValueError(f"confine must be one of {CONFINE} or unset, got {self.confine!r} (CUDA_COURSE_CONFINE)")
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Settings:
@@ -65,7 +73,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     path = {k: (Path(v).expanduser() if (v := get(k)) else None) for k in ("root", "submission", "build_dir")}
     return Settings(root=path["root"], impl=(get("impl") or "student").lower(),
                     backend=(get("backend") or "auto").lower(), seed=seed_val, submission=path["submission"],
-                    build_dir=path["build_dir"])
+                    build_dir=path["build_dir"], confine=(get("confine") or "").lower() or None)
 
 
 def to_env(s: Settings) -> dict[str, str]:

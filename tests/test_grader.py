@@ -30,7 +30,7 @@ from cudacourse.source import mask
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS_SCRIPT = ROOT / "tests" / "grader_corpus"
 HIDDEN_EXAMPLE = ROOT / "templates" / "hidden_example"
-SCHEMA_TOP = {"backend", "device", "impl", "earned", "possible", "not_graded", "tasks"}
+SCHEMA_TOP = {"backend", "device", "impl", "confinement", "earned", "possible", "not_graded", "tasks"}
 SCHEMA_TASK = {"id", "lesson", "title", "points", "earned", "status", "message"}
 
 # ----------------------------------------------------------------------------------------------------

@@ -18,17 +18,28 @@ from typing import Any
 from cudacourse.checkcmd import lesson_started
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
-from cudacourse.grading.feedback import compile_error_key, feedback
+from cudacourse.grading import runner
+from cudacourse.grading.feedback import feedback
 from cudacourse.grading.reports import (
+    NOT_STARTED,
     Report,
     markdown_report,
+    print_report,
     write_gradebook,
     write_gradescope,
     write_json,
     write_junit,
 )
-from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, format_points, points_table
-from cudacourse.grading.runner import LIVE, RunSettings, collect_tasks, kill_group, safe_run_group, sanitizer_report
+from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, format_points
+from cudacourse.grading.runner import (
+    LIVE,
+    RunSettings,
+    collect_tasks,
+    kill_group,
+    safe_run_group,
+    sanitizer_report,
+    signal_name,
+)
 from cudacourse.grading.staging import Submission, manifest, stage_harness, stage_kernels
 from cudacourse.settings import current
 
@@ -48,7 +59,6 @@ def declared_tasks(course: Course, hidden: Path | None) -> dict[tuple[str, str],
     return out
 
 
-NOT_STARTED = "not started"
 
 
 def not_started(course: Course, sub: Submission, lessons: list[str]) -> set[str]:
@@ -260,51 +270,31 @@ def grade(args: argparse.Namespace) -> list[Report]:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def print_learner_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
-    """The grade output for a learner: what failed and why, one line per lesson not started, then the
-    points table last, where the eye lands. ``verbose``: whole messages, every lesson's rows."""
-    out = out or sys.stdout
-    head = f"== {rep.name} ==" if rep.name else "== grade =="
-    print(f"{head} backend={rep.backend} impl={rep.impl} seed={rep.seed} ({rep.seconds:.0f} s)", file=out)
-    idle: dict[str, float] = {}
-    for t in rep.tasks:
-        if t.message == NOT_STARTED:
-            idle[t.lesson] = idle.get(t.lesson, 0.0) + t.points
-    # One compile error blocks every task of its file: show it once, with the tasks it blocks.
-    blocked: dict[str, list[str]] = {}
-    for t in rep.tasks:
-        key = compile_error_key(t) if t.status == "fail" else None
-        if key is not None:
-            blocked.setdefault(key, []).append(t.id)
-    shown: set[str] = set()
-    for t in rep.tasks:
-        if t.status != "fail" or t.lesson in idle:
-            continue
-        lines = t.message.splitlines()
-        key = compile_error_key(t)
-        if key is not None:
-            if key in shown:
-                continue
-            shown.add(key)
-            ids = blocked[key]
-            print(f"compile error, blocks task{'s' if len(ids) > 1 else ''} {', '.join(ids)}:", file=out)
-        body = lines if verbose else lines[:6]
-        more = "" if verbose or len(lines) <= 6 else f"\n    ... ({len(lines) - 6} more lines: --verbose)"
-        print(f"task {t.id} failed: " + "\n    ".join(body) + more, file=out)
-    for r in rep.rejected:
-        print(f"REJECTED: {r}", file=out)
-    for e in rep.errors:
-        print(f"GRADING PROBLEM: {e}", file=out)
-    for lesson, pts in idle.items():
-        print(f"{lesson}: {NOT_STARTED}, {format_points(pts)} points", file=out)
-    table = points_table(rep.tasks if verbose else [t for t in rep.tasks if t.lesson not in idle])
-    for line in table[:-1]:
-        print(line, file=out)
-    print(points_table(rep.tasks)[-1] if rep.tasks else "total: 0 / 0 points", file=out)
+_STOP_SIGNALS: list[int] = []  # the signals that stopped this grade (SIGTERM from CI, Ctrl-C)
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+def _on_stop_signal(signum: int, frame: Any) -> None:
+    """Stop every worker at once (their watchdog threads then end quickly), then unwind like Ctrl-C."""
+    runner.stop_all()
+    first = not _STOP_SIGNALS
+    _STOP_SIGNALS.append(signum)
+    if first:  # a second signal while the report is being written only stops workers again
+        raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _interrupted_reports(args: argparse.Namespace, batch: bool) -> list[tuple[str, Report]]:
+    """One report per submission when the grade was stopped: finished tasks keep their verdicts, the
+    others are "interrupted"."""
+    if batch:
+        names = [p.name for p in sorted(args.batch.iterdir()) if p.is_dir()] if args.batch.is_dir() else []
+    else:
+        names = [args.submission.resolve().name if args.submission else ""]
+    impl = "submission" if (args.submission or batch) else (args.impl or current().impl)
+    sig = signal_name(_STOP_SIGNALS[0]) if _STOP_SIGNALS else "SIGINT"
+    why = (f"interrupted: the grade was stopped ({sig}); tasks not finished by then are marked "
+           "\"interrupted\" and earn nothing. Grade again to finish them.")
+    return [(n, Report(args.backend, "unknown", impl, runner.interrupted_results(n), name=n, seed=args.seed or 0,
+                       errors=[why])) for n in names]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,12 +302,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():
-        # A cancelled CI job sends SIGTERM: unwind (kill the children, remove the work folder) like Ctrl-C.
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        # A cancelled CI job sends SIGTERM, a person Ctrl-C: stop the workers, unwind, write the reports.
+        _STOP_SIGNALS.clear()
+        runner.STOPPING.clear()
+        signal.signal(signal.SIGTERM, _on_stop_signal)
+        signal.signal(signal.SIGINT, _on_stop_signal)
     batch = args.batch is not None
     t0 = time.monotonic()
     try:
         reports = grade(args)
+    except KeyboardInterrupt:
+        runner.stop_all()
+        done = _interrupted_reports(args, batch)
+        for n, rep in done:
+            _write_all(rep, _outputs(args, n or "grade", batch))
+            if not args.quiet:
+                print_report(rep, verbose=args.verbose)
+        if batch and args.json:
+            write_gradebook([r for _, r in done], args.json / "gradebook.csv")
+        print("cudacourse grade: stopped; reports written with unfinished tasks marked interrupted", file=sys.stderr)
+        return EXIT_GRADER_ERROR
     except GradingError as e:
         rep = Report(args.backend, "unknown", "submission" if (args.submission or batch) else
                      (args.impl or current().impl), [],
@@ -344,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{rep.name or 'grade'}: {format_points(e)} / {format_points(p)} points"
                   + (f" ({format_points(ng)} not graded)" if ng else ""))
         else:
-            print_learner_report(rep, verbose=args.verbose)
+            print_report(rep, verbose=args.verbose)
     if batch and args.json:
         write_gradebook(reports, args.json / "gradebook.csv")
     if not args.quiet:

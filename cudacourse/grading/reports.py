@@ -10,11 +10,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudacourse.grading.feedback import compile_error_key
 from cudacourse.grading.results import TaskResult, format_points, points_table
+
+NOT_STARTED = "not started"  # the message of every task of a lesson whose exercise files are untouched
 
 # ----------------------------------------------------------------------------------------------------
 # Reports
 # ----------------------------------------------------------------------------------------------------
+
+
+def _confinement() -> str:
+    """Which confinement the grader's workers ran under (``confine.describe``; "unconfined: ..." if not)."""
+    from cudacourse.grading.confine import describe
+
+    return describe()
 
 
 @dataclass
@@ -30,6 +40,7 @@ class Report:
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     rejected: list[str] = field(default_factory=list)  # submitted files refused before building, with why
+    confinement: str = field(default_factory=_confinement)  # e.g. "landlock ABI 7 + ..." or "unconfined: <why>"
 
     def totals(self) -> tuple[float, float, float]:
         """(earned, possible, not graded)."""
@@ -39,7 +50,8 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """The report in the course's fixed JSON schema."""
         earned, possible, ng = self.totals()
-        return {"backend": self.backend, "device": self.device, "impl": self.impl, "earned": earned,
+        return {"backend": self.backend, "device": self.device, "impl": self.impl,
+                "confinement": self.confinement, "earned": earned,
                 "possible": possible, "not_graded": ng,
                 "tasks": [{"id": t.id, "lesson": t.lesson, "title": t.title, "points": t.points,
                            "earned": t.earned, "status": t.status, "message": t.message} for t in self.tasks]}
@@ -66,6 +78,7 @@ def write_junit(rep: Report, path: Path) -> None:
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="backend", value=rep.backend)
         ET.SubElement(props, "property", name="seed", value=str(rep.seed))
+        ET.SubElement(props, "property", name="confinement", value=rep.confinement)
         for t in tasks:
             case = ET.SubElement(suite, "testcase", classname=lesson, name=f"task {t.id}: {t.title}")
             ET.SubElement(ET.SubElement(case, "properties"), "property", name="points",
@@ -75,6 +88,8 @@ def write_junit(rep: Report, path: Path) -> None:
                 ET.SubElement(case, "failure", message=first[:300]).text = t.message
             elif t.status == "not-graded":
                 ET.SubElement(case, "skipped", message=t.message or "not graded")
+            elif t.status == "interrupted":
+                ET.SubElement(case, "error", message="interrupted").text = t.message
         if lesson == "grader":
             for err in rep.errors:
                 case = ET.SubElement(suite, "testcase", classname="grader", name="grading")
@@ -93,22 +108,30 @@ def markdown_report(rep: Report) -> str:
              f"**{format_points(earned)} / {format_points(possible)} points**"
              + (f" ({format_points(ng)} not graded here: they need a GPU)" if ng else ""), "",
              f"Backend `{rep.backend}` ({rep.device}); inputs drawn with `CUDA_COURSE_SEED={rep.seed}` "
-             f"(replay: `CUDA_COURSE_SEED={rep.seed} python -m pytest tests/`).", ""]
+             f"(replay: `CUDA_COURSE_SEED={rep.seed} python -m pytest tests/`).", "",
+             f"Confinement of the graded code: {rep.confinement}.", ""]
     if rep.rejected:
         lines += ["## Rejected files", "", *[f"- {r}" for r in rep.rejected], ""]
     if rep.errors:
         lines += ["## Grading problems", "", "The grader could not grade everything (not your fault):", ""]
         lines += ["```", *rep.errors, "```", ""]
     lines += ["| task | lesson | title | points | status |", "|---|---|---|---|---|"]
-    icon = {"pass": "pass", "fail": "**fail**", "not-graded": "not graded"}
+    icon = {"pass": "pass", "fail": "**fail**", "not-graded": "not graded", "interrupted": "**interrupted**"}
     for t in rep.tasks:
         lines.append(f"| {t.id} | {t.lesson} | {t.title.replace('|', '/')} | "
                      f"{format_points(t.earned)}/{format_points(t.points)} | {icon[t.status]} |")
-    failed = [t for t in rep.tasks if t.status == "fail"]
+    failed = [t for t in rep.tasks if t.status == "fail" and t.message != NOT_STARTED]
+    idle = sorted({t.lesson for t in rep.tasks if t.message == NOT_STARTED})
+    if idle:
+        lines += ["", "Not started (exercise files untouched): " + ", ".join(idle) + "."]
     if failed:
         lines += ["", "## What to fix", ""]
         for t in failed:
             lines += [f"### Task {t.id}: {t.title}", "", "```", t.message.replace("```", "'''"), "```", ""]
+    stopped = [t for t in rep.tasks if t.status == "interrupted"]
+    if stopped:
+        lines += ["", "Grading was stopped before these tasks finished (not your fault; grade again): "
+                  + ", ".join(f"task {t.id}" for t in stopped) + "."]
     ungraded = [t for t in rep.tasks if t.status == "not-graded"]
     if ungraded:
         lines += ["", "Not graded on this machine: " + ", ".join(f"task {t.id}" for t in ungraded)
@@ -116,21 +139,48 @@ def markdown_report(rep: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def print_report(rep: Report, out: Any = None) -> None:
-    """The points table and each failure's first lines, on stdout."""
+def print_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
+    """The grade output for a learner: what failed and why, one line per lesson not started, then the
+    points table last, where the eye lands. ``verbose``: whole messages, every lesson's rows."""
     out = out or sys.stdout
     head = f"== {rep.name} ==" if rep.name else "== grade =="
     print(f"{head} backend={rep.backend} impl={rep.impl} seed={rep.seed} ({rep.seconds:.0f} s)", file=out)
-    for line in points_table(rep.tasks):
-        print(line, file=out)
+    print(f"confinement: {rep.confinement}", file=out)
+    idle: dict[str, float] = {}
     for t in rep.tasks:
-        if t.status == "fail":
-            first = "\n    ".join(t.message.splitlines()[:4])
-            print(f"  task {t.id} failed: {first}", file=out)
+        if t.message == NOT_STARTED:
+            idle[t.lesson] = idle.get(t.lesson, 0.0) + t.points
+    # One compile error blocks every task of its file: show it once, with the tasks it blocks.
+    blocked: dict[str, list[str]] = {}
+    for t in rep.tasks:
+        key = compile_error_key(t) if t.status == "fail" else None
+        if key is not None:
+            blocked.setdefault(key, []).append(t.id)
+    shown: set[str] = set()
+    for t in rep.tasks:
+        if t.status != "fail" or t.lesson in idle:
+            continue
+        lines = t.message.splitlines()
+        key = compile_error_key(t)
+        if key is not None:
+            if key in shown:
+                continue
+            shown.add(key)
+            ids = blocked[key]
+            print(f"compile error, blocks task{'s' if len(ids) > 1 else ''} {', '.join(ids)}:", file=out)
+        body = lines if verbose else lines[:6]
+        more = "" if verbose or len(lines) <= 6 else f"\n    ... ({len(lines) - 6} more lines: --verbose)"
+        print(f"task {t.id} failed: " + "\n    ".join(body) + more, file=out)
     for r in rep.rejected:
-        print(f"  REJECTED: {r}", file=out)
+        print(f"REJECTED: {r}", file=out)
     for e in rep.errors:
-        print(f"  GRADING PROBLEM: {e}", file=out)
+        print(f"GRADING PROBLEM: {e}", file=out)
+    for lesson, pts in idle.items():
+        print(f"{lesson}: {NOT_STARTED}, {format_points(pts)} points", file=out)
+    table = points_table(rep.tasks if verbose else [t for t in rep.tasks if t.lesson not in idle])
+    for line in table[:-1]:
+        print(line, file=out)
+    print(points_table(rep.tasks)[-1] if rep.tasks else "total: 0 / 0 points", file=out)
 
 
 def write_gradebook(reports: list[Report], path: Path) -> None:
@@ -157,11 +207,12 @@ def gradescope_results(rep: Report) -> dict[str, Any]:
         graded = t.status != "not-graded"
         tests.append({"name": f"task {t.id}: {t.title}", "number": t.id, "score": t.earned,
                       "max_score": t.points if graded else 0.0,
-                      "status": "passed" if t.status == "pass" else "failed" if t.status == "fail" else "passed",
+                      "status": "passed" if t.status in ("pass", "not-graded") else "failed",
                       "output": t.message if t.status != "pass" else "",
                       "tags": [t.lesson] + ([] if graded else ["not-graded"])})
     earned = sum(t.earned for t in rep.tasks)
-    out: dict[str, Any] = {"score": earned, "output": f"backend {rep.backend} ({rep.device}), seed {rep.seed}",
+    out: dict[str, Any] = {"score": earned, "output": f"backend {rep.backend} ({rep.device}), seed {rep.seed}, "
+                                                      f"confinement: {rep.confinement}",
                            "tests": tests}
     if rep.errors:
         out["output"] += "\n\nThe grader could not grade everything:\n" + "\n".join(rep.errors)

@@ -54,9 +54,18 @@ class TaskResult:
     title: str
     points: float
     earned: float
-    status: str  # pass | fail | not-graded
+    status: str  # one of STATUSES: pass | fail | not-graded | interrupted
     message: str
     tests: list[TestRecord] = field(default_factory=list)
+
+
+STATUSES = ("pass", "fail", "not-graded", "interrupted")  # "interrupted": the grade was stopped (SIGTERM, Ctrl-C)
+INTERRUPTED_MESSAGE = "not graded: grading was stopped (SIGTERM or Ctrl-C) before this task finished"
+
+
+def interrupted(task: TaskSpec) -> TaskResult:
+    """The result of a task that had not finished when the grade was stopped: 0 points, status interrupted."""
+    return TaskResult(task.id, task.lesson, task.title, task.points, 0.0, "interrupted", INTERRUPTED_MESSAGE)
 
 
 def fold_tasks(records: list[TestRecord]) -> list[TaskResult]:

@@ -9,13 +9,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cudacourse.course import Course, Task, task_sort_key
-from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks
+from cudacourse.grading.confine import Confinement, Limits, available, confined_popen, stop_group
+from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
 from cudacourse.grading.staging import Submission, restore
 from cudacourse.settings import Settings, to_env
 
@@ -24,19 +27,81 @@ from cudacourse.settings import Settings, to_env
 # ----------------------------------------------------------------------------------------------------
 
 
-def worker_command(cmd: list[str]) -> list[str]:
-    """The command line that runs ``cmd`` as a grading worker.
+GRADER_CPU_S = 3600  # CPU seconds one task process may use (its wall clock is the watchdog's: --timeout)
 
-    The seam for OS confinement (``cudacourse/grading/confine.py``): a confinement wrapper changes this
-    one function (and :func:`start_worker`), and every worker the grader starts goes through it.
-    """
+
+def confinement() -> Confinement:
+    """What confinement the grader's workers get on this machine (probed once per process)."""
+    return available()
+
+
+def confine_mode() -> str:
+    """``strict`` when every promise of ``confine.py`` holds here, else ``best-effort`` (reports say
+    "unconfined: <why>")."""
+    return "strict" if confinement().confined else "best-effort"
+
+
+def worker_command(cmd: list[str]) -> list[str]:
+    """The command line of a grading worker (the launcher of ``confine.py`` wraps it in :func:`start_worker`)."""
     return cmd
 
 
-def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], **popen: Any) -> subprocess.Popen[Any]:
-    """Start one worker process (pytest over some tasks, a warm-up build) in its own session."""
-    return subprocess.Popen(worker_command(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
-                            **popen)
+def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Path, writable: Sequence[Path] = (),
+                 readable: Sequence[Path] = (), **popen: Any) -> subprocess.Popen[Any]:
+    """Start one worker process (pytest over some tasks, a warm-up build), confined by the OS.
+
+    It may write only ``cwd`` (its slot), ``scratch`` (its results file) and ``writable`` (the build
+    cache); it reads the Python installation, the course package, and ``readable``; no network, no
+    signals to the grader, and :func:`kill_group` stops it with everything it started. Where the machine
+    cannot keep every promise it runs with what works (``allow_unconfined``), and every report says so.
+    """
+    if STOPPING.is_set():
+        raise GradeInterrupted("the grade was stopped; no new worker starts")
+    return confined_popen(worker_command(cmd), scratch=scratch, cwd=str(cwd), env=env,
+                          read_only=[cwd, *readable], read_write=[cwd, *writable],
+                          limits=Limits(memory=None, cpu_s=GRADER_CPU_S), gpu=_has_gpu_devices(),
+                          allow_unconfined=confine_mode() != "strict", stdin=subprocess.DEVNULL, **popen)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Stopping a grade (SIGTERM, Ctrl-C): what finished stands, everything else is "interrupted"
+# ----------------------------------------------------------------------------------------------------
+
+STOPPING = threading.Event()  # set by stop_all(): no worker starts any more
+COLLECTED: list[TaskSpec] = []  # the tasks of the grade in progress (from collect_tasks)
+FINISHED: dict[str, dict[str, TaskResult]] = {}  # submission name -> "lesson/id" -> result, as groups finish
+_PROGRESS_LOCK = threading.Lock()
+
+
+class GradeInterrupted(Exception):
+    """The grade is being stopped; raised instead of starting a worker."""
+
+
+def stop_all() -> None:
+    """Stop the grade now: no new worker starts, every running one is stopped with all it started."""
+    STOPPING.set()
+    for proc in list(LIVE):
+        kill_group(proc)
+
+
+def interrupted_results(name: str) -> list[TaskResult]:
+    """Every collected task of submission ``name``: its result if its group finished, else interrupted."""
+    with _PROGRESS_LOCK:
+        done = dict(FINISHED.get(name, {}))
+    return [done.get(f"{t.lesson}/{t.id}") or interrupted(t) for t in COLLECTED]
+
+
+def _has_gpu_devices() -> bool:
+    """NVIDIA device files exist: task processes then get them (and the CUDA libraries), whatever backend
+    ``auto`` picks, since importing torch may touch the driver."""
+    return Path("/dev/nvidiactl").exists()
+
+
+def scratch_of(slot: Path) -> Path:
+    """The folder beside ``slot`` where its worker writes results files (outside the staged tree)."""
+    d = slot.parent / f"scratch-{slot.name}"
+    d.mkdir(exist_ok=True)
+    return d
 
 
 def _python() -> str:
@@ -47,7 +112,7 @@ def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path) -> di
     """The environment of a worker: the run's settings (``settings.to_env``), nothing inherited of ours."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_COURSE_", "PYTEST_"))}
     run = Settings(root=slot, impl="student", backend=backend if backend in ("cuda", "sim") else "auto", seed=seed,
-                   submission=slot, build_dir=build_dir)
+                   submission=slot, build_dir=build_dir, confine=confine_mode())
     env.update(to_env(run))
     env.update({"PYTHONPATH": str(slot), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
     return env
@@ -89,17 +154,20 @@ def collect_tasks(slot: Path, course: Course, declared: dict[tuple[str, str], Ta
     paths = test_paths(slot, course, lessons, hidden=True)
     if not paths:
         raise GradingError(f"no graded test files for lessons {', '.join(lessons)} (expected tests/test_NN_*.py)")
-    report = slot.parent / f"collect-{slot.name}.jsonl"
+    report = scratch_of(slot) / f"collect-{slot.name}.jsonl"
     report.unlink(missing_ok=True)
     cmd = [_python(), "-m", "pytest", "-q", "--collect-only", "-c", str(slot / "pytest.ini"), "--rootdir",
            str(slot), "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), *paths]
-    proc = start_worker(cmd, cwd=slot, env=child_env(slot, seed, backend, build_dir), stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True)
+    proc = start_worker(cmd, cwd=slot, env=child_env(slot, seed, backend, build_dir), scratch=report.parent,
+                        writable=[build_dir], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    LIVE.add(proc)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as e:
         kill_group(proc)
         raise GradingError(f"collecting the tests took more than {timeout:g} s") from e
+    finally:
+        LIVE.discard(proc)
     if proc.returncode != 0:
         raise GradingError("collecting the instructor's tests failed (pytest exit code "
                            f"{proc.returncode}):\n" + _tail(out, 40))
@@ -121,7 +189,11 @@ def collect_tasks(slot: Path, course: Course, declared: dict[tuple[str, str], Ta
             t.hidden_cases += 1
     if not tasks:
         raise GradingError(f"no task-marked tests found in {', '.join(paths)}")
-    return sorted(tasks.values(), key=lambda t: (t.lesson, task_sort_key(t.id)))
+    out = sorted(tasks.values(), key=lambda t: (t.lesson, task_sort_key(t.id)))
+    with _PROGRESS_LOCK:
+        COLLECTED[:] = out
+        FINISHED.clear()
+    return out
 
 
 def _tail(text: str, lines: int) -> str:
@@ -163,14 +235,10 @@ def signal_name(num: int) -> str:
 
 
 def kill_group(proc: subprocess.Popen[Any]) -> None:
-    """Kill a worker and everything in its session."""
+    """Stop a worker and everything it started (``confine.stop_group``: its PID namespace, setsid or not)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.kill()
-    except ProcessLookupError:
+        stop_group(proc, timeout=10.0)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
         pass
 
 
@@ -195,8 +263,10 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     watchdog then stops the process when one test case runs longer than ``st.timeout``.
     """
     assert sub.pristine is not None
+    if STOPPING.is_set():
+        raise GradeInterrupted("the grade was stopped")
     restore(slot, sub.pristine, sub.manifest)
-    report = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.jsonl"
+    report = scratch_of(slot) / f"{sub.pristine.name}-{slot.name}-{tag}.jsonl"
     report.unlink(missing_ok=True)
     log = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.log"
     for lesson in sorted({t.lesson for t in tasks}):
@@ -211,8 +281,8 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     timed_out = False
     limit = 0.0
     with open(log, "w") as logf:
-        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, st.backend, st.build_dir), stdout=logf,
-                            stderr=subprocess.STDOUT)
+        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, st.backend, st.build_dir),
+                            scratch=report.parent, writable=[st.build_dir], stdout=logf, stderr=subprocess.STDOUT)
         LIVE.add(proc)
         size, last = -1, time.monotonic()
         finished_at: float | None = None
@@ -278,8 +348,8 @@ def _warm_up(sub: Submission, slot: Path, lesson: str, st: RunSettings) -> None:
     assert sub.pristine is not None
     sub.warm.add((slot.name, lesson))
     proc = start_worker([_python(), "-c", _WARM_UP, lesson], cwd=slot,
-                        env=child_env(slot, st.seed, st.backend, st.build_dir), stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL)
+                        env=child_env(slot, st.seed, st.backend, st.build_dir), scratch=scratch_of(slot),
+                        writable=[st.build_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     LIVE.add(proc)
     try:
         proc.wait(timeout=st.build_timeout)
@@ -404,12 +474,25 @@ def run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> list[T
 
 
 def safe_run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> list[TaskResult]:
-    """:func:`run_group`, turning any grader exception into failed tasks (grading goes on)."""
+    """:func:`run_group`, turning any grader exception into failed tasks (grading goes on).
+
+    Results are recorded in :data:`FINISHED` as the group ends; a group still running when the grade is
+    stopped (:func:`stop_all`) records nothing and returns nothing (its tasks are "interrupted").
+    """
+    if STOPPING.is_set():
+        return []
     try:
-        return run_group(sub, tasks, st)
+        out = run_group(sub, tasks, st)
+    except GradeInterrupted:
+        return []
     except Exception as e:  # noqa: BLE001 - one broken group must never stop the grading
-        return [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail",
-                           f"the grader could not run this task: {type(e).__name__}: {e}") for t in tasks]
+        out = [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail",
+                          f"the grader could not run this task: {type(e).__name__}: {e}") for t in tasks]
+    with _PROGRESS_LOCK:
+        if STOPPING.is_set():  # its workers may have been stopped under it: verdicts not to be trusted
+            return []
+        FINISHED.setdefault(sub.name, {}).update({f"{r.lesson}/{r.id}": r for r in out})
+    return out
 
 
 def sanitizer_report(sub: Submission, task: TaskSpec, st: RunSettings) -> str:
@@ -428,7 +511,8 @@ def sanitizer_report(sub: Submission, task: TaskSpec, st: RunSettings) -> str:
                "-c", str(slot / "pytest.ini"), "--rootdir", str(slot), "-p", "cudacourse.pytest_plugin",
                "--cc-task", task.id, *task.files]
         proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, "cuda", st.build_dir),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            scratch=scratch_of(slot), writable=[st.build_dir], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
         try:
             out, _ = proc.communicate(timeout=st.timeout * 5 + st.build_timeout)
         except subprocess.TimeoutExpired:

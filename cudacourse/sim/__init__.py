@@ -18,6 +18,7 @@ import mmap
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,6 +74,43 @@ def runtime_object() -> Path:
             raise RuntimeError("building the simulator runtime failed:\n" + r.stderr[-4000:])
 
     return cached("sim-rt", key, build) / "ccsim_rt.o"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Confinement while grading (settings.confine, set by the grader): builds and workers of learner code
+# ----------------------------------------------------------------------------------------------------
+
+BUILD_CPU_S = 120  # CPU seconds one confined compile may take (a never-ending template recursion stops)
+
+
+def _confine_mode() -> str | None:
+    from cudacourse.settings import current
+
+    return current().confine
+
+
+def _compile(cmd: list[str], d: Path, reads: list[Path], path: str) -> subprocess.CompletedProcess:
+    """Run one g++ step in the build folder ``d``; confined (reads: runtime, lesson folder) when grading."""
+    mode = _confine_mode()
+    if mode is None:
+        return subprocess.run(cmd, cwd=d, capture_output=True, text=True)
+    from cudacourse.grading.confine import Limits, confined_popen, stop_group
+
+    scratch = d / ".confine"
+    proc = confined_popen(cmd, scratch=scratch, cwd=str(d), env={"PATH": os.environ.get("PATH", os.defpath)},
+                          read_only=reads, read_write=[d], limits=Limits(cpu_s=BUILD_CPU_S),
+                          allow_unconfined=mode == "best-effort", stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate()
+    finally:
+        stop_group(proc)
+        shutil.rmtree(scratch, ignore_errors=True)
+    if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        err = (f"{path}: the build was stopped after {BUILD_CPU_S} s of CPU time (an endless template "
+               "recursion or constexpr evaluation?)\n" + (err or "")[-2000:])
+        raise CompileError(err, file=path, compiler_output=err)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 _DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:(?P<col>\d+):)?\s*"
@@ -243,6 +281,7 @@ class SimLibrary:
         self._shm_size = 0
         self._log_path: str | None = None
         self._log_pos = 0
+        self._private: str | None = None  # confined worker's own folder (shared-memory files, scratch)
 
     # ---- building ---------------------------------------------------------------------------------
 
@@ -263,12 +302,13 @@ class SimLibrary:
 
         def build(d: Path) -> None:
             (d / "src.cpp").write_text(text)
-            r = subprocess.run(["g++", *flags, "-I", str(RUNTIME_DIR), *incs, "-c", "src.cpp", "-o", "src.o"], cwd=d,
-                               capture_output=True, text=True)
+            reads = [RUNTIME_DIR, rt, *([Path(incs[1])] if incs else [])]
+            r = _compile(["g++", *flags, "-I", str(RUNTIME_DIR), *incs, "-c", "src.cpp", "-o", "src.o"], d, reads,
+                         path)
             if r.returncode:
                 raise _compile_error(r.stderr, path)
-            r = subprocess.run(["g++", "-shared", "-Wl,-Bsymbolic", "-o", "lib.so", "src.o", str(rt), "-pthread",
-                                "-ldl"], cwd=d, capture_output=True, text=True)
+            r = _compile(["g++", "-shared", "-Wl,-Bsymbolic", "-o", "lib.so", "src.o", str(rt), "-pthread", "-ldl"], d,
+                         reads, path)
             if r.returncode:
                 raise CompileError(f"{path}: linking failed:\n{r.stderr[-3000:]}", file=path,
                                    compiler_output=r.stderr)
@@ -287,12 +327,29 @@ class SimLibrary:
         log = open(self._log_path, "ab")  # noqa: SIM115 - handed to the child
         self._log_pos = os.path.getsize(self._log_path)
         env = dict(os.environ)
-        self._proc = subprocess.Popen(
-            [sys.executable, "-S", str(_WORKER), str(self.lib), str(int(self.checked)), str(self.order[0]),
-             str(self.order[1]), str(req_r), str(resp_w)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(req_r, resp_w), env=env,
-            close_fds=True)
-        log.close()
+        argv = [sys.executable, "-S", str(_WORKER), str(self.lib), str(int(self.checked)), str(self.order[0]),
+                str(self.order[1]), str(req_r), str(resp_w)]
+        mode = _confine_mode()
+        try:
+            if mode is None:
+                self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                              pass_fds=(req_r, resp_w), env=env, close_fds=True)
+            else:
+                # Grading: the worker reads its library and _worker.py, writes only its private shm folder.
+                from cudacourse.grading.confine import Limits, confined_popen
+
+                private = self._private_dir()
+                self._proc = confined_popen(
+                    argv, scratch=Path(private) / "scratch", env=env, read_only=[self.lib.parent, _WORKER],
+                    read_write=[Path(private)], limits=Limits(memory=None, cpu_s=None),
+                    allow_unconfined=mode == "best-effort", stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    pass_fds=(req_r, resp_w))
+        except BaseException:
+            for fd in (req_r, req_w, resp_r, resp_w):
+                os.close(fd)
+            raise
+        finally:
+            log.close()
         os.close(req_r)
         os.close(resp_w)
         self._req, self._resp = req_w, resp_r
@@ -301,13 +358,25 @@ class SimLibrary:
             self._send({"op": "map", "path": self._shm_path, "size": self._shm_size})
             self._recv(30.0)
 
+    def _private_dir(self) -> str:
+        """The confined worker's private folder (in ``/dev/shm`` where there is one), made once."""
+        if self._private is None:
+            d = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+            self._private = tempfile.mkdtemp(prefix="ccsim-", dir=d)
+        return self._private
+
     def _kill(self) -> None:
         if self._proc is not None:
-            try:
-                self._proc.kill()
-            except OSError:
-                pass
-            self._proc.wait()
+            if self._private is not None:  # confined: the worker and whatever it started (setsid or not)
+                from cudacourse.grading.confine import stop_group
+
+                stop_group(self._proc)
+            else:
+                try:
+                    self._proc.kill()
+                except OSError:
+                    pass
+                self._proc.wait()
         for fd in (self._req, self._resp):
             if fd is not None:
                 try:
@@ -319,6 +388,16 @@ class SimLibrary:
     def _send(self, obj: dict) -> None:
         assert self._req is not None
         os.write(self._req, (json.dumps(obj) + "\n").encode())
+
+    def _drain(self) -> None:
+        """Drop what arrived between calls: only a child the learner's code forked writes then (its exit()
+        report would otherwise be read as the answer to the next call and fail another task)."""
+        if self._resp is None:
+            return
+        self._rbuf = b""
+        while select.select([self._resp], [], [], 0)[0]:
+            if not os.read(self._resp, 65536):
+                break
 
     def _recv(self, timeout: float) -> dict | None:
         """One JSON line from the worker; None on timeout; {"eof": True} if it died silently."""
@@ -347,7 +426,10 @@ class SimLibrary:
             self._shm.close()
         if self._shm_path:
             os.unlink(self._shm_path)
-        d = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        if _confine_mode() is not None:
+            d: str | None = self._private_dir()  # the one folder a confined worker may write
+        else:
+            d = "/dev/shm" if os.path.isdir("/dev/shm") else None
         fd, self._shm_path = tempfile.mkstemp(prefix="ccsim-", dir=d)
         os.ftruncate(fd, size)
         self._shm = mmap.mmap(fd, size)
@@ -429,6 +511,7 @@ class SimLibrary:
             self._kill()
             self._start()
         err: KernelError | None = None
+        self._drain()
         try:
             self._send({"op": "call", "name": name, "params": params})
         except OSError:
@@ -510,6 +593,9 @@ class SimLibrary:
                 except OSError:
                     pass
         self._shm_path = self._log_path = None
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)
+            self._private = None
 
     def __del__(self) -> None:
         try:
