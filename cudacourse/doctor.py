@@ -139,10 +139,10 @@ def diagnose() -> Report:
     except (RuntimeError, ValueError) as e:
         r.problems.append((str(e), "unset CUDA_COURSE_BACKEND  (or set it to auto, cuda or sim)"))
     r.facts.append(("build folder", str(buildcache.build_root())))
-    from cudacourse.grading.confine import available
+    from cudacourse.grading.confine import available, describe_for_grading
 
     conf = available()
-    r.facts.append(("grading confinement", conf.describe()))
+    r.facts.append(("grading confinement", describe_for_grading()))
     if not conf.confined:  # grading still works; its reports say "unconfined"
         r.problems.append(("graded code would run unconfined: " + "; ".join(conf.missing),
                            "see docs/CONFINEMENT.md (what is needed); grading still works, its reports say "

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from cudacourse.grading import cli
-from cudacourse.grading.confine import available
+from cudacourse.grading.confine import available, describe_for_grading
 from cudacourse.grading.results import STATUSES
 from cudacourse.settings import using
 from tests.attacks.corpus import Attack, build, forgeries, load
@@ -128,7 +128,7 @@ def test_grader_survives_and_writes_every_report(graded: dict[str, Any]) -> None
 
 def test_unchanged_solution_earns_everything(graded: dict[str, Any]) -> None:
     rep = json.loads(graded["reports"]["solution"])
-    assert rep["confinement"] == available().describe() and not rep["confinement"].startswith("unconfined")
+    assert rep["confinement"] == describe_for_grading() and not rep["confinement"].startswith("unconfined")
     assert rep["earned"] == rep["possible"] - rep["not_graded"] > 0, rep
 
 
@@ -137,7 +137,7 @@ def test_attack_gets_its_verdict_and_changes_nothing(graded: dict[str, Any], att
     attack: Attack = graded["attacks"][attack_id]
     text = graded["reports"][attack_id]
     rep = json.loads(text)  # a forged or torn report fails here
-    assert rep.get("confinement") == available().describe(), "the report is not the grader's"
+    assert rep.get("confinement") == describe_for_grading(), "the report is not the grader's"
     solution = json.loads(graded["reports"]["solution"])
     assert [t["id"] for t in rep["tasks"]] == [t["id"] for t in solution["tasks"]]
     wrong = [f"task {t['id']}: {t['status']} (expected {_expected(t['id'], attack.fail)}): {t['message'][:300]}"
@@ -198,7 +198,7 @@ def test_sigterm_writes_the_report_with_interrupted_tasks(tmp_path: Path) -> Non
     statuses = [t["status"] for t in rep["tasks"]]
     assert statuses and set(statuses) <= set(STATUSES), rep
     assert "interrupted" in statuses and rep["earned"] == sum(t["earned"] for t in rep["tasks"]), rep
-    assert rep["confinement"] == available().describe()
+    assert rep["confinement"] == describe_for_grading()
     assert "interrupted" in (out / "r.md").read_text()
     junit = ET.parse(out / "r.xml").getroot()
     assert sum(c.find("error") is not None for c in junit.iter("testcase")) >= statuses.count("interrupted")

@@ -22,9 +22,9 @@ NOT_STARTED = "not started"  # the message of every task of a lesson whose exerc
 
 def _confinement() -> str:
     """Which confinement the grader's workers ran under (``confine.describe``; "unconfined: ..." if not)."""
-    from cudacourse.grading.confine import describe
+    from cudacourse.grading.confine import describe_for_grading
 
-    return describe()
+    return describe_for_grading()
 
 
 @dataclass
