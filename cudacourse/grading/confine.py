@@ -701,9 +701,7 @@ def confined_popen(argv: Sequence[str | os.PathLike[str]], *, scratch: Path, env
         "ro": [str(p) for p in ro if p.exists()], "rw": [str(p) for p in rw],
         "dev": [d for d in devices if os.path.exists(d)],
         "limits": asdict(limits), "gpu": gpu,
-        # GPU workers get no namespaces: on the H100 machine (driver 580, 2026-11-23) CUDA refused to start
-        # inside a user namespace (cudaGetDeviceCount: error 304, "OS call failed"); Landlock and rlimits stay
-        "landlock": conf.landlock_abi > 0, "ns": bool(conf.namespaces) and not gpu,
+        "landlock": conf.landlock_abi > 0, "ns": bool(conf.namespaces),
         "proc": conf.private_proc and not conf.details.get("nested"),
         "cgroup": conf.details.get("cgroup_parent", "") if conf.process_limit == "pids cgroup" else "",
         "uid": conf.worker_uid, "strict": not allow_unconfined,
@@ -714,20 +712,17 @@ def confined_popen(argv: Sequence[str | os.PathLike[str]], *, scratch: Path, env
     popen_kwargs.setdefault("cwd", str(scratch))
     popen_kwargs.setdefault("close_fds", True)
     cmd = _launcher("--policy", json.dumps(policy), "--", *argv)
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, **popen_kwargs)
-    proc.cc_namespaces = policy["ns"]  # type: ignore[attr-defined]  # how stop_group must stop it
-    return proc
-
-
-GPU_NOTE = "GPU workers without namespaces (CUDA does not start inside a user namespace here)"
+    return subprocess.Popen(cmd, env=env, start_new_session=True, **popen_kwargs)
 
 
 def describe_for_grading() -> str:
-    """:func:`describe`, plus what differs for GPU workers on a machine with NVIDIA devices."""
-    text = describe()
-    if available().namespaces and Path("/dev/nvidiactl").exists():
-        text += f"; {GPU_NOTE}"
-    return text
+    """What the grader's task processes run under: :func:`describe`, except on a machine with NVIDIA devices,
+    where they run unconfined (CUDA did not start inside a confined worker on the H100 machine; see
+    docs/CONFINEMENT.md)."""
+    if Path("/dev/nvidiactl").exists():
+        return ("unconfined: GPU machine: CUDA does not start inside a confined worker here (in a user namespace "
+                f"cudaGetDeviceCount fails with error 304), so task processes run unconfined (available: {describe()})")
+    return describe()
 
 
 def stop_group(proc: subprocess.Popen, timeout: float | None = None) -> int:
@@ -738,7 +733,7 @@ def stop_group(proc: subprocess.Popen, timeout: float | None = None) -> int:
     group, which a ``setsid()`` child does escape (``available().missing`` says so).
     """
     if proc.poll() is not None:
-        if not getattr(proc, "cc_namespaces", available().namespaces):  # its process group (setsid() escapes)
+        if not available().namespaces:  # what the worker left in its process group (setsid() escapes it)
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
