@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cudacourse.buildcache import cached, content_key
-from cudacourse.errors import KERNEL_ERROR_CLASSES, CompileError, KernelError, KernelTimeout
+from cudacourse.errors import KERNEL_ERROR_CLASSES, CompileError, KernelError, KernelTimeout, compile_error
 from cudacourse.source import SCALAR_CTYPES, Launcher
 
 from .rewrite import rewrite
@@ -113,24 +113,9 @@ def _compile(cmd: list[str], d: Path, reads: list[Path], path: str) -> subproces
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-_DIAG_RE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:(?P<col>\d+):)?\s*"
-                      r"(?P<sev>fatal error|error):\s*(?P<msg>.*)$",
-                      re.M)
-
-
 def _compile_error(stderr: str, path: str) -> CompileError:
-    """A CompileError pointing at the learner's first error line, with the compiler's words."""
-    diags = list(_DIAG_RE.finditer(stderr))
-    mine = [d for d in diags if d.group("file") == path] or diags
-    out = stderr.replace(str(RUNTIME_DIR) + "/", "")
-    if len(out) > 6000:
-        out = out[:6000] + "\n[... more compiler output cut ...]"
-    if not mine:
-        return CompileError(f"{path}: compilation failed:\n{out}", file=path, line=None, compiler_output=out)
-    d = mine[0]
-    line = int(d.group("line"))
-    return CompileError(f"{path}:{line}: error: {d.group('msg')}\n\n{out}", file=path, line=line,
-                        compiler_output=out)
+    """A CompileError at the learner's first error line, the runtime's folder hidden from the output."""
+    return compile_error(stderr, path, hide=str(RUNTIME_DIR) + "/")
 
 
 def _parse_order(order: str | None) -> tuple[int, int]:
