@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cudacourse.course import course
-from cudacourse.grading import cli
+from cudacourse.grading import cli, reports
 from cudacourse.grading.feedback import HINTS, feedback
 from cudacourse.grading.reports import Report
 from cudacourse.grading.results import TaskResult, TestRecord
@@ -117,7 +117,7 @@ def test_compile_error_shown_once_with_the_tasks_it_blocks() -> None:
         r.message = feedback(r, sub, root=ROOT)
         tasks.append(r)
     out = io.StringIO()
-    cli.print_learner_report(Report("sim", "CPU simulator", "student", tasks), out=out)
+    reports.print_report(Report("sim", "CPU simulator", "student", tasks), out=out)
     text = out.getvalue()
     assert text.count("expected ';' before") == 2  # the one error's two lines, once
     assert "blocks tasks 1.1, 1.2, 1.3" in text and "cc-grade-" not in text
@@ -125,10 +125,10 @@ def test_compile_error_shown_once_with_the_tasks_it_blocks() -> None:
 
 def test_not_started_lessons_summarised_and_the_table_last() -> None:
     started = _result("AssertionError", TAIL)
-    idle = [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail", cli.NOT_STARTED)
+    idle = [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail", reports.NOT_STARTED)
             for t in course().lesson("02_reduce").tasks]
     out = io.StringIO()
-    cli.print_learner_report(Report("sim", "CPU simulator", "student", [started, *idle]), out=out)
+    reports.print_report(Report("sim", "CPU simulator", "student", [started, *idle]), out=out)
     lines = out.getvalue().splitlines()
     pts = sum(t.points for t in idle)
     assert f"02_reduce: not started, {pts:g} points" in lines
@@ -136,7 +136,7 @@ def test_not_started_lessons_summarised_and_the_table_last() -> None:
     assert lines.index(f"02_reduce: not started, {pts:g} points") < lines.index(
         next(ln for ln in lines if ln.startswith("1.1 ")))
     out = io.StringIO()
-    cli.print_learner_report(Report("sim", "CPU simulator", "student", [started, *idle]), verbose=True, out=out)
+    reports.print_report(Report("sim", "CPU simulator", "student", [started, *idle]), verbose=True, out=out)
     assert any(ln.startswith("2.1 ") for ln in out.getvalue().splitlines())
 
 

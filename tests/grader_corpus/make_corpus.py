@@ -16,6 +16,8 @@ import json
 import re
 from pathlib import Path
 
+from cudacourse.grading.confine import available
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 SOL = ROOT / "solutions" / "01_relu"
 STUB = ROOT / "lessons" / "01_relu"
@@ -153,7 +155,10 @@ def build() -> dict[str, dict[str, str]]:
                                "__global__ void copy_cached(const float* src, float* dst, int n) {\n"
                                "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                                "    if (i < n) dst[i] = src[i];\n}\n"))
-    case("edits_test_file", "the launcher overwrites tests/test_01_relu.py (names built by token pasting)", ["1.1"],
+    # Confined (the simulator worker may write only its own shared-memory folder), the write is denied and the
+    # correct kernel passes; unconfined, the write happens and the grader's tamper check fails the task.
+    case("edits_test_file", "the launcher overwrites tests/test_01_relu.py (names built by token pasting)",
+         [] if available().confined else ["1.1"],
          relu_cu=prepend(patch_launcher(r, "relu_v1_scalar",
                                         "static int done = 0;\n"
                                         "if (!done) {\n"
