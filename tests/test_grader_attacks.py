@@ -43,7 +43,7 @@ SUBSET = ("ctor-rewrites-report", "ctor-rewrites-junit", "atexit-appends-pass-re
 SAME_MEANING = {"timed out": ("timed out", "KernelTimeout")}
 SECRET = "CCSECRET-hidden-7f3a9c"  # planted in the hidden tests: must appear in no output
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("attacks")]  # one worker runs the batch grade once
 
 
 def _checksums(root: Path) -> dict[str, str]:
