@@ -52,9 +52,8 @@ def gemm_tolerance(K: int) -> tuple[float, float]:
     error up to eps/2 times that size, and those errors add up with random signs to a standard
     deviation of about 0.15 * eps * K (benchmarks/sum_error.py, results/cpu/sum_error.txt: 0.15-0.17 for
     K = 65 .. 4096; the worst of 2000 rows reached 2.1 * eps * K at K = 65). We allow 4 * eps * K plus a
-    relative 1e-5: blocked
-    or FMA orders are more exact, and a dropped or doubled product (an error near 1) still fails for
-    every K the tests use. (``check.sum_tolerance``, which grows like sqrt(K), is meant for tree
+    relative 1e-5: blocked or FMA orders are more exact, and a dropped or doubled product (an error near 1)
+    still fails for every K the tests use. (``check.sum_tolerance``, which grows like sqrt(K), is meant for tree
     orders; a running sum over K = 4096 products exceeds it in about 0.7% of rows (14-15 of 2000).)
     """
     eps = torch.finfo(torch.float32).eps
