@@ -29,6 +29,7 @@ import re
 import shutil
 import subprocess
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +51,33 @@ BACKENDS = settings.BACKENDS
 _NO_SYNC: contextvars.ContextVar[bool] = contextvars.ContextVar("cudacourse_no_sync", default=False)
 
 
+_GPU_WORKERS: weakref.WeakSet = weakref.WeakSet()  # live GpuWorkers (grading on cuda)
+
+
 @contextlib.contextmanager
 def no_sync():  # noqa: ANN201
-    """Inside this block cuda launches return without waiting for the GPU (benchmarks time with events)."""
+    """Inside this block cuda launches return without waiting for the GPU (benchmarks time with events).
+
+    On leaving it, GPU workers (grading) wait for their launches and copy their buffers back."""
     token = _NO_SYNC.set(True)
     try:
         yield
     finally:
         _NO_SYNC.reset(token)
+        for w in list(_GPU_WORKERS):
+            w.synchronize()
+
+
+def uses_gpu_worker(backend: str = "auto") -> bool:
+    """Whether learner libraries on this backend run in a separate GPU worker: on cuda while grading
+    (settings ``confine`` set), so the checking process never loads learner code."""
+    return backend_name(backend) == "cuda" and settings.current().confine is not None
+
+
+def synchronize_workers(release: bool = False) -> None:
+    """Wait for the launches of every GPU worker (``release``: also copy their buffers back)."""
+    for w in list(_GPU_WORKERS):
+        w.synchronize(release=release)
 REPO_ROOT = buildcache.REPO_ROOT
 
 
@@ -194,6 +214,12 @@ def _cuda_trampolines(launchers: list[Launcher]) -> str:
                    f"    (void)cudaGetLastError();\n    {la.name}({call});\n"
                    f"    return (int)cudaGetLastError();\n}}")
     out.append('extern "C" const char* cc_error_string(int e) { return cudaGetErrorString((cudaError_t)e); }')
+    # for the GPU worker (cudacourse/gpu_worker.py): buffers of the checking process through CUDA IPC
+    out.append('extern "C" int cc_ipc_open(const char* h, void** p) { cudaIpcMemHandle_t m; '
+               'for (int i = 0; i < 64; ++i) m.reserved[i] = h[i]; '
+               'return (int)cudaIpcOpenMemHandle(p, m, cudaIpcMemLazyEnablePeerAccess); }')
+    out.append('extern "C" int cc_ipc_close(void* p) { return (int)cudaIpcCloseMemHandle(p); }')
+    out.append('extern "C" int cc_sync() { return (int)cudaDeviceSynchronize(); }')
     return "\n".join(out) + "\n"
 
 
@@ -203,7 +229,7 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
 
     text = f'#line 1 "{path}"\n{source}\n{_cuda_trampolines(launchers)}'
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
-    key = buildcache.content_key("cuda-v1", text, arch, nvcc_path() or "")
+    key = buildcache.content_key("cuda-v2", text, arch, nvcc_path() or "")
 
     # the file's own folder for its local headers (the build runs elsewhere); cuBLAS linked where it is used
     cflags = ["-O3", "-lineinfo", *([f"-I{Path(path).parent}"] if Path(path).is_file() else []),
@@ -216,6 +242,10 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
 
     def build(d: Path) -> None:
         name = f"cc_{key}"
+        if uses_gpu_worker("cuda"):  # load_inline would also dlopen the library here, in the checking process
+            _nvcc_shared(text, d / f"{name}.so", cflags + ldflags)
+            (d / "library").write_text(f"{name}.so")
+            return
         try:
             cpp_extension.load_inline(
                 name=name, cpp_sources=[""], cuda_sources=[text], no_implicit_headers=True,
@@ -235,9 +265,15 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
 
 
 def _nvcc_shared(text: str, out: Path, flags: list[str]) -> None:
+    """nvcc straight to a shared library, for this GPU's architecture (nothing is loaded here)."""
+    import torch
+
     src = out.with_suffix(".cu")
     src.write_text(text)
-    cmd = [nvcc_path() or "nvcc", *flags, "-std=c++17", "-shared", "-Xcompiler", "-fPIC", str(src), "-o", str(out)]
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+    cmd = [nvcc_path() or "nvcc", *flags, "-std=c++17", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC",
+           str(src), "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise compile_error(r.stdout + r.stderr, str(src))
@@ -268,7 +304,7 @@ class _CudaLibrary:
             raise LaunchError(f"{la.name}(): a launch failed with '{msg}' (error {err}). Check the grid and "
                               "block sizes (at most 1024 threads per block, grid > 0) and the shared memory "
                               "size.", kernel=la.name)
-        if sync and not _NO_SYNC.get():
+        if sync:
             _wait_gpu(la.name, self.timeout_s)
 
 
@@ -323,7 +359,12 @@ class Module:
             raise ValueError(f"{os.path.basename(path)}: {e}") from None
         las = list(self.launchers.values())
         t0 = time.perf_counter()
-        if self.backend == "cuda":
+        if self.backend == "cuda" and uses_gpu_worker(self.backend):
+            from cudacourse.gpu_worker import GpuWorker
+
+            self._lib = GpuWorker(_build_cuda(source, path, las), las, timeout_s, settings.current().confine or "")
+            _GPU_WORKERS.add(self._lib)
+        elif self.backend == "cuda":
             self._lib = _CudaLibrary(_build_cuda(source, path, las), las, timeout_s)
         else:
             from cudacourse.sim import SimLibrary
@@ -356,7 +397,7 @@ class Module:
         def call(*args: Any) -> None:
             checked = check_args(la, args, self.device)
             if self.backend == "cuda":
-                self._lib.call(la, checked, self.sync)
+                self._lib.call(la, checked, self.sync and not _NO_SYNC.get())
             else:
                 self._lib.call(la.name, checked)
 

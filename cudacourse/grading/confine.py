@@ -72,6 +72,7 @@ _OFF_ENV = "CUDA_COURSE_CONFINE_OFF"
 
 _CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND = 1, 32, 4096
 _PR_SET_PDEATHSIG = 1
 _FORWARDED = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
               signal.SIGALRM, signal.SIGCONT, signal.SIGWINCH]
@@ -89,15 +90,15 @@ def _check(rc: int, what: str) -> None:
         raise OSError(e, f"{what}: {os.strerror(e)}")
 
 
-def _unshare_namespaces() -> None:
-    """New user, PID, network and mount namespaces for this process's future children.
+def _unshare_namespaces(pid: bool = True) -> None:
+    """New user, PID (unless ``pid`` is false), network and mount namespaces for this process's future children.
 
     Python 3.11 has no ``os.unshare`` (3.12+), hence ctypes. The worker's uid inside is not 0 (an
     unprivileged grader keeps its own uid; root becomes uid 1000 inside), so ``execve`` drops every
     capability, while files keep their real owners for the kernel's permission checks.
     """
     uid, gid = os.getuid(), os.getgid()
-    _check(_libc().unshare(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWNS), "unshare")
+    _check(_libc().unshare(_CLONE_NEWUSER | (_CLONE_NEWPID if pid else 0) | _CLONE_NEWNET | _CLONE_NEWNS), "unshare")
     inside_uid = uid if uid else 1000
     inside_gid = gid if gid else 1000
     try:
@@ -120,15 +121,41 @@ def _private_mounts(policy: dict[str, Any]) -> list[str]:
     libc = _libc()
     _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "making / private")
     _check(libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None), "mounting /proc")
+    mounted = []
+    if _proc_system_read_only():
+        mounted.append("/proc")  # only the worker's own processes are writable there (see _landlock)
     allowed = [*policy["ro"], *policy["rw"]]
     size = policy["limits"].get("file_size") or (64 << 20)
-    mounted = []
     for d in ("/run", "/dev/shm"):
         if os.path.isdir(d) and not os.path.islink(d) and not any(p == d or p.startswith(d + "/") for p in allowed):
             opts = f"size={size},nr_inodes=4096,mode=1777".encode()
             _check(libc.mount(b"tmpfs", d.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts), f"mounting {d}")
             mounted.append(d)
     return mounted
+
+
+def _proc_system_read_only() -> bool:
+    """Make everything in the fresh /proc read-only except the process directories (/proc/sys,
+    /proc/sysrq-trigger, /proc/driver, ...): bind each onto itself, then remount it read-only. True when
+    every one succeeded.
+
+    Why: the CUDA driver names its threads by writing ``/proc/self/task/<tid>/comm`` and fails to start
+    (error 304) when it cannot, so GPU workers need write access to /proc (measured on the H100 machine,
+    docs/CONFINEMENT.md). Landlock cannot tell one /proc file from another that appears later, so the
+    worker gets WRITE_FILE on /proc, and the kernel's read-only mounts keep the system files out of reach
+    (the worker's uid maps to the grader's, which may be root's). The process directories show only the
+    worker's own PID namespace.
+    """
+    libc = _libc()
+    ok = True
+    for name in os.listdir("/proc"):
+        path = f"/proc/{name}"
+        if name.isdigit() or os.path.islink(path):
+            continue
+        b = path.encode()
+        ok &= libc.mount(b, b, None, _MS_BIND | _MS_REC, None) == 0 and libc.mount(
+            None, b, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None) == 0
+    return bool(ok)
 
 
 def _landlock(policy: dict[str, Any], private: Sequence[str] = ()) -> None:
@@ -147,6 +174,11 @@ def _landlock(policy: dict[str, Any], private: Sequence[str] = ()) -> None:
         rules = [(p, read) for p in policy["ro"]] + [(p, every) for p in policy["rw"]]
         rules += [(p, dev) for p in policy["dev"]]
         rules += [(p, every) for p in private if p == "/dev/shm"]  # the worker's own empty tmpfs
+        # CUDA writes its threads' names (_proc_system_read_only); nested, /proc is the enclosing sandbox's private one
+        if policy.get("gpu") and ("/proc" in private or policy.get("nested")):
+            rules.append(("/proc", read | AccessFS.WRITE_FILE | AccessFS.TRUNCATE))
+        if policy.get("gpu") and policy.get("nested"):  # the driver's files in /dev/shm: the enclosing sandbox's
+            rules.append(("/dev/shm", every))            # own tmpfs (a nested sandbox cannot mount its own)
         for path, access in rules:
             if not os.path.exists(path):
                 continue
@@ -367,7 +399,11 @@ def _launch(policy: dict[str, Any], argv: list[str]) -> NoReturn:
         _exec_worker(policy, argv, inside_userns=False)
     status_r, status_w = os.pipe()
     try:
-        _unshare_namespaces()
+        # A GPU worker inside a worker keeps the enclosing PID namespace: /proc (the enclosing one's, which a
+        # nested sandbox cannot remount) must number its threads as gettid() does, or the CUDA driver cannot
+        # name them and does not start (error 304, measured on the H100 machine). It still dies with the
+        # enclosing sandbox, and Landlock's scoping keeps it from signalling or tracing the processes there.
+        _unshare_namespaces(pid=not (policy.get("gpu") and policy.get("nested")))
     except OSError as e:
         sys.stderr.write(f"confine: could not create namespaces: {e}\n")
         os._exit(126)
@@ -611,6 +647,14 @@ def describe() -> str:
     return available().describe()
 
 
+def _nvidia_devices() -> list[str]:
+    """The NVIDIA device files, by name (not by listing /dev: inside a sandbox /dev cannot be listed, and a
+    nested GPU worker would then get no device at all)."""
+    names = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps",
+             *(f"nvidia{i}" for i in range(64))]
+    return [f"/dev/{n}" for n in names if os.path.exists(f"/dev/{n}")]
+
+
 def system_read_paths(gpu: bool = False) -> list[Path]:
     """Paths every worker may read and execute: Python and its packages, system libraries, toolchains.
 
@@ -626,7 +670,10 @@ def system_read_paths(gpu: bool = False) -> list[Path]:
     # the course package itself (an editable install points into the checkout: only cudacourse/, never
     # the checkout's tests/, solutions/ or hidden folders)
     cands.append(str(_THIS.parent.parent))
-    for tool in ("g++", "gcc", "c++", "nvcc", "addr2line", "ninja"):
+    # the compilers torch's extension builds pick (CXX, CC; CUDAHOSTCXX for nvcc), as on a GPU machine where
+    # CXX=/opt/gcc/bin/g++ was outside every other path
+    named = [os.environ.get(v, "").split(" ")[0] for v in ("CXX", "CC", "CUDAHOSTCXX")]
+    for tool in ("g++", "gcc", "c++", "nvcc", "addr2line", "ninja", *filter(None, named)):
         w = shutil.which(tool)
         if w:
             real = Path(w).resolve()
@@ -636,7 +683,7 @@ def system_read_paths(gpu: bool = False) -> list[Path]:
         cands.append(cuda_home)
     if gpu:
         cands += ["/usr/local/cuda", "/usr/local/nvidia", "/sys", "/proc/driver/nvidia", "/etc/nvidia",
-                  *(str(p) for p in Path("/dev").glob("nvidia*"))]
+                  *_nvidia_devices()]
     out: list[Path] = []
     for c in cands:
         p = Path(c)
@@ -684,6 +731,10 @@ def confined_popen(argv: Sequence[str | os.PathLike[str]], *, scratch: Path, env
             raise ValueError(f"{exe!r} is not on the worker's PATH ({env.get('PATH', os.defpath)})")
         argv[0] = found
     made = []
+    # the worker's uid has no passwd entry (and /etc/passwd is unreadable): getpass.getuser(), which torch's
+    # caches call, reads these first
+    env.setdefault("USER", "cc-worker")
+    env.setdefault("LOGNAME", env["USER"])
     for var, sub in (("TMPDIR", "tmp"), ("HOME", ""), ("XDG_CACHE_HOME", ".cache"), ("CUDA_CACHE_PATH", ".nv")):
         d = scratch / sub if sub else scratch
         d.mkdir(exist_ok=True)
@@ -696,7 +747,7 @@ def confined_popen(argv: Sequence[str | os.PathLike[str]], *, scratch: Path, env
             raise ValueError(f"path given to confined_popen does not exist: {p}")
     devices = ["/dev/null", "/dev/full"]
     if gpu:
-        devices += [str(p) for p in Path("/dev").glob("nvidia*")]
+        devices += _nvidia_devices()
     policy = {
         "ro": [str(p) for p in ro if p.exists()], "rw": [str(p) for p in rw],
         "dev": [d for d in devices if os.path.exists(d)],
@@ -704,7 +755,7 @@ def confined_popen(argv: Sequence[str | os.PathLike[str]], *, scratch: Path, env
         "landlock": conf.landlock_abi > 0, "ns": bool(conf.namespaces),
         "proc": conf.private_proc and not conf.details.get("nested"),
         "cgroup": conf.details.get("cgroup_parent", "") if conf.process_limit == "pids cgroup" else "",
-        "uid": conf.worker_uid, "strict": not allow_unconfined,
+        "uid": conf.worker_uid, "strict": not allow_unconfined, "nested": bool(conf.details.get("nested")),
     }
     if conf.worker_uid is not None:  # root without namespaces: the worker's uid must own its scratch
         for p in {*rw, *made}:
@@ -716,12 +767,8 @@ def confined_popen(argv: Sequence[str | os.PathLike[str]], *, scratch: Path, env
 
 
 def describe_for_grading() -> str:
-    """What the grader's task processes run under: :func:`describe`, except on a machine with NVIDIA devices,
-    where they run unconfined (CUDA did not start inside a confined worker on the H100 machine; see
-    docs/CONFINEMENT.md)."""
-    if Path("/dev/nvidiactl").exists():
-        return ("unconfined: GPU machine: CUDA does not start inside a confined worker here (in a user namespace "
-                f"cudaGetDeviceCount fails with error 304), so task processes run unconfined (available: {describe()})")
+    """What the grader's task processes run under (the same on GPU machines: GPU workers get the NVIDIA
+    devices and write access to their own /proc entries, see :func:`_proc_system_read_only`)."""
     return describe()
 
 

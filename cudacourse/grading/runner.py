@@ -57,12 +57,6 @@ def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Pat
     """
     if STOPPING.is_set():
         raise GradeInterrupted("the grade was stopped; no new worker starts")
-    if _has_gpu_devices():
-        # On the H100 machine CUDA did not start inside a confined worker (user namespace: error 304; without
-        # namespaces still no device), so on a GPU machine task processes run unconfined, in their own
-        # session, and every report says so (confine.describe_for_grading). Issue 14 keeps this open.
-        return subprocess.Popen(worker_command(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                start_new_session=True, **popen)
     return confined_popen(worker_command(cmd), scratch=scratch, cwd=str(cwd), env=env,
                           read_only=[cwd, *readable], read_write=[cwd, *writable],
                           limits=Limits(memory=None, cpu_s=GRADER_CPU_S), gpu=_has_gpu_devices(),
