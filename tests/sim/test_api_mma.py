@@ -92,6 +92,30 @@ def _lib(checked: bool = True):
     return build(PTX, "mma_ptx.cu", checked=checked)
 
 
+# Layout tests run on the simulator and, where a GPU is present, on the GPU against the same ISA tables: the
+# backend-parity check of the fragment layouts (python -m pytest tests/sim/test_api_mma.py -k cuda on a GPU).
+BACKENDS = ["sim", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="the GPU half of the layout parity check: no GPU on this machine"))]
+
+
+def _call(backend: str, src: str, name: str, fn: str, args: list) -> list:
+    """Run launcher ``fn`` of ``src`` on ``backend``; returns the arguments (tensors back on the CPU)."""
+    if backend == "sim":
+        lib = build(src, name)
+        try:
+            lib.call(fn, args)
+        finally:
+            lib.close()
+        return args
+    import cudacourse as cc
+
+    m = cc.load(src, [fn], backend="cuda")
+    moved = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
+    getattr(m, fn)(*moved)
+    torch.cuda.synchronize()
+    return [a.cpu() if isinstance(a, torch.Tensor) else a for a in moved]
+
+
 def _bits(x: torch.Tensor) -> torch.Tensor:
     """16-bit patterns of a bf16/fp16 tensor as int64."""
     return x.view(torch.int16).to(torch.int64) & 0xFFFF
@@ -120,8 +144,9 @@ def c_pos(lane: int, i: int) -> tuple[int, int]:
     return g + (8 if i >= 2 else 0), 2 * t + (i & 1)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_mma_m16n8k16_fragment_layout_matches_the_ptx_isa(dtype):
+def test_mma_m16n8k16_fragment_layout_matches_the_ptx_isa(dtype, backend):
     g = torch.Generator().manual_seed(5)
     A = torch.randn(16, 16, generator=g).to(dtype)
     B = torch.randn(16, 8, generator=g).to(dtype)
@@ -130,11 +155,8 @@ def test_mma_m16n8k16_fragment_layout_matches_the_ptx_isa(dtype):
     b_regs = torch.tensor([[_pack(B[b_pos(ln, 2 * r)], B[b_pos(ln, 2 * r + 1)]) for r in range(2)] for ln in range(32)])
     c = torch.tensor([[float(C[c_pos(ln, i)]) for i in range(4)] for ln in range(32)])
     d = torch.full((32, 4), float("nan"))
-    lib = _lib()
-    try:
-        lib.call("mma_regs", [a_regs.to(torch.int32), b_regs.to(torch.int32), c, d, int(dtype == torch.bfloat16)])
-    finally:
-        lib.close()
+    d = _call(backend, PTX, "mma_ptx.cu", "mma_regs",
+              [a_regs.to(torch.int32), b_regs.to(torch.int32), c, d, int(dtype == torch.bfloat16)])[3]
     ref = A.double() @ B.double() + C.double()
     for ln in range(32):
         for i in range(4):
@@ -162,16 +184,13 @@ def test_mma_with_a_transposed_a_layout_is_wrong():
     assert not torch.allclose(d.double(), got.double(), atol=1e-2), "a transposed A fragment must give a wrong D"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(("variant", "num", "trans"), [(0, 4, False), (1, 2, False), (2, 4, True), (3, 2, True)])
-def test_ldmatrix_layout_matches_the_ptx_isa(variant, num, trans):
+def test_ldmatrix_layout_matches_the_ptx_isa(variant, num, trans, backend):
     vals = torch.arange(32 * 8, dtype=torch.int32).to(torch.int16)  # element (row, col) holds row*8+col
     perm = torch.randperm(32, generator=torch.Generator().manual_seed(variant)).to(torch.int32)
-    out = torch.full((32, 4), -1, dtype=torch.int32)
-    lib = _lib()
-    try:
-        lib.call("ldm", [vals, perm, out, variant, 0])
-    finally:
-        lib.close()
+    out = torch.zeros(32, 4, dtype=torch.int32)  # the kernel zeroes the registers ldmatrix does not write
+    out = _call(backend, PTX, "mma_ptx.cu", "ldm", [vals, perm, out, variant, 0])[2]
     for ln in range(32):
         for j in range(num):
             g, t = ln >> 2, ln % 4
@@ -199,18 +218,13 @@ def test_ldmatrix_misaligned_row_is_named():
     assert "ldmatrix" in msg and "16-byte aligned" in msg and "0x" in msg and "mma_ptx.cu" in msg, msg
 
 
-def test_cp_async_lands_at_the_wait():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cp_async_lands_at_the_wait(backend):
     x = torch.randn(64)
-    y = torch.full((64,), float("nan"))
-    lib = _lib()
-    try:
-        lib.call("cpa", [x, y, 1, 0])
-        assert torch.equal(y, x.view(16, 4).roll(-1, 0).flatten())
-        x2 = torch.arange(8, dtype=torch.float32) + 1
-        y2 = torch.full((16,), float("nan"))
-        lib.call("cpa2", [x2, y2])
-    finally:
-        lib.close()
+    y = _call(backend, PTX, "mma_ptx.cu", "cpa", [x, torch.full((64,), float("nan")), 1, 0])[1]
+    assert torch.equal(y, x.view(16, 4).roll(-1, 0).flatten())
+    x2 = torch.arange(8, dtype=torch.float32) + 1
+    y2 = _call(backend, PTX, "mma_ptx.cu", "cpa2", [x2, torch.full((16,), float("nan"))])[1]
     assert torch.equal(y2[:4], x2[:4]) and torch.equal(y2[4:8], torch.full((4,), -1.0)), (
         f"wait<1> must land the older group only: {y2[:8]}")
     assert torch.equal(y2[8:], torch.tensor([1.0, 2, 3, 4, 5, 6, 0, 0])), f"src_bytes=8 zero-fills the rest: {y2[8:]}"
@@ -289,19 +303,17 @@ void wmma_half_warp(const __half* a, float* c) { wmma_half_warp_kernel<<<1, 32>>
 """
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("bcol", [0, 1])
-def test_wmma_mma_sync(dtype, bcol):
+def test_wmma_mma_sync(dtype, bcol, backend):
     g = torch.Generator().manual_seed(7 + bcol)
     a = torch.randn(16, 16, generator=g).to(dtype)
     b = torch.randn(16, 16, generator=g).to(dtype)
     c0 = torch.randn(16, 16, generator=g)
     c = torch.full((16, 16), float("nan"))
-    lib = build(WMMA, "wmma_api.cu")
-    try:
-        lib.call("wmma_h" if dtype == torch.float16 else "wmma_bf", [a, b, c0, c, bcol, 0.5])
-    finally:
-        lib.close()
+    c = _call(backend, WMMA, "wmma_api.cu", "wmma_h" if dtype == torch.float16 else "wmma_bf",
+              [a, b, c0, c, bcol, 0.5])[3]
     bm = b.double().t() if bcol else b.double()  # col-major storage: element (k, n) at n*16 + k
     ref = 0.5 * (a.double() @ bm + c0.double())
     assert torch.allclose(c.t().double(), ref, rtol=1e-5, atol=1e-4), "stored col-major: c[n][m] = C[m][n]"
