@@ -6,7 +6,7 @@ Tasks (ids match the TODOs in the kernel files; titles and points live in lesson
   5.3  wmma_gemm_naive: WMMA, one warp per 16x16 tile (fp16 in, fp32 accumulate)
   5.4  wmma_gemm_tiled: WMMA on a 128x128 block tile staged in shared memory
   5.5  mma_gemm: mma.sync m16n8k16 with ldmatrix (bf16)
-  5.6  mma_gemm_pipelined: swizzled shared tiles and a 3-stage cp.async pipeline (bf16)
+  5.6  mma_gemm_pipelined: swizzled shared tiles and a 4-stage cp.async pipeline (bf16)
   5.7  speed: wmma_gemm_tiled at 4096^3 against cuBLAS fp16 (GPU only)
   5.8  speed: mma_gemm_pipelined at 4096^3 against cuBLAS fp16 (GPU only)
   5.9  speed: bias_gelu_bf16 and rmsnorm_bf16 against the measured copy bandwidth (GPU only)
@@ -136,7 +136,7 @@ GEMMS = {"5.3": ("wmma_gemm_naive", torch.float16), "5.4": ("wmma_gemm_tiled", t
 GEMM_HINTS = {
     "5.3": "stage both 16x16 tiles (zeros outside M, N, K), __syncwarp, load_matrix_sync (W as col_major, ldm 16), "
            "mma_sync, __syncwarp; store with store_acc_tile.",
-    "5.4": "every k-tile: load_tile both operands, __syncthreads, 2 x 4 fragments per k16 step, __syncthreads.",
+    "5.4": "every k-tile: load_tile both operands, __syncthreads, 4 x 4 fragments per k16 step, __syncthreads.",
     "5.5": "check the ldmatrix row addresses (A: row lane%16, column 8*(lane/16); W: row lane%8 + 8*(lane/16), column "
            "8*((lane/8)%2)) and the accumulator layout (row lane/4 + 8*(v/2), column 2*(lane%4) + v%2).",
     "5.6": "wait for a stage (cp_async_wait<kStages - 2>) and __syncthreads before reading it; commit one group per "

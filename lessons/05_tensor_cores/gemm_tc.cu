@@ -13,10 +13,10 @@
 //
 // Versions (callable from Python as m.<name>(...); fp16/bf16 tensors for __half*/__nv_bfloat16*):
 //   wmma_gemm_naive      task 5.3  WMMA, one warp per 16x16 tile of C, tiles staged per warp (fp16)
-//   wmma_gemm_tiled      task 5.4  WMMA, 128x128 block tile shared by 8 warps, 32x64 per warp (fp16)
-//   mma_gemm             task 5.5  mma.sync m16n8k16 + ldmatrix, padded shared tiles (bf16)
+//   wmma_gemm_tiled      task 5.4  WMMA, 128x128 block tile shared by 4 warps, 64x64 per warp (fp16)
+//   mma_gemm             task 5.5  mma.sync m16n8k16 + ldmatrix, padded shared tiles (bf16), same tiling
 //   mma_gemm_pipelined   task 5.6  + XOR-swizzled shared tiles (no padding, no bank conflicts) and a
-//                                  3-stage cp.async pipeline (bf16); K % 8 != 0 falls back to mma_gemm
+//                                  4-stage cp.async pipeline (bf16); K % 8 != 0 falls back to mma_gemm
 // Worked helpers: store_acc_tile (a WMMA accumulator to C through shared memory, bounds-checked),
 // load_tile_bf16 (a tile of rows into padded shared memory, 16-byte vectors or zero-filled scalars),
 // swizzle (the XOR swizzle of task 5.6).
@@ -93,15 +93,15 @@ void wmma_gemm_naive(const __half* A, const __half* W, float* C, int M, int N, i
 // ----------------------------------------------------------------------------------------------------
 // Task 5.4: WMMA with a 128x128 block tile in shared memory
 // ----------------------------------------------------------------------------------------------------
-// 8 warps (4 along M x 2 along N); warp (wm, wn) owns the 32 x 64 sub-tile at rows 32*wm.., columns
-// 64*wn..: 2 x 4 fragments of 16x16. Per k-step of 32 the block stages A's 128 x 32 tile
-// and W's 128 x 32 tile in shared memory (rows padded to 40 halves: a multiple of 8, and the padding
-// spreads the rows over the banks); every fragment of A is then reused by 4 mma_syncs and every fragment
-// of W by 2, where the naive kernel loaded both for one mma_sync each.
+// 4 warps (2 along M x 2 along N); warp (wm, wn) owns the 64 x 64 sub-tile at rows 64*wm.., columns
+// 64*wn..: 4 x 4 fragments of 16x16. Per k-step of 32 the block stages A's 128 x 32 tile and W's 128 x 32
+// tile in shared memory (rows padded to 40 halves: a multiple of 8, and the padding spreads the rows over
+// the banks); every fragment of A or W a warp loads then feeds 4 mma_syncs, where the naive kernel loaded
+// both for one mma_sync each.
 
-constexpr int kTB = 128, kTK = 32, kTPad = 40;
+constexpr int kTB = 128, kTK = 32, kTPad = 40, kThreads = 128;
 
-// The block's 256 threads copy a 128 x 32 tile of X (rows r0.. of `rows`, columns k0.. of K) into
+// The block's 128 threads copy a 128 x 32 tile of X (rows r0.. of `rows`, columns k0.. of K) into
 // x_s[128][kTPad]: 16-byte vectors (8 halves) when the row stride allows it, else element by element;
 // zeros outside. Worked (used by tasks 5.4 and 5.5).
 template <class T>
@@ -122,18 +122,18 @@ __device__ inline void load_tile(const T* __restrict__ X, T* x_s, int rows, int 
     }
 }
 
-__global__ void __launch_bounds__(256) wmma_gemm_tiled_kernel(const __half* __restrict__ A, const __half* __restrict__ W,
+__global__ void __launch_bounds__(kThreads) wmma_gemm_tiled_kernel(const __half* __restrict__ A, const __half* __restrict__ W,
                                                               float* __restrict__ C, int M, int N, int K, int vec) {
     __shared__ __align__(128) __half a_s[kTB * kTPad];
     __shared__ __align__(128) __half w_s[kTB * kTPad];
-    __shared__ __align__(32) float stage[8][16 * 16];
+    __shared__ __align__(32) float stage[kThreads / 32][16 * 16];
     const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
     const int row0 = blockIdx.y * kTB, col0 = blockIdx.x * kTB;
-    // TODO(task 5.4): acc[2][4] accumulators filled with 0; for k0 = 0, 32, ... < K: load_tile A into a_s
-    // (rows row0.., M rows) and W into w_s (rows col0.., N rows), __syncthreads; for kk = 0, 16: load the 2
-    // A fragments (a_s + (wm*32 + i*16) * kTPad + kk, ldm kTPad) and the 4 W fragments (w_s + (wn*64 + j*16)
-    // * kTPad + kk, col_major), 8 mma_syncs; __syncthreads before the next load. Then store_acc_tile each
-    // acc[i][j] at rows row0 + wm*32 + i*16, columns col0 + wn*64 + j*16 (~25 lines).
+    // TODO(task 5.4): acc[4][4] accumulators filled with 0; for k0 = 0, 32, ... < K: load_tile A into a_s
+    // (rows row0.., M rows) and W into w_s (rows col0.., N rows), __syncthreads; for kk = 0, 16: load the 4
+    // A fragments (a_s + (wm*64 + i*16) * kTPad + kk, ldm kTPad), then for each of the 4 W fragments (w_s +
+    // (wn*64 + j*16) * kTPad + kk, col_major) 4 mma_syncs; __syncthreads before the next load. Then
+    // store_acc_tile each acc[i][j] at rows row0 + wm*64 + i*16, columns col0 + wn*64 + j*16 (~25 lines).
     // Hint: pass vec != 0 to load_tile; the two __syncthreads guard the tiles in both directions.
 }
 
@@ -142,16 +142,16 @@ void wmma_gemm_tiled(const __half* A, const __half* W, float* C, int M, int N, i
     if (M <= 0 || N <= 0) return;
     const bool vec = K % 8 == 0 && (reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(W)) % 16 == 0;
     dim3 grid((N + kTB - 1) / kTB, (M + kTB - 1) / kTB);
-    wmma_gemm_tiled_kernel<<<grid, 256>>>(A, W, C, M, N, K > 0 ? K : 0, vec ? 1 : 0);
+    wmma_gemm_tiled_kernel<<<grid, kThreads>>>(A, W, C, M, N, K > 0 ? K : 0, vec ? 1 : 0);
 }
 
 // ----------------------------------------------------------------------------------------------------
 // Task 5.5: mma.sync m16n8k16 with ldmatrix
 // ----------------------------------------------------------------------------------------------------
-// The same 128x128 block tile, 8 warps of 32 (M) x 64 (N), k-steps of 32 staged in padded shared tiles. Per
-// k16 step a warp loads its A fragments with ldmatrix_x4 (one per 16 rows) and its W fragments with
-// ldmatrix_x4 (two n8 tiles per call), then issues 2 x 8 mma_m16n8k16_bf16. The accumulators (16 tiles of
-// 16x8, 4 floats each: 64 registers per lane) are stored straight from the documented layout: value i of
+// The same 128x128 block tile, 4 warps of 64 x 64, k-steps of 32 staged in padded shared tiles. Per k16 step
+// a warp loads its A fragments with ldmatrix_x4 (one per 16 rows) and its W fragments with ldmatrix_x4 (two
+// n8 tiles per call), then issues 4 x 8 mma_m16n8k16_bf16. The accumulators (32 tiles of 16x8, 4 floats
+// each: 128 registers per lane) are stored straight from the documented layout: value i of
 // tile (mi, ni) is row g + 8*(i/2), column 2t + i%2 of that tile (g = lane/4, t = lane%4).
 // ldmatrix rows: for A, lane l points at row l%16, column 8*(l/16) of the 16x16 block (matrices: rows 0-7 /
 // 8-15 x columns 0-7 / 8-15, in the order a[0..3] needs); for W, lane l points at row (l%8) + 8*(l/16),
@@ -159,21 +159,22 @@ void wmma_gemm_tiled(const __half* A, const __half* W, float* C, int M, int N, i
 // b[0], b[1] of the first n8 tile and b[0], b[1] of the second. The 80-byte row pitch makes the 8 rows of
 // each ldmatrix matrix fall in 8 different groups of 4 banks.
 
-__global__ void __launch_bounds__(256) mma_gemm_kernel(const __nv_bfloat16* __restrict__ A,
+__global__ void __launch_bounds__(kThreads) mma_gemm_kernel(const __nv_bfloat16* __restrict__ A,
                                                        const __nv_bfloat16* __restrict__ W, float* __restrict__ C,
                                                        int M, int N, int K, int vec) {
     __shared__ __align__(128) __nv_bfloat16 a_s[kTB * kTPad];
     __shared__ __align__(128) __nv_bfloat16 w_s[kTB * kTPad];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
     const int row0 = blockIdx.y * kTB, col0 = blockIdx.x * kTB;
-    float acc[2][8][4] = {};
+    float acc[4][8][4] = {};
     // TODO(task 5.5): for k0 = 0, 32, ... < K: load_tile A and W (as task 5.4), __syncthreads; for kk = 0, 16:
-    // a[i][4] by ldmatrix_x4 from a_s + (wm*32 + i*16 + lane%16) * kTPad + kk + 8*(lane/16) (i = 0, 1);
+    // a[i][4] by ldmatrix_x4 from a_s + (wm*64 + i*16 + lane%16) * kTPad + kk + 8*(lane/16) (i = 0..3);
     // for each pair of n8 tiles j = 0, 2, 4, 6: b[4] by ldmatrix_x4 from w_s + (wn*64 + j*8 + lane%8 +
     // 8*(lane/16)) * kTPad + kk + 8*((lane/8)%2), then mma_m16n8k16_bf16(acc[i][j], a[i], b, acc[i][j]) and
-    // (acc[i][j+1], a[i], b + 2) for both i; __syncthreads. Then store acc[i][j][v] at row row0 + wm*32 + i*16 +
+    // (acc[i][j+1], a[i], b + 2) for every i; __syncthreads. Then store acc[i][j][v] at row row0 + wm*64 + i*16 +
     // lane/4 + 8*(v/2), column col0 + wn*64 + j*8 + 2*(lane%4) + v%2, when inside C (~30 lines).
-    // Hint: the two registers of one n8 tile's B fragment are consecutive: b and b + 2.
+    // Hint: the B registers of one n8 tile are consecutive (b, then b + 2 for the next tile); put #pragma unroll
+    // on the loops over i, j, v (and kk) so that acc is indexed by constants and stays in registers.
 }
 
 // Contract: A is M x K, W is N x K (bf16, row-major), C is M x N fp32: C = A W^T. Any M, N, K >= 1.
@@ -181,22 +182,22 @@ void mma_gemm(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, i
     if (M <= 0 || N <= 0) return;
     const bool vec = K % 8 == 0 && (reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(W)) % 16 == 0;
     dim3 grid((N + kTB - 1) / kTB, (M + kTB - 1) / kTB);
-    mma_gemm_kernel<<<grid, 256>>>(A, W, C, M, N, K > 0 ? K : 0, vec ? 1 : 0);
+    mma_gemm_kernel<<<grid, kThreads>>>(A, W, C, M, N, K > 0 ? K : 0, vec ? 1 : 0);
 }
 
 // ----------------------------------------------------------------------------------------------------
-// Task 5.6: swizzled shared memory and a 3-stage cp.async pipeline
+// Task 5.6: swizzled shared memory and a 4-stage cp.async pipeline
 // ----------------------------------------------------------------------------------------------------
 // Rows of the k-tile are 32 bf16 = 64 bytes = four 16-byte chunks, stored without padding. Read as is, the
 // 8 rows of an ldmatrix matrix (same chunk of 8 consecutive rows) would fall on only 2 distinct groups of
 // banks (64-byte rows: two rows per 128-byte bank line): a 4-way conflict. Storing chunk c of row r at chunk
 // c ^ ((r / 2) % 4) spreads them over all 8 groups, with no padding; writer and reader use the same swizzle.
-// The pipeline: while the tensor cores work on stage s, cp.async is already filling stages s+1 and s+2.
+// The pipeline: while the tensor cores work on stage s, cp.async is already filling stages s+1 .. s+3.
 // Each thread issues the copies of its chunks, commits one group per stage, and cp_async_wait<kStages - 2>
 // before a stage is read guarantees that the stage's own group has landed (then __syncthreads makes every
 // thread's copies visible to all).
 
-constexpr int kStages = 3;
+constexpr int kStages = 4;
 constexpr int kTileElems = kTB * kTK;  // one 128 x 32 tile, no padding
 
 // Offset (in elements) of chunk `chunk` (0..3, 8 elements each) of row `row` in a swizzled tile. Worked.
@@ -213,7 +214,7 @@ __device__ inline void issue_tile(const __nv_bfloat16* __restrict__ X, __nv_bflo
     }
 }
 
-__global__ void __launch_bounds__(256) mma_gemm_pipelined_kernel(const __nv_bfloat16* __restrict__ A,
+__global__ void __launch_bounds__(kThreads) mma_gemm_pipelined_kernel(const __nv_bfloat16* __restrict__ A,
                                                                  const __nv_bfloat16* __restrict__ W,
                                                                  float* __restrict__ C, int M, int N, int K) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -222,12 +223,12 @@ __global__ void __launch_bounds__(256) mma_gemm_pipelined_kernel(const __nv_bflo
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
     const int row0 = blockIdx.y * kTB, col0 = blockIdx.x * kTB;
     const int n_tiles = (K + kTK - 1) / kTK;
-    float acc[2][8][4] = {};
+    float acc[4][8][4] = {};
     // TODO(task 5.6): prologue: for s < kStages - 1, issue_tile A and W of k-tile s into stage s (when s <
     // n_tiles) and cp_async_commit (always: empty groups keep the count right). Main loop over t < n_tiles:
     // cp_async_wait<kStages - 2>(), __syncthreads(); issue k-tile t + kStages - 1 into stage (t + kStages - 1)
     // % kStages (when it exists) and commit; compute on stage t % kStages exactly as task 5.5 but with the
-    // swizzled addresses: A row (wm*32 + i*16 + lane%16), chunk kk/8 + lane/16; W row (wn*64 + j*8 + lane%8 +
+    // swizzled addresses: A row (wm*64 + i*16 + lane%16), chunk kk/8 + lane/16; W row (wn*64 + j*8 + lane%8 +
     // 8*(lane/16)), chunk kk/8 + (lane/8)%2. Store as task 5.5 (~35 lines).
     // Hint: the stage being filled in iteration t is the one computed in iteration t - 1; the __syncthreads
     // after the wait is what makes overwriting it safe.
@@ -241,7 +242,12 @@ void mma_gemm_pipelined(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C
         mma_gemm(A, W, C, M, N, K);
         return;
     }
-    const size_t smem = 2 * kStages * kTileElems * sizeof(__nv_bfloat16);  // 48 KB: no opt-in needed
+    const int smem = 2 * kStages * kTileElems * (int)sizeof(__nv_bfloat16);  // 64 KB: above the default 48 KB
+    static bool opted_in = false;  // the opt-in is per kernel: once per process is enough
+    if (!opted_in) {
+        cudaFuncSetAttribute(mma_gemm_pipelined_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        opted_in = true;
+    }
     dim3 grid((N + kTB - 1) / kTB, (M + kTB - 1) / kTB);
-    mma_gemm_pipelined_kernel<<<grid, 256, smem>>>(A, W, C, M, N, K);
+    mma_gemm_pipelined_kernel<<<grid, kThreads, smem>>>(A, W, C, M, N, K);
 }
