@@ -10,6 +10,8 @@ Tasks (ids match the TODOs in the kernel files; titles and points live in lesson
   5.7  speed: wmma_gemm_tiled at 4096^3 against cuBLAS fp16 (GPU only)
   5.8  speed: mma_gemm_pipelined at 4096^3 against cuBLAS fp16 (GPU only)
   5.9  speed: bias_gelu_bf16 and rmsnorm_bf16 against the measured copy bandwidth (GPU only)
+  5.10 flash_attention_bf16: Q K^T and P V on mma.sync, online softmax in fp32, causal and full
+  5.11 speed: flash_attention_bf16 at (8, 16, 4096, 64) against PyTorch SDPA's flash backend (GPU only)
 
 Tolerances come from the formats. bf16 has 8 significant bits: rounding an exact result to bf16 once moves it
 by at most 2^-8 of its size (half a unit in the last place), and that is all a kernel computing in fp32 and
@@ -19,6 +21,9 @@ inputs are exact 16-bit values whose products are exact in fp32; only the fp32 a
 most about K * 2^-24 of the sum of |a*b| terms: the tolerance is twice that. Accumulating in fp16/bf16,
 or rounding the inputs to the other 16-bit format, is hundreds of times further off. Outputs start as NaN
 poison with a guard after them, inputs are checked unchanged, and no size is a multiple of a tile.
+Attention rounds the probabilities P to bf16 before P V (as every flash kernel does): each weight moves by
+at most 2^-8 of itself, which moves an output by at most 2^-8 of the largest |v|; with the output's own
+rounding that is the tolerance (a missing mask, scale or rescaling is far outside it).
 """
 
 from __future__ import annotations
@@ -207,6 +212,35 @@ def test_mma_gemm_rejects_fp32_inputs() -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
+# 5.10 flash attention in bf16 on mma.sync
+# ----------------------------------------------------------------------------------------------------
+
+# (B, H, N, d, causal, q scale): ragged N, every supported d, one query, peaked softmax (large logits)
+FLASH_CASES = [(1, 2, 70, 64, 0, 1.0), (1, 2, 70, 64, 1, 1.0), (2, 1, 130, 32, 1, 1.0), (1, 1, 1, 16, 0, 1.0),
+               (1, 1, 33, 48, 1, 1.0), (1, 1, 100, 64, 1, 8.0)]
+
+
+@pytest.mark.task("5.10")
+@pytest.mark.parametrize(("B", "H", "N", "d", "causal", "qscale"), FLASH_CASES)
+def test_flash_attention_bf16(B: int, H: int, N: int, d: int, causal: int, qscale: float) -> None:
+    m = _m()
+    g = check.rng(f"flash-bf16-{B}x{H}x{N}x{d}-{causal}-{qscale}")
+    q = _bf16((B, N, H, d), g, m, scale=qscale)
+    k, v = _bf16((B, N, H, d), g, m), _bf16((B, N, H, d), g, m)
+    full, o = check.guarded(B * N * H * d, m.device, dtype=torch.bfloat16)
+    with check.unchanged(q, k, v, names=["q", "k", "v"]):
+        m.flash_attention_bf16(q, k, v, o.view(B, N, H, d), B, H, N, d, d**-0.5, causal)
+    qd, kd, vd = (x.double().cpu().transpose(1, 2) for x in (q, k, v))
+    ref = F.scaled_dot_product_attention(qd, kd, vd, is_causal=bool(causal)).transpose(1, 2)
+    atol = BF16_ROUND * float(v.double().abs().max()) * (1 + 2.0**-4)
+    check.assert_close(o.view(B, N, H, d).double(), ref, name=f"flash_attention_bf16 B={B} H={H} N={N} d={d} "
+                       f"causal={causal}", rtol=BF16_ROUND, atol=atol, task="5.10",
+                       hint="check the key/query indices of the mask (key 8j + 2t + i%2, query g + 8*(i/2)), the "
+                            "rescaling of o_acc and row_sum by alpha, and the packing of P into A fragments.")
+    check.assert_guard(full, B * N * H * d, "flash_attention_bf16", "5.10")
+
+
+# ----------------------------------------------------------------------------------------------------
 # Speed (GPU only; targets in lesson.toml, read by bench too)
 # ----------------------------------------------------------------------------------------------------
 
@@ -268,3 +302,21 @@ def test_speed_bf16_elementwise_and_rmsnorm() -> None:
         assert gbs / copy >= target, (f"{name} {rows}x{cols} bf16: {gbs:.0f} GB/s, copy {copy:.0f} GB/s: "
                                       f"{gbs / copy:.2f} of it, target {target}.")
     assert math.isfinite(float(y.float().sum()))
+
+
+@pytest.mark.task("5.11")
+@pytest.mark.gpu
+def test_speed_flash_attention_bf16() -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    m = _m()
+    test_flash_attention_bf16(1, 2, 70, 64, 1, 1.0)  # correct before timed
+    B, H, N, d, target = 8, 16, 4096, 64, _target("5.11")
+    q, k, v = (torch.randn(B, N, H, d, device=m.device, dtype=torch.bfloat16) for _ in range(3))
+    o = torch.empty_like(q)
+    ms = _time(lambda: m.flash_attention_bf16(q, k, v, o, B, H, N, d, d**-0.5, 0))
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        ref = _time(lambda: F.scaled_dot_product_attention(qt, kt, vt))
+    assert ref / ms >= target, (f"flash_attention_bf16 ({B}, {H}, {N}, {d}): {ms:.3f} ms, SDPA flash {ref:.3f} ms: "
+                                f"{ref / ms:.2f}x, target {target}x.")

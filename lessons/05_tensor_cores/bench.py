@@ -10,6 +10,8 @@ ones come from lesson.toml through the ``task`` of the row:
   gemm 4096x4096x1024, ragged 4000x4000x4000   the two mma.sync versions against cuBLAS fp16
   bias+GELU, RMSNorm 16384x4096 bf16  against the measured copy bandwidth (task 5.9, >= 0.9 of copy), with
                                     PyTorch's bf16 F.gelu(x + b) and F.rms_norm as references
+  flash attention (8, 16, 4096, 64) bf16, full and causal   against PyTorch SDPA's flash backend on the same
+                                    tensors (task 5.11, full, >= 0.6x)
 ``flops`` is 2*M*N*K; ``bytes`` is A and W read once and C written once (fp32 C for ours, fp16 for cuBLAS).
 """
 
@@ -93,6 +95,29 @@ def _rowwise(m: Any, rows: int, cols: int) -> list[Case]:
     ]
 
 
+def _attention(m: Any, B: int, H: int, N: int, d: int) -> list[Case]:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dev = m.device
+    q, k, v = (torch.randn(B, N, H, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    o = torch.empty_like(q)
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA's (B, H, N, d) view of the same memory
+    out = []
+    for causal in (0, 1):
+        flops = 4 * B * H * N * N * d // (2 if causal else 1)
+
+        def sdpa(causal: int = causal) -> object:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
+
+        group = f"flash attention ({B}, {H}, {N}, {d}) bf16" + (" causal" if causal else "")
+        out += [Case(group, "PyTorch SDPA (flash backend)", sdpa, flops=flops, reference=True),
+                Case(group, "flash_attention_bf16 (5.10)",
+                     lambda causal=causal: m.flash_attention_bf16(q, k, v, o, B, H, N, d, d**-0.5, causal),
+                     flops=flops, task=None if causal else "5.11")]
+    return out
+
+
 def cases(m: Any, quick: bool = False) -> list[Case]:
     """Benchmark cases for lesson 05 on module ``m`` (``m.device`` is cuda). ``quick``: smaller sizes."""
     n = 2048 if quick else 4096
@@ -103,4 +128,5 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
     out += _gemm_group(m, f"gemm {n}x{n}x{n // 4} 16-bit in", n, n, n // 4, mma)
     r = n - 96
     out += _gemm_group(m, f"gemm {r}^3 ragged 16-bit in", r, r, r, mma)
-    return out + _rowwise(m, 4096 if quick else 16384, 4096)
+    out += _rowwise(m, 4096 if quick else 16384, 4096)
+    return out + _attention(m, 2 if quick else 8, 16, 2048 if quick else 4096, 64)
