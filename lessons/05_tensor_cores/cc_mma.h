@@ -52,9 +52,25 @@ __device__ inline void cp_async_commit() { ccsim::mma::cp_async_commit_group(); 
 template <int N> __device__ inline void cp_async_wait() { ccsim::mma::cp_async_wait(N); }
 #undef CC_MMA_WHERE
 
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+// ---------------------------------------------------------------------------------------------------
+// A GPU older than compute capability 8.0: the file still compiles (its other kernels run), and a kernel
+// that reaches one of these instructions stops with a trap (the graded checks report such tasks as "not
+// graded: needs compute capability 8.0" before running them).
+// ---------------------------------------------------------------------------------------------------
+__device__ inline void mma_m16n8k16_bf16(float*, const uint32_t*, const uint32_t*, const float*) { __trap(); }
+__device__ inline void mma_m16n8k16_f16(float*, const uint32_t*, const uint32_t*, const float*) { __trap(); }
+__device__ inline void ldmatrix_x4(uint32_t*, const void*) { __trap(); }
+__device__ inline void ldmatrix_x2(uint32_t*, const void*) { __trap(); }
+__device__ inline void ldmatrix_x4_trans(uint32_t*, const void*) { __trap(); }
+__device__ inline void ldmatrix_x2_trans(uint32_t*, const void*) { __trap(); }
+__device__ inline void cp_async_16(void*, const void*, int = 16) { __trap(); }
+__device__ inline void cp_async_commit() {}
+template <int N> __device__ inline void cp_async_wait() {}
+
 #else
 // ---------------------------------------------------------------------------------------------------
-// GPU: one PTX instruction each
+// GPU (compute capability 8.0+; the host pass of nvcc also reads this branch): one PTX instruction each
 // ---------------------------------------------------------------------------------------------------
 __device__ inline uint32_t cc_smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
