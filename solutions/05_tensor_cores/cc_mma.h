@@ -35,21 +35,21 @@
 // CPU simulator: the instruction models (the file:line of the caller goes into every diagnosis)
 // ---------------------------------------------------------------------------------------------------
 #define CC_MMA_WHERE const char* cc_f = __builtin_FILE(), int cc_l = __builtin_LINE()
-__device__ inline void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], CC_MMA_WHERE) {
+__device__ CCSIM_AT_CALLER void mma_m16n8k16_bf16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], CC_MMA_WHERE) {
     ccsim::mma::mma_m16n8k16(d, a, b, c, true, cc_f, cc_l);
 }
-__device__ inline void mma_m16n8k16_f16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], CC_MMA_WHERE) {
+__device__ CCSIM_AT_CALLER void mma_m16n8k16_f16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], CC_MMA_WHERE) {
     ccsim::mma::mma_m16n8k16(d, a, b, c, false, cc_f, cc_l);
 }
-__device__ inline void ldmatrix_x4(uint32_t r[4], const void* row, CC_MMA_WHERE) { ccsim::mma::ldmatrix(r, 4, false, row, cc_f, cc_l); }
-__device__ inline void ldmatrix_x2(uint32_t r[2], const void* row, CC_MMA_WHERE) { ccsim::mma::ldmatrix(r, 2, false, row, cc_f, cc_l); }
-__device__ inline void ldmatrix_x4_trans(uint32_t r[4], const void* row, CC_MMA_WHERE) { ccsim::mma::ldmatrix(r, 4, true, row, cc_f, cc_l); }
-__device__ inline void ldmatrix_x2_trans(uint32_t r[2], const void* row, CC_MMA_WHERE) { ccsim::mma::ldmatrix(r, 2, true, row, cc_f, cc_l); }
-__device__ inline void cp_async_16(void* dst, const void* src, int src_bytes = 16, CC_MMA_WHERE) {
+__device__ CCSIM_AT_CALLER void ldmatrix_x4(uint32_t r[4], const void* row, CC_MMA_WHERE) { ccsim::mma::ldmatrix(r, 4, false, row, cc_f, cc_l); }
+__device__ CCSIM_AT_CALLER void ldmatrix_x2(uint32_t r[2], const void* row, CC_MMA_WHERE) { ccsim::mma::ldmatrix(r, 2, false, row, cc_f, cc_l); }
+__device__ CCSIM_AT_CALLER void ldmatrix_x4_trans(uint32_t r[4], const void* row, CC_MMA_WHERE) { ccsim::mma::ldmatrix(r, 4, true, row, cc_f, cc_l); }
+__device__ CCSIM_AT_CALLER void ldmatrix_x2_trans(uint32_t r[2], const void* row, CC_MMA_WHERE) { ccsim::mma::ldmatrix(r, 2, true, row, cc_f, cc_l); }
+__device__ CCSIM_AT_CALLER void cp_async_16(void* dst, const void* src, int src_bytes = 16, CC_MMA_WHERE) {
     ccsim::mma::cp_async_16(dst, src, src_bytes, cc_f, cc_l);
 }
-__device__ inline void cp_async_commit() { ccsim::mma::cp_async_commit_group(); }
-template <int N> __device__ inline void cp_async_wait() { ccsim::mma::cp_async_wait(N); }
+__device__ CCSIM_AT_CALLER void cp_async_commit() { ccsim::mma::cp_async_commit_group(); }
+template <int N> __device__ CCSIM_AT_CALLER void cp_async_wait() { ccsim::mma::cp_async_wait(N); }
 #undef CC_MMA_WHERE
 
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800

@@ -85,6 +85,15 @@ __global__ void cpa2_kernel(const float* x, float* y) {
     }
 }
 void cpa2(const float* x, float* y) { cpa2_kernel<<<1, 32>>>(x, y); }
+
+// ldmatrix from a shared tile nobody wrote
+__global__ void ldm_uninit_kernel(int* out) {
+    __shared__ __align__(16) short tile[32 * 8];
+    uint32_t r[4];
+    ldmatrix_x4(r, tile + threadIdx.x * 8);  // LDM_UNINIT_LINE
+    out[threadIdx.x] = (int)r[0];
+}
+void ldm_uninit(int* out) { ldm_uninit_kernel<<<1, 32>>>(out); }
 """.replace("@HEADER@", str(HEADER))
 
 
@@ -238,6 +247,17 @@ def test_missing_cp_async_wait_is_caught():
     finally:
         lib.close()
     assert "never written" in str(e.value) or "Uninitial" in type(e.value).__name__, str(e.value)
+
+
+def test_ldmatrix_of_unwritten_shared_memory_names_the_learners_line():
+    lib = _lib()
+    try:
+        with pytest.raises(KernelError) as e:
+            lib.call("ldm_uninit", [torch.zeros(32, dtype=torch.int32)])
+    finally:
+        lib.close()
+    line = next(i for i, text in enumerate(PTX.splitlines(), 1) if "LDM_UNINIT_LINE" in text)
+    assert type(e.value).__name__ == "UninitializedReadError" and e.value.line == line, (e.value.line, str(e.value))
 
 
 def test_cp_async_misaligned_destination_is_named():

@@ -26,6 +26,9 @@
 #define CCSIM_MMA_H
 
 #define CCSIM_NOSAN __attribute__((no_sanitize_thread, noinline))
+// The functions that touch the learner's memory are inlined with the caller's debug location ("artificial"),
+// so that a checked-mode report of such an access names the learner's line, not this header's.
+#define CCSIM_AT_CALLER __attribute__((always_inline, artificial)) inline
 
 extern "C" void ccsim_api_set_error(const char*, const char*);
 
@@ -106,7 +109,7 @@ CCSIM_NOSAN static void mma_compute(float d[4], const float c[4], bool bf16, uns
     }
 }
 
-static inline void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], bool bf16,
+CCSIM_AT_CALLER static void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], bool bf16,
                                 const char* f, int l) {
     const unsigned ln = lane();
     for (unsigned r = 0; r < 4; ++r) put(ln * 4u + r, a[r]);
@@ -123,11 +126,11 @@ static inline void mma_m16n8k16(float d[4], const uint32_t a[4], const uint32_t 
 // 16-byte aligned). Lane l receives in register j: row l/4, elements 2*(l%4) and 2*(l%4)+1 of matrix j;
 // with .trans, column l/4, rows 2*(l%4) and 2*(l%4)+1 (the matrix transposed).
 // ---------------------------------------------------------------------------------------------------
-static inline uint32_t read_u16_pair(const char* lo, const char* hi) {
+CCSIM_AT_CALLER static uint32_t read_u16_pair(const char* lo, const char* hi) {
     return (uint32_t)*(const uint16_t*)lo | ((uint32_t)*(const uint16_t*)hi << 16);
 }
 
-static inline void ldmatrix(uint32_t* r, int num, bool trans, const void* row_addr, const char* f, int l) {
+CCSIM_AT_CALLER static void ldmatrix(uint32_t* r, int num, bool trans, const void* row_addr, const char* f, int l) {
     const unsigned ln = lane();
     if ((int)ln < 8 * num) need_aligned(row_addr, 16, trans ? "ldmatrix.trans" : "ldmatrix", "row", f, l);
     put_ptr(ln, row_addr);
@@ -189,7 +192,7 @@ CCSIM_NOSAN static int cp_async_take(int keep, Pending* out) {
     return n;
 }
 
-static inline void cp_async_16(void* dst, const void* src, int src_bytes, const char* f, int l) {
+CCSIM_AT_CALLER static void cp_async_16(void* dst, const void* src, int src_bytes, const char* f, int l) {
     need_aligned(dst, 16, "cp.async", "shared-memory destination", f, l);
     if (src_bytes > 0) need_aligned(src, 16, "cp.async", "global source", f, l);
     if (src_bytes < 0 || src_bytes > 16)
@@ -199,7 +202,7 @@ static inline void cp_async_16(void* dst, const void* src, int src_bytes, const 
         fail("cp.async: more than " + std::to_string(kMaxPending) + " copies of this thread are in flight; call "
              "cp_async_wait<N>() to let earlier groups land.", f, l);
 }
-static inline void cp_async_wait(int keep) {
+CCSIM_AT_CALLER static void cp_async_wait(int keep) {
     Pending due[kMaxPending];
     const int n = cp_async_take(keep, due);
     for (int i = 0; i < n; ++i) {  // the copies land now: instrumented stores by this thread
@@ -260,7 +263,7 @@ static inline void fill_fragment(fragment<Use, M, N, K, T, L>& a, const V& v) {
 // load_matrix_sync for matrix_a / matrix_b: the layout is the fragment's. ldm is in elements and (as the
 // Programming Guide requires) a multiple of 8 for 16-bit types; the pointer must be 256-bit (32-byte) aligned.
 template <class Use, class T, class L, class P>
-static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L>& a, const P* p, unsigned ldm,
+CCSIM_AT_CALLER static void load_matrix_sync(fragment<Use, 16, 16, 16, T, L>& a, const P* p, unsigned ldm,
                                     const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
     static_assert(!std::is_void<L>::value, "an accumulator needs the layout argument: load_matrix_sync(c, p, ldm, mem_row_major)");
     ccsim::mma::need_aligned(p, 32, "wmma::load_matrix_sync", "matrix", f, l);
@@ -276,7 +279,7 @@ static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L>& a, const P*
     ccsim::mma::rendezvous(f, l);
 }
 template <class T, class P>
-static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, T, void>& a, const P* p, unsigned ldm, layout_t lay,
+CCSIM_AT_CALLER static void load_matrix_sync(fragment<accumulator, 16, 16, 16, T, void>& a, const P* p, unsigned ldm, layout_t lay,
                                     const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
     ccsim::mma::need_aligned(p, 32, "wmma::load_matrix_sync", "matrix", f, l);
     ccsim::mma::rendezvous(f, l);
@@ -288,7 +291,7 @@ static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, T, void>& 
     ccsim::mma::rendezvous(f, l);
 }
 template <class T, class P>
-static inline void store_matrix_sync(P* p, const fragment<accumulator, 16, 16, 16, T, void>& a, unsigned ldm, layout_t lay,
+CCSIM_AT_CALLER static void store_matrix_sync(P* p, const fragment<accumulator, 16, 16, 16, T, void>& a, unsigned ldm, layout_t lay,
                                      const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
     ccsim::mma::need_aligned(p, 32, "wmma::store_matrix_sync", "matrix", f, l);
     if (ldm % (16 / sizeof(P)))
