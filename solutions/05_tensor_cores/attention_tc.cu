@@ -7,10 +7,11 @@
 //
 // Versions (callable from Python as m.<name>(...); bf16 tensors for __nv_bfloat16*):
 //   flash_attention_bf16   task 5.10  one block of 4 warps per 64 queries of one head; each warp owns 16
-//                                     query rows; key/value tiles of 64 staged in shared memory
-// Worked helpers: load_rows (a 64 x D tile of rows into padded shared memory, zeros past N), quad_max /
-// quad_sum (the 4 lanes that hold one row of an mma accumulator), and the end of the kernel (the final
-// division by the row sum and the bf16 store).
+//                                     query rows; key/value tiles of 64 double-buffered in shared memory
+//                                     (cp.async fills tile i+1 while tile i is computed)
+// Worked helpers: load_rows / issue_rows (a 64 x D tile of rows into padded shared memory, zeros past N,
+// by plain loads or by cp.async), quad_max / quad_sum (the 4 lanes that hold one row of an mma
+// accumulator), and the end of the kernel (the final division by the row sum and the bf16 store).
 //
 // Register layouts used (cc_mma.h, PTX ISA; g = lane / 4, t = lane % 4):
 //   S tile n (keys 8n..8n+7): s[n][i] is query row g + 8*(i/2), key 8n + 2t + i%2 (an mma accumulator)
@@ -51,6 +52,18 @@ __device__ inline void load_rows(const __nv_bfloat16* __restrict__ X, __nv_bfloa
     }
 }
 
+// The same tile by cp.async (16-byte chunks, rows past N zero-filled); the caller commits and waits.
+template <int D>
+__device__ inline void issue_rows(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* x_s, int b, int h, int H, int N,
+                                  int n0) {
+    for (int v = threadIdx.x; v < 64 * D / 8; v += blockDim.x) {
+        const int r = v / (D / 8), c = v % (D / 8) * 8;
+        const bool inside = n0 + r < N;
+        const __nv_bfloat16* src = inside ? X + (((long long)b * N + n0 + r) * H + h) * D + c : X;
+        cp_async_16(x_s + r * (D + 8) + c, src, inside ? 16 : 0);
+    }
+}
+
 // Max / sum over the 4 lanes (same g) that hold one row of an mma accumulator.
 __device__ inline float quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -72,8 +85,8 @@ __global__ void __launch_bounds__(kAttnThreads) flash_bf16_kernel(const __nv_bfl
                                                                   __nv_bfloat16* __restrict__ o, int H, int N,
                                                                   float scale_log2, int causal) {
     __shared__ __align__(128) __nv_bfloat16 q_s[kBQ * (D + 8)];
-    __shared__ __align__(128) __nv_bfloat16 k_s[kBKV * (D + 8)];
-    __shared__ __align__(128) __nv_bfloat16 v_s[kBKV * (D + 8)];
+    __shared__ __align__(128) __nv_bfloat16 k_s[2][kBKV * (D + 8)];  // two buffers: tile i and tile i + 1
+    __shared__ __align__(128) __nv_bfloat16 v_s[2][kBKV * (D + 8)];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     const int b = blockIdx.y / H, h = blockIdx.y % H;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * kBQ;  // the longest causal rows first
@@ -86,27 +99,38 @@ __global__ void __launch_bounds__(kAttnThreads) flash_bf16_kernel(const __nv_bfl
     float row_sum[2] = {0.0f, 0.0f};
     const int kv_end = causal ? (N < q0 + kBQ ? N : q0 + kBQ) : N;
     // TODO(task 5.10): the Q fragments: qa[D/16][4] by ldmatrix_x4 from q_s + (warp*16 + lane%16) * (D+8) +
-    // 16c + 8*(lane/16). Then for each key tile kv0 = 0, 64, ... < kv_end:
-    //   1. __syncthreads; load_rows K and V (rows kv0..) into k_s, v_s; __syncthreads.
-    //   2. S: s[8][4] = 0; for c < D/16, for key tiles j = 0, 2, 4, 6: ldmatrix_x4 from k_s + (8j + lane%8 +
+    // 16c + 8*(lane/16). issue_rows K and V of tile 0 into buffer 0, cp_async_commit. Then for each key tile
+    // i (kv0 = 64 i < kv_end), with ks = k_s[i % 2], vs = v_s[i % 2]:
+    //   1. issue_rows K and V of tile i + 1 (if it exists) into the other buffer; commit (always);
+    //      cp_async_wait<1>(); __syncthreads (tile i has landed for every thread).
+    //   2. S: s[8][4] = 0; for c < D/16, for key tiles j = 0, 2, 4, 6: ldmatrix_x4 from ks + (8j + lane%8 +
     //      8*(lane/16)) * (D+8) + 16c + 8*((lane/8)%2), then mma_m16n8k16_bf16(s[j], qa[c], kb, s[j]) and
     //      (s[j+1], qa[c], kb + 2, s[j+1]).
     //   3. scale by scale_log2, and -INFINITY where key kv0 + 8j + 2t + i%2 is >= N or (causal and) greater than
     //      query qr0 + g + 8*(i/2); new row max (quad_max of the lane's max); alpha = exp2f(old - new); p =
     //      exp2f(s - new); row_sum = row_sum * alpha + quad_sum(sum of the lane's p); o_acc *= alpha (per row).
     //   4. O += P V: for key chunks c < 4: pa = pack_bf16x2 of s[2c], s[2c+1] as in the header comment; for d
-    //      tiles n = 0, 2, ... < D/8: ldmatrix_x4_trans from v_s + (16c + lane%8 + 8*((lane/8)%2)) * (D+8) +
+    //      tiles n = 0, 2, ... < D/8: ldmatrix_x4_trans from vs + (16c + lane%8 + 8*((lane/8)%2)) * (D+8) +
     //      8n + 8*(lane/16), then mma (o_acc[n], pa, vb, o_acc[n]) and (o_acc[n+1], pa, vb + 2, o_acc[n+1]).
-    // (~45 lines). Hint: a row whose new max is still -INFINITY has no valid key yet: use 0 instead of -inf in
+    //   5. __syncthreads: every warp is done with buffer i % 2 before iteration i + 1 refills it.
+    // (~50 lines). Hint: a row whose new max is still -INFINITY has no valid key yet: use 0 instead of -inf in
     // the exp2f arguments so that no inf - inf = NaN appears. #pragma unroll every loop over register arrays.
     // BEGIN SOLUTION
     uint32_t qa[D / 16][4];
 #pragma unroll
     for (int c = 0; c < D / 16; ++c) ldmatrix_x4(qa[c], q_s + (warp * 16 + lane % 16) * (D + 8) + 16 * c + 8 * (lane / 16));
-    for (int kv0 = 0; kv0 < kv_end; kv0 += kBKV) {
-        __syncthreads();  // every warp is done with the previous K and V tiles
-        load_rows<D>(k, k_s, b, h, H, N, kv0);
-        load_rows<D>(v, v_s, b, h, H, N, kv0);
+    issue_rows<D>(k, k_s[0], b, h, H, N, 0);
+    issue_rows<D>(v, v_s[0], b, h, H, N, 0);
+    cp_async_commit();
+    for (int kv0 = 0, i = 0; kv0 < kv_end; kv0 += kBKV, ++i) {
+        const __nv_bfloat16* ks = k_s[i % 2];
+        const __nv_bfloat16* vs = v_s[i % 2];
+        if (kv0 + kBKV < kv_end) {  // prefetch tile i + 1 into the other buffer while tile i is computed
+            issue_rows<D>(k, k_s[(i + 1) % 2], b, h, H, N, kv0 + kBKV);
+            issue_rows<D>(v, v_s[(i + 1) % 2], b, h, H, N, kv0 + kBKV);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();  // all but the newest group: tile i has landed
         __syncthreads();
         float s[8][4] = {};
 #pragma unroll
@@ -114,7 +138,7 @@ __global__ void __launch_bounds__(kAttnThreads) flash_bf16_kernel(const __nv_bfl
 #pragma unroll
             for (int j = 0; j < 8; j += 2) {
                 uint32_t kb[4];
-                ldmatrix_x4(kb, k_s + (8 * j + lane % 8 + 8 * (lane / 16)) * (D + 8) + 16 * c + 8 * ((lane / 8) % 2));
+                ldmatrix_x4(kb, ks + (8 * j + lane % 8 + 8 * (lane / 16)) * (D + 8) + 16 * c + 8 * ((lane / 8) % 2));
                 mma_m16n8k16_bf16(s[j], qa[c], kb, s[j]);
                 mma_m16n8k16_bf16(s[j + 1], qa[c], kb + 2, s[j + 1]);
             }
@@ -157,12 +181,14 @@ __global__ void __launch_bounds__(kAttnThreads) flash_bf16_kernel(const __nv_bfl
 #pragma unroll
             for (int n = 0; n < D / 8; n += 2) {
                 uint32_t vb[4];
-                ldmatrix_x4_trans(vb, v_s + (16 * c + lane % 8 + 8 * ((lane / 8) % 2)) * (D + 8) + 8 * n + 8 * (lane / 16));
+                ldmatrix_x4_trans(vb, vs + (16 * c + lane % 8 + 8 * ((lane / 8) % 2)) * (D + 8) + 8 * n + 8 * (lane / 16));
                 mma_m16n8k16_bf16(o_acc[n], pa, vb, o_acc[n]);
                 mma_m16n8k16_bf16(o_acc[n + 1], pa, vb + 2, o_acc[n + 1]);
             }
         }
+        __syncthreads();  // every warp is done with buffer i % 2 before iteration i + 1 refills it
     }
+    cp_async_wait<0>();
     // END SOLUTION
 
     // Worked: divide by the row sums and store bf16 pairs (rows past N are not stored).
