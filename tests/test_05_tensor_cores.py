@@ -12,6 +12,8 @@ Tasks (ids match the TODOs in the kernel files; titles and points live in lesson
   5.9  speed: bias_gelu_bf16 and rmsnorm_bf16 against the measured copy bandwidth (GPU only)
   5.10 flash_attention_bf16: Q K^T and P V on mma.sync, online softmax in fp32, causal and full
   5.11 speed: flash_attention_bf16 at (8, 16, 4096, 64) against PyTorch SDPA's flash backend (GPU only)
+  5.12 gemm_wgmma: Hopper wgmma + TMA, correct on ragged sizes and >= 0.8x cuBLAS fp16 at 4096^3 (GPU only:
+       compute capability 9.0 and an sm_90a build, TORCH_CUDA_ARCH_LIST=9.0a)
 
 Tolerances come from the formats. bf16 has 8 significant bits: rounding an exact result to bf16 once moves it
 by at most 2^-8 of its size (half a unit in the last place), and that is all a kernel computing in fp32 and
@@ -48,9 +50,10 @@ def _m() -> cc.Lesson:
 
 
 # The compute capability each task's instructions need on a GPU (the simulator runs them all): WMMA fp16 from
-# 7.0, bf16 mma.sync, ldmatrix with bf16 fragments and cp.async from 8.0. Below it a task is not graded.
+# 7.0, bf16 mma.sync, ldmatrix with bf16 fragments and cp.async from 8.0, wgmma and TMA 9.0. Below it a task
+# is not graded.
 NEEDS_CC = {"5.3": (7, 0), "5.4": (7, 0), "5.7": (7, 0), "5.5": (8, 0), "5.6": (8, 0), "5.8": (8, 0),
-            "5.10": (8, 0), "5.11": (8, 0)}
+            "5.10": (8, 0), "5.11": (8, 0), "5.12": (9, 0)}
 
 
 @pytest.fixture(autouse=True)
@@ -338,3 +341,50 @@ def test_speed_flash_attention_bf16() -> None:
         ref = _time(lambda: F.scaled_dot_product_attention(qt, kt, vt))
     assert ref / ms >= target, (f"flash_attention_bf16 ({B}, {H}, {N}, {d}): {ms:.3f} ms, SDPA flash {ref:.3f} ms: "
                                 f"{ref / ms:.2f}x, target {target}x.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 5.12 Hopper: wgmma + TMA (GPU only)
+# ----------------------------------------------------------------------------------------------------
+
+NO_SM90A = ("not graded: gemm_wgmma did not launch (it returned 1): this build has no sm_90a code (run with "
+            "TORCH_CUDA_ARCH_LIST=9.0a on a compute capability 9.0 GPU)")
+
+
+def _wgmma(m: cc.Lesson, A: torch.Tensor, W: torch.Tensor, C: torch.Tensor, M: int, N: int, K: int) -> None:
+    if m.gemm_wgmma(A, W, C, M, N, K) == 1:
+        pytest.skip(NO_SM90A)
+
+
+@pytest.mark.task("5.12")
+@pytest.mark.gpu
+@pytest.mark.parametrize(("M", "N", "K"), [(37, 45, 72), (131, 129, 136), (300, 257, 520)])
+def test_gemm_wgmma(M: int, N: int, K: int) -> None:
+    m = _m()
+    g = check.rng(f"gemm_wgmma-{M}x{N}x{K}")
+    A = check.randn((M, K), g, m.device, dtype=torch.bfloat16)
+    W = check.randn((N, K), g, m.device, dtype=torch.bfloat16)
+    full, C = check.guarded(M * N, m.device)
+    with check.unchanged(A, W, names=["A", "W"]):
+        _wgmma(m, A, W, C.view(M, N), M, N, K)
+    a, w = A.double().cpu(), W.double().cpu()
+    atol = 2 * K * FP32_ROUND * float((a.abs() @ w.abs().T).max()) + 1e-6
+    check.assert_close(C.view(M, N), a @ w.T, name=f"gemm_wgmma {M}x{N}x{K}", rtol=0.0, atol=atol, task="5.12",
+                       hint="check the stage parity of mbar_wait, the descriptors (+16 elements per k16 step, +64 rows "
+                            "per warpgroup) and the __syncthreads before a stage is refilled.")
+    check.assert_guard(full, M * N, "gemm_wgmma", "5.12")
+
+
+@pytest.mark.task("5.12")
+@pytest.mark.gpu
+def test_speed_gemm_wgmma() -> None:
+    m = _m()
+    n, target = 4096, _target("5.12")
+    A, W = (torch.randn(n, n, device=m.device, dtype=torch.bfloat16) for _ in range(2))
+    C = torch.empty(n, n, device=m.device)
+    _wgmma(m, A, W, C, n, n, n)
+    a16, w16 = A.half(), W.half()
+    ms = _time(lambda: m.gemm_wgmma(A, W, C, n, n, n))
+    ref = _time(lambda: torch.matmul(a16, w16.T))
+    assert ref / ms >= target, (f"gemm_wgmma {n}^3: {ms:.3f} ms ({2 * n**3 / ms / 1e9:.0f} TFLOP/s), cuBLAS fp16 "
+                                f"{ref:.3f} ms: {ref / ms:.2f}x, target {target}x.")

@@ -7,7 +7,9 @@ ones come from lesson.toml through the ``task`` of the row:
                                     mma_gemm_pipelined (task 5.8, >= 0.45x), and the mma.sync ceiling: a
                                     microbenchmark of back-to-back mma.sync m16n8k16 on registers, no memory
                                     traffic (the pipeline should be within 10% of it: compare their TFLOP/s)
-  gemm 4096x4096x1024, ragged 4000x4000x4000   the two mma.sync versions against cuBLAS fp16
+                                    gemm_wgmma (Hopper wgmma + TMA, task 5.12, >= 0.8x; its rows fail with a
+                                    note where the build has no sm_90a code: TORCH_CUDA_ARCH_LIST=9.0a)
+  gemm 4096x4096x1024, ragged 4000x4000x4000   the mma.sync versions and gemm_wgmma against cuBLAS fp16
   bias+GELU, RMSNorm 16384x4096 bf16  against the measured copy bandwidth (task 5.9, >= 0.9 of copy), with
                                     PyTorch's bf16 F.gelu(x + b) and F.rms_norm as references
   flash attention (8, 16, 4096, 64) bf16, full and causal   against PyTorch SDPA's flash backend on the same
@@ -59,12 +61,24 @@ def _gemm_group(m: Any, group: str, M: int, N: int, K: int, versions: list[tuple
                  flops=flops, reference=True)]
     for name, task in versions:
         fn = getattr(m, name)
+        if name == "gemm_wgmma":
+            fn = _launched(fn)
         a, w = (Ah, Wh) if name.startswith("wmma") else (Ab, Wb)
         rows.append(Case(group, name, lambda fn=fn, a=a, w=w: fn(a, w, C, M, N, K), bytes=ours, flops=flops,
                          task=task))
     if ceiling is not None:
         rows.append(ceiling)
     return rows
+
+
+def _launched(fn: Any) -> Any:
+    """gemm_wgmma returns 1 instead of launching without sm_90a code: make that an error, not a fast row."""
+
+    def run(*args: Any) -> None:
+        if fn(*args) == 1:
+            raise RuntimeError("gemm_wgmma did not launch: no sm_90a code in this build (TORCH_CUDA_ARCH_LIST=9.0a)")
+
+    return run
 
 
 def _ceiling(m: Any, group: str) -> Case:
@@ -121,10 +135,11 @@ def _attention(m: Any, B: int, H: int, N: int, d: int) -> list[Case]:
 def cases(m: Any, quick: bool = False) -> list[Case]:
     """Benchmark cases for lesson 05 on module ``m`` (``m.device`` is cuda). ``quick``: smaller sizes."""
     n = 2048 if quick else 4096
-    allv = [("wmma_gemm_naive", None), ("wmma_gemm_tiled", "5.7"), ("mma_gemm", None), ("mma_gemm_pipelined", "5.8")]
+    allv = [("wmma_gemm_naive", None), ("wmma_gemm_tiled", "5.7"), ("mma_gemm", None), ("mma_gemm_pipelined", "5.8"),
+            ("gemm_wgmma", "5.12")]
     group = f"gemm {n}^3 16-bit in, fp32 accumulate"
     out = _gemm_group(m, group, n, n, n, allv, ceiling=_ceiling(m, group))
-    mma = [("mma_gemm", None), ("mma_gemm_pipelined", None)]
+    mma = [("mma_gemm", None), ("mma_gemm_pipelined", None), ("gemm_wgmma", None)]
     out += _gemm_group(m, f"gemm {n}x{n}x{n // 4} 16-bit in", n, n, n // 4, mma)
     r = n - 96
     out += _gemm_group(m, f"gemm {r}^3 ragged 16-bit in", r, r, r, mma)
