@@ -29,13 +29,12 @@ MAPPED_HEADERS = {
     "cuda_bf16.hpp", "cooperative_groups.h", "cooperative_groups/reduce.h", "cooperative_groups/scan.h",
     "device_launch_parameters.h", "math_constants.h", "device_functions.h", "vector_types.h", "vector_functions.h",
     "driver_types.h", "library_types.h", "sm_30_intrinsics.h", "sm_60_atomic_functions.h", "crt/math_functions.h",
-    "helper_cuda.h", "cublas_v2.h", "cublas_api.h",
+    "helper_cuda.h", "cublas_v2.h", "cublas_api.h", "mma.h",
 }
 # Torch's CUDA-only headers: the classic route gets CPU stand-ins from ccsim_torch.h instead.
 TORCH_CUDA_PREFIXES = ("ATen/cuda/", "c10/cuda/", "ATen/CUDAGeneratorImpl", "THC/")
 # Refused by prefix (checked before MAPPED_HEADERS): the build stops naming the header and the alternative.
 UNSUPPORTED_HEADERS = {
-    "mma.h": "WMMA tensor-core fragments",
     "cuda_pipeline.h": "asynchronous copies (cp.async)",
     "cuda_pipeline_primitives.h": "asynchronous copies (cp.async)",
     "curand_kernel.h": "cuRAND device functions",
@@ -259,9 +258,6 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
     for mm in re.finditer(r"\b(asm|__asm__|__asm)\b\s*(volatile\b|__volatile__\b)?\s*\(", m):
         raise _err(UnsupportedError, "inline PTX/assembly (asm(...)) cannot run on the CPU simulator; write the "
                    "operation in plain CUDA C++ (or run this file on a GPU)", path, line_of(source, mm.start()))
-    for mm in re.finditer(r"\bnvcuda\b|\bwmma::", m):
-        raise _err(UnsupportedError, "WMMA (nvcuda::wmma tensor-core fragments) is not supported by the CPU simulator",
-                   path, line_of(source, mm.start()))
     for pattern, what in _REFUSED:
         mm = re.search(pattern, m)
         if mm:

@@ -1,0 +1,390 @@
+"""Graded checks of lesson 05 (tensor cores and mixed precision): lessons/05_tensor_cores/{bf16,gemm_tc}.cu.
+
+Tasks (ids match the TODOs in the kernel files; titles and points live in lessons/05_tensor_cores/lesson.toml):
+  5.1  bias_gelu_bf16: bias + GELU on __nv_bfloat162 pairs, fp32 math, one rounding at the store
+  5.2  rmsnorm_bf16: bf16 rows, sum of squares accumulated in fp32
+  5.3  wmma_gemm_naive: WMMA, one warp per 16x16 tile (fp16 in, fp32 accumulate)
+  5.4  wmma_gemm_tiled: WMMA on a 128x128 block tile staged in shared memory
+  5.5  mma_gemm: mma.sync m16n8k16 with ldmatrix (bf16)
+  5.6  mma_gemm_pipelined: swizzled shared tiles and a 4-stage cp.async pipeline (bf16)
+  5.7  speed: wmma_gemm_tiled at 4096^3 against cuBLAS fp16 (GPU only)
+  5.8  speed: mma_gemm_pipelined at 4096^3 against cuBLAS fp16 (GPU only)
+  5.9  speed: bias_gelu_bf16 and rmsnorm_bf16 against the measured copy bandwidth (GPU only)
+  5.10 flash_attention_bf16: Q K^T and P V on mma.sync, online softmax in fp32, causal and full
+  5.11 speed: flash_attention_bf16 at (8, 16, 4096, 64) against PyTorch SDPA's flash backend (GPU only)
+  5.12 gemm_wgmma: Hopper wgmma + TMA, correct on ragged sizes and >= 0.8x cuBLAS fp16 at 4096^3 (GPU only:
+       compute capability 9.0 and an sm_90a build, TORCH_CUDA_ARCH_LIST=9.0a)
+
+Tolerances come from the formats. bf16 has 8 significant bits: rounding an exact result to bf16 once moves it
+by at most 2^-8 of its size (half a unit in the last place), and that is all a kernel computing in fp32 and
+rounding at the store may lose (fp32's own errors are 2^16 times smaller). A kernel that rounds an
+intermediate to bf16 (the sum x + bias, the running sum of squares) loses more and fails. The GEMMs'
+inputs are exact 16-bit values whose products are exact in fp32; only the fp32 accumulation rounds, by at
+most about K * 2^-24 of the sum of |a*b| terms: the tolerance is twice that. Accumulating in fp16/bf16,
+or rounding the inputs to the other 16-bit format, is hundreds of times further off. Outputs start as NaN
+poison with a guard after them, inputs are checked unchanged, and no size is a multiple of a tile.
+Attention rounds the probabilities P to bf16 before P V (as every flash kernel does): each weight moves by
+at most 2^-8 of itself, which moves an output by at most 2^-8 of the largest |v|; with the output's own
+rounding that is the tolerance (a missing mask, scale or rescaling is far outside it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cudacourse as cc
+from cudacourse import check
+from cudacourse.course import course
+
+LESSON = "05_tensor_cores"
+BF16_ROUND = 2.0**-8  # bf16's unit roundoff: half an ulp, relative (8 significant bits)
+FP32_ROUND = 2.0**-24
+
+
+def _m() -> cc.Lesson:
+    return cc.lesson(LESSON)
+
+
+# The compute capability each task's instructions need on a GPU (the simulator runs them all): WMMA fp16 from
+# 7.0, bf16 mma.sync, ldmatrix with bf16 fragments and cp.async from 8.0, wgmma and TMA 9.0. Below it a task
+# is not graded.
+NEEDS_CC = {"5.3": (7, 0), "5.4": (7, 0), "5.7": (7, 0), "5.5": (8, 0), "5.6": (8, 0), "5.8": (8, 0),
+            "5.10": (8, 0), "5.11": (8, 0), "5.12": (9, 0)}
+
+
+@pytest.fixture(autouse=True)
+def _compute_capability(request: pytest.FixtureRequest) -> None:
+    marker = request.node.get_closest_marker("task")
+    need = NEEDS_CC.get(marker.args[0]) if marker else None
+    if need is None or not torch.cuda.is_available() or cc.lesson(LESSON).backend != "cuda":
+        return
+    have = torch.cuda.get_device_capability()
+    if have < need:
+        pytest.skip(f"not graded: task {marker.args[0]} needs compute capability {need[0]}.{need[1]} (this GPU is "
+                    f"{have[0]}.{have[1]})")
+
+
+def _bf16(shape: tuple[int, ...] | int, g: torch.Generator, m: cc.Lesson, scale: float = 1.0) -> torch.Tensor:
+    return check.randn(shape, g, m.device, dtype=torch.bfloat16, scale=scale)
+
+
+def _assert_bf16_rounded_once(y: torch.Tensor, ref: torch.Tensor, name: str, task: str, hint: str,
+                              atol: float = 1e-30) -> None:
+    """y (bf16) must be ref (float64) rounded once: within half a bf16 ulp plus fp32's share (``atol``)."""
+    check.assert_close(y.double(), ref.to(torch.float64).cpu(), name=name, rtol=BF16_ROUND * (1 + 2.0**-6),
+                       atol=atol, task=task, hint=hint)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 5.1 bias + GELU in bf16
+# ----------------------------------------------------------------------------------------------------
+
+GELU_CASES = [(1, 1), (3, 33), (7, 31), (50, 257)]
+GELU_HINT = ("convert x and bias to fp32 (__bfloat1622float2), add and apply gelu_f32 in fp32, and round once with "
+             "__floats2bfloat162_rn; a pair may straddle two rows (bias index i % cols).")
+
+
+def _bias_gelu(m: cc.Lesson, x: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    rows, cols = x.shape
+    full, y = check.guarded(rows * cols, m.device, dtype=torch.bfloat16)
+    with check.unchanged(x, b, names=["x", "bias"]):
+        m.bias_gelu_bf16(x, b, y.view(rows, cols), rows, cols)
+    check.assert_guard(full, rows * cols, "bias_gelu_bf16", "5.1")
+    return y.view(rows, cols), F.gelu(x.double().cpu() + b.double().cpu())
+
+
+@pytest.mark.task("5.1")
+@pytest.mark.parametrize(("rows", "cols"), GELU_CASES)
+def test_bias_gelu_bf16(rows: int, cols: int) -> None:
+    """Where x + b is very negative, GELU is 0.5 s (1 + erf(s / sqrt 2)) with 1 + erf nearly 0: fp32 itself
+    then loses the relative precision (an absolute error of about |s| 2^-24), hence the atol."""
+    m = _m()
+    g = check.rng(f"bias-gelu-{rows}x{cols}")
+    x, b = _bf16((rows, cols), g, m, scale=3.0), _bf16(cols, g, m)
+    y, ref = _bias_gelu(m, x, b)
+    s = (x.double().cpu() + b.double().cpu()).abs().max().item()
+    _assert_bf16_rounded_once(y, ref, f"bias_gelu_bf16 {rows}x{cols}", "5.1", GELU_HINT, atol=4 * FP32_ROUND * s)
+
+
+@pytest.mark.task("5.1")
+def test_bias_gelu_bf16_special_values() -> None:
+    """Saturated tails, zero, a huge finite value (bf16 has fp32's range: 1e38 is a bf16), +inf, NaN."""
+    m = _m()
+    x = torch.tensor([[-30.0, 30.0, 0.0, 1e38, float("inf"), float("nan"), -0.5]], dtype=torch.bfloat16).to(m.device)
+    y, ref = _bias_gelu(m, x, torch.zeros(7, dtype=torch.bfloat16, device=m.device))
+    _assert_bf16_rounded_once(y, ref, "bias_gelu_bf16 special values", "5.1", GELU_HINT)
+
+
+@pytest.mark.task("5.1")
+def test_bias_gelu_bf16_rejects_fp32() -> None:
+    m = _m()
+    x = torch.zeros(4, 8, device=m.device)
+    with pytest.raises(TypeError, match="bfloat16"):
+        m.bias_gelu_bf16(x, torch.zeros(8, device=m.device, dtype=torch.bfloat16), torch.empty_like(x).bfloat16(), 4, 8)
+
+
+# ----------------------------------------------------------------------------------------------------
+# 5.2 RMSNorm in bf16
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.task("5.2")
+@pytest.mark.parametrize(("rows", "cols", "offset"), [(1, 1, 0.0), (5, 33, 0.0), (3, 4099, 0.0), (2, 4096, 8.0)])
+def test_rmsnorm_bf16(rows: int, cols: int, offset: float) -> None:
+    """offset 8: every square is about 64, 4096 of them: a bf16 running sum stops growing at about 2^8 terms."""
+    m = _m()
+    g = check.rng(f"rmsnorm-bf16-{rows}x{cols}")
+    x = (check.randn((rows, cols), g, dtype=torch.float64) + offset).to(torch.bfloat16).to(m.device)
+    w = _bf16(cols, g, m)
+    full, y = check.guarded(rows * cols, m.device, dtype=torch.bfloat16)
+    with check.unchanged(x, w, names=["x", "w"]):
+        m.rmsnorm_bf16(x, w, y.view(rows, cols), rows, cols, 1e-6)
+    ref = F.rms_norm(x.double().cpu(), (cols,), w.double().cpu(), 1e-6)
+    _assert_bf16_rounded_once(y.view(rows, cols), ref, f"rmsnorm_bf16 {rows}x{cols}", "5.2",
+                              "accumulate the squares in fp32 (convert each element first) and round to bf16 only "
+                              "when storing y.")
+    check.assert_guard(full, rows * cols, "rmsnorm_bf16", "5.2")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 5.3-5.6 GEMMs: C (M x N, fp32) = A (M x K) W^T, W is N x K
+# ----------------------------------------------------------------------------------------------------
+
+# (M, N, K): single elements, ragged everything, K % 8 != 0 (no 16-byte rows: the scalar and fallback paths),
+# more than one block tile in M and N, several k-tiles and pipeline stages.
+GEMM_CASES = [(1, 1, 1), (37, 45, 72), (64, 130, 37), (131, 129, 136)]
+GEMMS = {"5.3": ("wmma_gemm_naive", torch.float16), "5.4": ("wmma_gemm_tiled", torch.float16),
+         "5.5": ("mma_gemm", torch.bfloat16), "5.6": ("mma_gemm_pipelined", torch.bfloat16)}
+GEMM_HINTS = {
+    "5.3": "stage both 16x16 tiles (zeros outside M, N, K), __syncwarp, load_matrix_sync (W as col_major, ldm 16), "
+           "mma_sync, __syncwarp; store with store_acc_tile.",
+    "5.4": "every k-tile: load_tile both operands, __syncthreads, 4 x 4 fragments per k16 step, __syncthreads.",
+    "5.5": "check the ldmatrix row addresses (A: row lane%16, column 8*(lane/16); W: row lane%8 + 8*(lane/16), column "
+           "8*((lane/8)%2)) and the accumulator layout (row lane/4 + 8*(v/2), column 2*(lane%4) + v%2).",
+    "5.6": "wait for a stage (cp_async_wait<kStages - 2>) and __syncthreads before reading it; commit one group per "
+           "iteration even when nothing is issued; read and write through the same swizzle.",
+}
+
+
+def _gemm_case(task: str, M: int, N: int, K: int) -> None:
+    name, dtype = GEMMS[task]
+    m = _m()
+    g = check.rng(f"{name}-{M}x{N}x{K}")
+    A = check.randn((M, K), g, m.device, dtype=dtype)
+    W = check.randn((N, K), g, m.device, dtype=dtype)
+    full, C = check.guarded(M * N, m.device)
+    with check.unchanged(A, W, names=["A", "W"]):
+        getattr(m, name)(A, W, C.view(M, N), M, N, K)
+    a, w = A.double().cpu(), W.double().cpu()
+    ref = a @ w.T
+    atol = 2 * max(K, 1) * FP32_ROUND * float((a.abs() @ w.abs().T).max()) + 1e-6
+    check.assert_close(C.view(M, N), ref, name=f"{name} {M}x{N}x{K}", rtol=0.0, atol=atol, task=task,
+                       hint=GEMM_HINTS[task])
+    check.assert_guard(full, M * N, name, task)
+
+
+@pytest.mark.task("5.3")
+@pytest.mark.parametrize(("M", "N", "K"), GEMM_CASES)
+def test_wmma_gemm_naive(M: int, N: int, K: int) -> None:
+    _gemm_case("5.3", M, N, K)
+
+
+@pytest.mark.task("5.4")
+@pytest.mark.parametrize(("M", "N", "K"), GEMM_CASES)
+def test_wmma_gemm_tiled(M: int, N: int, K: int) -> None:
+    _gemm_case("5.4", M, N, K)
+
+
+@pytest.mark.task("5.5")
+@pytest.mark.parametrize(("M", "N", "K"), GEMM_CASES)
+def test_mma_gemm(M: int, N: int, K: int) -> None:
+    _gemm_case("5.5", M, N, K)
+
+
+@pytest.mark.task("5.6")
+@pytest.mark.parametrize(("M", "N", "K"), GEMM_CASES)
+def test_mma_gemm_pipelined(M: int, N: int, K: int) -> None:
+    _gemm_case("5.6", M, N, K)
+
+
+def _rejects_fp32(task: str) -> None:
+    """fp32 tensors where 16-bit inputs are expected: a TypeError naming the parameter, before any launch."""
+    name, dtype = GEMMS[task]
+    m = _m()
+    A, W, C = torch.ones(16, 16, device=m.device), torch.ones(16, 16, device=m.device, dtype=dtype), torch.zeros(16, 16)
+    with pytest.raises(TypeError) as e:
+        getattr(m, name)(A, W, C.to(m.device), 16, 16, 16)
+    want = "float16" if dtype == torch.float16 else "bfloat16"
+    assert "A" in str(e.value) and want in str(e.value), str(e.value)
+
+
+@pytest.mark.task("5.3")
+def test_wmma_gemm_rejects_fp32_inputs() -> None:
+    _rejects_fp32("5.3")
+
+
+@pytest.mark.task("5.5")
+def test_mma_gemm_rejects_fp32_inputs() -> None:
+    _rejects_fp32("5.5")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 5.10 flash attention in bf16 on mma.sync
+# ----------------------------------------------------------------------------------------------------
+
+# (B, H, N, d, causal, q scale): ragged N, every supported d, one query, peaked softmax (large logits)
+FLASH_CASES = [(1, 2, 70, 64, 0, 1.0), (1, 2, 70, 64, 1, 1.0), (2, 1, 130, 32, 1, 1.0), (1, 1, 1, 16, 0, 1.0),
+               (1, 1, 33, 48, 1, 1.0), (1, 1, 100, 64, 1, 8.0)]
+
+
+@pytest.mark.task("5.10")
+@pytest.mark.parametrize(("B", "H", "N", "d", "causal", "qscale"), FLASH_CASES)
+def test_flash_attention_bf16(B: int, H: int, N: int, d: int, causal: int, qscale: float) -> None:
+    m = _m()
+    g = check.rng(f"flash-bf16-{B}x{H}x{N}x{d}-{causal}-{qscale}")
+    q = _bf16((B, N, H, d), g, m, scale=qscale)
+    k, v = _bf16((B, N, H, d), g, m), _bf16((B, N, H, d), g, m)
+    full, o = check.guarded(B * N * H * d, m.device, dtype=torch.bfloat16)
+    with check.unchanged(q, k, v, names=["q", "k", "v"]):
+        m.flash_attention_bf16(q, k, v, o.view(B, N, H, d), B, H, N, d, d**-0.5, causal)
+    qd, kd, vd = (x.double().cpu().transpose(1, 2) for x in (q, k, v))
+    ref = F.scaled_dot_product_attention(qd, kd, vd, is_causal=bool(causal)).transpose(1, 2)
+    atol = BF16_ROUND * float(v.double().abs().max()) * (1 + 2.0**-4)
+    check.assert_close(o.view(B, N, H, d).double(), ref, name=f"flash_attention_bf16 B={B} H={H} N={N} d={d} "
+                       f"causal={causal}", rtol=BF16_ROUND, atol=atol, task="5.10",
+                       hint="check the key/query indices of the mask (key 8j + 2t + i%2, query g + 8*(i/2)), the "
+                            "rescaling of o_acc and row_sum by alpha, and the packing of P into A fragments.")
+    check.assert_guard(full, B * N * H * d, "flash_attention_bf16", "5.10")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Speed (GPU only; targets in lesson.toml, read by bench too)
+# ----------------------------------------------------------------------------------------------------
+
+
+def _time(fn: object) -> float:
+    from cudacourse.bench import time_kernel
+
+    return time_kernel(fn)
+
+
+def _target(task_id: str) -> float:
+    target = course().task(LESSON, task_id).target
+    assert target is not None, f"task {task_id} declares no speed target in lesson.toml"
+    return target
+
+
+def _gemm_speed(task: str, name: str, dtype: torch.dtype) -> None:
+    m = _m()
+    _gemm_case(task, 131, 129, 136)  # correct before timed
+    n = 4096
+    A, W = torch.randn(n, n, device=m.device, dtype=dtype), torch.randn(n, n, device=m.device, dtype=dtype)
+    C = torch.empty(n, n, device=m.device)
+    a16, w16 = A.half(), W.half()
+    ms = _time(lambda: getattr(m, name)(A, W, C, n, n, n))
+    ref = _time(lambda: torch.matmul(a16, w16.T))
+    target = _target(task)
+    assert ref / ms >= target, (f"{name} {n}^3: {ms:.3f} ms ({2 * n**3 / ms / 1e9:.0f} TFLOP/s), cuBLAS fp16 {ref:.3f} "
+                                f"ms: {ref / ms:.2f}x, target {target}x.")
+
+
+@pytest.mark.task("5.7")
+@pytest.mark.gpu
+def test_speed_wmma_tiled() -> None:
+    _gemm_speed("5.7", "wmma_gemm_tiled", torch.float16)
+
+
+@pytest.mark.task("5.8")
+@pytest.mark.gpu
+def test_speed_mma_pipelined() -> None:
+    _gemm_speed("5.8", "mma_gemm_pipelined", torch.bfloat16)
+
+
+@pytest.mark.task("5.9")
+@pytest.mark.gpu
+def test_speed_bf16_elementwise_and_rmsnorm() -> None:
+    from cudacourse.bench import copy_bandwidth_gbs
+
+    m = _m()
+    target, copy = _target("5.9"), copy_bandwidth_gbs()
+    rows, cols = 16384, 4096
+    x = torch.randn(rows, cols, device=m.device, dtype=torch.bfloat16)
+    b = torch.randn(cols, device=m.device, dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    nbytes = 2 * x.numel() * 2  # read x, write y (bf16)
+    for name, fn in (("bias_gelu_bf16", lambda: m.bias_gelu_bf16(x, b, y, rows, cols)),
+                     ("rmsnorm_bf16", lambda: m.rmsnorm_bf16(x, b, y, rows, cols, 1e-6))):
+        ms = _time(fn)
+        gbs = nbytes / ms / 1e6
+        assert gbs / copy >= target, (f"{name} {rows}x{cols} bf16: {gbs:.0f} GB/s, copy {copy:.0f} GB/s: "
+                                      f"{gbs / copy:.2f} of it, target {target}.")
+    assert math.isfinite(float(y.float().sum()))
+
+
+@pytest.mark.task("5.11")
+@pytest.mark.gpu
+def test_speed_flash_attention_bf16() -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    m = _m()
+    test_flash_attention_bf16(1, 2, 70, 64, 1, 1.0)  # correct before timed
+    B, H, N, d, target = 8, 16, 4096, 64, _target("5.11")
+    q, k, v = (torch.randn(B, N, H, d, device=m.device, dtype=torch.bfloat16) for _ in range(3))
+    o = torch.empty_like(q)
+    ms = _time(lambda: m.flash_attention_bf16(q, k, v, o, B, H, N, d, d**-0.5, 0))
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        ref = _time(lambda: F.scaled_dot_product_attention(qt, kt, vt))
+    assert ref / ms >= target, (f"flash_attention_bf16 ({B}, {H}, {N}, {d}): {ms:.3f} ms, SDPA flash {ref:.3f} ms: "
+                                f"{ref / ms:.2f}x, target {target}x.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 5.12 Hopper: wgmma + TMA (GPU only)
+# ----------------------------------------------------------------------------------------------------
+
+NO_SM90A = ("not graded: gemm_wgmma did not launch (it returned 1): this build has no sm_90a code (run with "
+            "TORCH_CUDA_ARCH_LIST=9.0a on a compute capability 9.0 GPU)")
+
+
+def _wgmma(m: cc.Lesson, A: torch.Tensor, W: torch.Tensor, C: torch.Tensor, M: int, N: int, K: int) -> None:
+    if m.gemm_wgmma(A, W, C, M, N, K) == 1:
+        pytest.skip(NO_SM90A)
+
+
+@pytest.mark.task("5.12")
+@pytest.mark.gpu
+@pytest.mark.parametrize(("M", "N", "K"), [(37, 45, 72), (131, 129, 136), (300, 257, 520)])
+def test_gemm_wgmma(M: int, N: int, K: int) -> None:
+    m = _m()
+    g = check.rng(f"gemm_wgmma-{M}x{N}x{K}")
+    A = check.randn((M, K), g, m.device, dtype=torch.bfloat16)
+    W = check.randn((N, K), g, m.device, dtype=torch.bfloat16)
+    full, C = check.guarded(M * N, m.device)
+    with check.unchanged(A, W, names=["A", "W"]):
+        _wgmma(m, A, W, C.view(M, N), M, N, K)
+    a, w = A.double().cpu(), W.double().cpu()
+    atol = 2 * K * FP32_ROUND * float((a.abs() @ w.abs().T).max()) + 1e-6
+    check.assert_close(C.view(M, N), a @ w.T, name=f"gemm_wgmma {M}x{N}x{K}", rtol=0.0, atol=atol, task="5.12",
+                       hint="check the stage parity of mbar_wait, the descriptors (+16 elements per k16 step, +64 rows "
+                            "per warpgroup) and the __syncthreads before a stage is refilled.")
+    check.assert_guard(full, M * N, "gemm_wgmma", "5.12")
+
+
+@pytest.mark.task("5.12")
+@pytest.mark.gpu
+def test_speed_gemm_wgmma() -> None:
+    m = _m()
+    n, target = 4096, _target("5.12")
+    A, W = (torch.randn(n, n, device=m.device, dtype=torch.bfloat16) for _ in range(2))
+    C = torch.empty(n, n, device=m.device)
+    _wgmma(m, A, W, C, n, n, n)
+    a16, w16 = A.half(), W.half()
+    ms = _time(lambda: m.gemm_wgmma(A, W, C, n, n, n))
+    ref = _time(lambda: torch.matmul(a16, w16.T))
+    assert ref / ms >= target, (f"gemm_wgmma {n}^3: {ms:.3f} ms ({2 * n**3 / ms / 1e9:.0f} TFLOP/s), cuBLAS fp16 "
+                                f"{ref:.3f} ms: {ref / ms:.2f}x, target {target}x.")
