@@ -43,6 +43,17 @@ def content_key(*parts: str | bytes) -> str:
     return h.hexdigest()[:20]
 
 
+def local_headers(path: str | os.PathLike[str]) -> str:
+    """The headers next to a kernel file (``*.h``, ``*.cuh``, ``*.hpp``), names and contents, for its cache key:
+    a file that includes ``cc_mma.h`` from its folder is rebuilt when that header changes."""
+    d = Path(path).parent
+    if not Path(path).is_file():
+        return ""
+    parts = [f"{h.name}\n{h.read_text(errors='replace')}" for ext in ("*.h", "*.cuh", "*.hpp")
+             for h in sorted(d.glob(ext))]
+    return "\n".join(parts)
+
+
 def cached(kind: str, key: str, build: Callable[[Path], None], *, wait_s: float = 600.0) -> Path:
     """Return the build folder for ``(kind, key)``, running ``build(folder)`` first if it is not complete.
 

@@ -229,7 +229,7 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
 
     text = f'#line 1 "{path}"\n{source}\n{_cuda_trampolines(launchers)}'
     arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
-    key = buildcache.content_key("cuda-v2", text, arch, nvcc_path() or "")
+    key = buildcache.content_key("cuda-v2", text, arch, nvcc_path() or "", buildcache.local_headers(path))
 
     # the file's own folder for its local headers (the build runs elsewhere); cuBLAS linked where it is used
     cflags = ["-O3", "-lineinfo", *([f"-I{Path(path).parent}"] if Path(path).is_file() else []),
@@ -443,7 +443,7 @@ def _build_torch_cuda(source: str, path: str, functions: list[str]) -> Any:
 
     from torch.utils import cpp_extension
 
-    key = buildcache.content_key("torch-cuda-v2", source, ",".join(functions))
+    key = buildcache.content_key("torch-cuda-v2", source, ",".join(functions), buildcache.local_headers(path))
     name = f"cc_torch_{key}"
 
     built: dict[str, Any] = {}

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cudacourse.buildcache import cached, content_key
+from cudacourse.buildcache import cached, content_key, local_headers
 from cudacourse.errors import KERNEL_ERROR_CLASSES, CompileError, KernelError, KernelTimeout, compile_error
 from cudacourse.source import SCALAR_CTYPES, Launcher
 
@@ -283,7 +283,7 @@ class SimLibrary:
         flags = [*_COMMON, *_LINES, *(_CHECKED if checked else [])]
         # a learner file may include its own headers next to it (not part of the cache key: keep them stable)
         incs = ["-I", os.path.dirname(os.path.abspath(path))] if os.path.isfile(path) else []
-        key = content_key(text, " ".join(flags + incs), _runtime_text(), _gxx_version())
+        key = content_key(text, " ".join(flags + incs), _runtime_text(), _gxx_version(), local_headers(path))
 
         def build(d: Path) -> None:
             (d / "src.cpp").write_text(text)
