@@ -228,8 +228,8 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
     from torch.utils import cpp_extension
 
     text = f'#line 1 "{path}"\n{source}\n{_cuda_trampolines(launchers)}'
-    arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
-    key = buildcache.content_key("cuda-v2", text, arch, nvcc_path() or "", buildcache.local_headers(path))
+    arch = cuda_arch()
+    key = buildcache.content_key("cuda-v3", text, arch, nvcc_path() or "", buildcache.local_headers(path))
 
     # the file's own folder for its local headers (the build runs elsewhere); cuBLAS linked where it is used
     cflags = ["-O3", "-lineinfo", *([f"-I{Path(path).parent}"] if Path(path).is_file() else []),
@@ -246,6 +246,8 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
             _nvcc_shared(text, d / f"{name}.so", cflags + ldflags)
             (d / "library").write_text(f"{name}.so")
             return
+        saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch  # (load_inline reads the architecture from there)
         try:
             cpp_extension.load_inline(
                 name=name, cpp_sources=[""], cuda_sources=[text], no_implicit_headers=True,
@@ -258,21 +260,35 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
             for f in d.glob("*.log"):
                 log += f.read_text(errors="replace")
             raise compile_error(log, path) from None
+        finally:
+            if saved is None:
+                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+            else:
+                os.environ["TORCH_CUDA_ARCH_LIST"] = saved
         (d / "library").write_text(f"{name}.so")
 
     d = buildcache.cached("cuda", key, build)
     return d / (d / "library").read_text()
 
 
-def _nvcc_shared(text: str, out: Path, flags: list[str]) -> None:
-    """nvcc straight to a shared library, for this GPU's architecture (nothing is loaded here)."""
+def cuda_arch() -> str:
+    """The architecture kernel files are built for: ``$TORCH_CUDA_ARCH_LIST`` if set, else this GPU's compute
+    capability, with the ``a`` suffix from 9.0 on (``9.0a``: Hopper's wgmma and TMA exist only in sm_90a code)."""
     import torch
 
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ["TORCH_CUDA_ARCH_LIST"]
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}.{minor}{'a' if major >= 9 else ''}"
+
+
+def _nvcc_shared(text: str, out: Path, flags: list[str]) -> None:
+    """nvcc straight to a shared library, for :func:`cuda_arch` (nothing is loaded here)."""
     src = out.with_suffix(".cu")
     src.write_text(text)
-    major, minor = torch.cuda.get_device_capability()
-    arch = f"sm_{major}{minor}{'a' if major >= 9 else ''}"
-    cmd = [nvcc_path() or "nvcc", *flags, "-std=c++17", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC",
+    archs = [a.split("+")[0].replace(".", "") for a in cuda_arch().replace(";", " ").split() if a[0].isdigit()]
+    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    cmd = [nvcc_path() or "nvcc", *flags, "-std=c++17", *gencode, "-shared", "-Xcompiler", "-fPIC",
            str(src), "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:

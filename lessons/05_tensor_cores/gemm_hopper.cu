@@ -73,15 +73,19 @@ __global__ void __launch_bounds__(kHThreads) gemm_wgmma_kernel(const __grid_cons
         }
 }
 
-// Contract: A is M x K, W is N x K (bf16, row-major, K % 8 == 0), C is M x N fp32: C = A W^T. Returns 0 when
-// the kernel was launched, 1 when it cannot run here (no sm_90a code in this build, K % 8 != 0, or no tensor
-// map): C is then not written.
-int gemm_wgmma(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, int N, int K) {
-    if (M <= 0 || N <= 0 || K <= 0) return 1;
+// Contract: A is M x K, W is N x K (bf16, row-major, K % 8 == 0), C is M x N fp32: C = A W^T. Launches only where
+// gemm_wgmma_supported says 1 (and K % 8 == 0, and the tensor maps could be made); otherwise C is not written.
+void gemm_wgmma_supported(int* ok) {
+    int yes = cc_sm90a_built() ? 1 : 0;  // a property of this build: sm_90a code, on a compute capability 9.0 GPU
+    cudaMemcpy(ok, &yes, sizeof yes, cudaMemcpyHostToDevice);
+}
+
+void gemm_wgmma(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, int N, int K) {
+    if (M <= 0 || N <= 0 || K <= 0) return;
     static const bool sm90a = cc_sm90a_built();  // asked once: the answer is a property of this build
-    if (K % 8 != 0 || !sm90a) return 1;
+    if (K % 8 != 0 || !sm90a) return;
     CUtensorMap map_a, map_w;
-    if (!cc_make_tmap_bf16(&map_a, A, M, K, kHBM) || !cc_make_tmap_bf16(&map_w, W, N, K, kHBN)) return 1;
+    if (!cc_make_tmap_bf16(&map_a, A, M, K, kHBM) || !cc_make_tmap_bf16(&map_w, W, N, K, kHBN)) return;
     static bool opted_in = false;
     if (!opted_in) {
         cudaFuncSetAttribute(gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
@@ -89,5 +93,4 @@ int gemm_wgmma(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, 
     }
     dim3 grid((N + kHBN - 1) / kHBN, (M + kHBM - 1) / kHBM);
     gemm_wgmma_kernel<<<grid, kHThreads, kHSmem>>>(map_a, map_w, C, M, N, K);
-    return 0;
 }
