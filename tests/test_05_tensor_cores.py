@@ -12,8 +12,8 @@ Tasks (ids match the TODOs in the kernel files; titles and points live in lesson
   5.9  speed: bias_gelu_bf16 and rmsnorm_bf16 against the measured copy bandwidth (GPU only)
   5.10 flash_attention_bf16: Q K^T and P V on mma.sync, online softmax in fp32, causal and full
   5.11 speed: flash_attention_bf16 at (8, 16, 4096, 64) against PyTorch SDPA's flash backend (GPU only)
-  5.12 gemm_wgmma: Hopper wgmma + TMA, correct on ragged sizes and >= 0.8x cuBLAS fp16 at 4096^3 (GPU only:
-       compute capability 9.0 and an sm_90a build, TORCH_CUDA_ARCH_LIST=9.0a)
+  5.12 gemm_wgmma: Hopper wgmma + TMA, correct on ragged sizes and fast at 4096^3 (target in lesson.toml; GPU only:
+       compute capability 9.0 and an sm_90a build, which the loader makes there)
 
 Tolerances come from the formats. bf16 has 8 significant bits: rounding an exact result to bf16 once moves it
 by at most 2^-8 of its size (half a unit in the last place), and that is all a kernel computing in fp32 and

@@ -234,9 +234,9 @@ def test_cp_async_lands_at_the_wait(backend):
     assert torch.equal(y, x.view(16, 4).roll(-1, 0).flatten())
     x2 = torch.arange(8, dtype=torch.float32) + 1
     y2 = _call(backend, PTX, "mma_ptx.cu", "cpa2", [x2, torch.full((16,), float("nan"))])[1]
-    # wait_group 1 guarantees the older group only; the simulator holds the newer one back (adversarially), a GPU
-    # may already have landed it
-    newer_ok = torch.equal(y2[4:8], torch.full((4,), -1.0)) or (backend == "cuda" and torch.equal(y2[4:8], x2[4:8]))
+    # wait_group 1 guarantees the older group only; the simulator holds the newer one back (adversarially), while on
+    # the H100 the slot already held later data when read (measured: [5, 6, 0, 0]): there only the older group counts
+    newer_ok = backend == "cuda" or torch.equal(y2[4:8], torch.full((4,), -1.0))
     assert torch.equal(y2[:4], x2[:4]) and newer_ok, f"wait<1> must land the older group only: {y2[:8]}"
     assert torch.equal(y2[8:], torch.tensor([1.0, 2, 3, 4, 5, 6, 0, 0])), f"src_bytes=8 zero-fills the rest: {y2[8:]}"
 
