@@ -88,6 +88,7 @@ def sum_tolerance(n: int, dtype: torch.dtype = torch.float32, magnitude: float =
 @contextmanager
 def unchanged(*tensors: torch.Tensor, names: Sequence[str] | None = None) -> Iterator[None]:
     """Assert the given input tensors hold the same values after the block as before it."""
+    __tracebackhide__ = True  # pytest shows the learner's test line, not this harness frame
     before = [t.detach().clone() for t in tensors]
     yield
     for i, (t, b) in enumerate(zip(tensors, before, strict=True)):
@@ -116,6 +117,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
     the first mismatching indices (yours vs expected), and says so when outputs were never written
     (poison left) or when the answer is all zeros. NaN and infinities must match exactly.
     """
+    __tracebackhide__ = True  # pytest shows the learner's test line, not this harness frame
     where = f"{name}" + (f" (task {task})" if task else "")
     if tuple(actual.shape) != tuple(expected.shape):
         raise AssertionError(f"{where}: shape {tuple(actual.shape)} but expected {tuple(expected.shape)}")
@@ -191,6 +193,7 @@ def guarded(n: int, device: Any = "cpu", dtype: torch.dtype = torch.float32,
 def assert_guard(full: torch.Tensor, n: int, name: str, task: str | None = None,
                  hint: str = "Check the bounds test on every store.") -> None:
     """Assert the guard after the first ``n`` elements of ``full`` is still poison."""
+    __tracebackhide__ = True  # pytest shows the learner's test line, not this harness frame
     tail = full[n:].detach().cpu()
     clean = tail.isnan() if tail.dtype.is_floating_point else tail == INT_POISON
     if not bool(clean.all()):

@@ -59,7 +59,8 @@ def pytest_args(c: Course, lessons: list[LessonInfo], task_ids: list[str], extra
     args = [str(c.tests_dir / les.test_file) for les in lessons]
     for t in task_ids:
         args += ["--cc-task", t]
-    return args + ["-q", "-p", "no:cacheprovider", *extra]
+    # --tb=short: the failing test line and the course's message, not pages of test source (extra can override)
+    return args + ["-q", "-p", "no:cacheprovider", "--tb=short", *extra]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -411,6 +411,7 @@ class Module:
                                  f"(loaded: {', '.join(self.functions()) or 'none'})")
 
         def call(*args: Any) -> None:
+            __tracebackhide__ = True  # pytest shows the learner's test line, not this harness frame
             checked = check_args(la, args, self.device)
             if self.backend == "cuda":
                 self._lib.call(la, checked, self.sync and not _NO_SYNC.get())

@@ -447,6 +447,7 @@ class SimLibrary:
         Every pointer argument is copied back into the caller's tensor afterwards. Kernel bugs raise the
         matching ``KernelError`` subclass; the library stays usable afterwards.
         """
+        __tracebackhide__ = True  # pytest shows the learner's test line, not this harness frame
         import torch  # the caller already has torch; the worker never imports it
 
         la = self.launchers.get(name)
