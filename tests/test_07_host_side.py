@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
