@@ -186,14 +186,16 @@ static void decode_step(cudaStream_t s, float* x, const float* W, float* t, int 
     rmsnorm_kernel<<<1, kBlock, 0, s>>>(x, d);
 }
 
+// A blocking stream (cudaStreamCreate): it waits for work the caller queued earlier on the legacy default
+// stream (PyTorch's default stream), so the launcher stays ordered with the caller's own work.
 static cudaStream_t decode_stream() {
     static cudaStream_t s = nullptr;
-    if (!s) CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (!s) CUDA_OK(cudaStreamCreate(&s));
     return s;
 }
 
 // Worked example. Contract: x holds d floats (updated in place), W d*d floats, t d floats of scratch;
-// runs `steps` decode steps, 3 launches each, on a non-blocking stream, and waits for them.
+// runs `steps` decode steps, 3 launches each, on the lesson's decode stream, and waits for them.
 void decode_eager(float* x, const float* W, float* t, int d, int steps) {
     cudaStream_t s = decode_stream();
     for (int i = 0; i < steps; ++i) decode_step(s, x, W, t, d);
