@@ -164,6 +164,25 @@ void graph_illegal(float* x, int n) {
     cudaStreamEndCapture(s, &g);
 }
 
+// The default stream waits on an event recorded on a non-blocking stream: only the event orders them.
+__global__ void copy_plus(const float* a, float* b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) b[i] = a[i] + 1.0f;
+}
+void default_waits_on_event(float* out, int n) {
+    float* d;
+    cudaMalloc(&d, n * sizeof(float));
+    cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaEvent_t e; cudaEventCreate(&e);
+    cudaMemsetAsync(d, 0, n * sizeof(float), s);
+    inc_scale<<<(n + 127) / 128, 128, 0, s>>>(d, n, 2.0f, 1.0f);
+    cudaEventRecord(e, s);
+    cudaStreamWaitEvent(0, e, 0);
+    copy_plus<<<(n + 127) / 128, 128>>>(d, out, n);
+    cudaDeviceSynchronize();
+    cudaStreamDestroy(s); cudaEventDestroy(e); cudaFree(d);
+}
+
 static void CUDART_CB append(void* p) { float* v = (float*)p; v[1] = v[0] + 1.0f; }
 // Host functions run in stream order, after the work queued before them.
 void host_func(float* x, int n) {
@@ -269,6 +288,13 @@ def test_synchronous_call_inside_capture_is_refused_naming_it(lib):
     with pytest.raises(KernelError, match=r"StreamCaptureError: cudaMemcpy at streams\.cu:\d+ .*capturing") as e:
         lib.call("graph_illegal", [x, 64])
     assert e.value.details["kind"] == "stream"
+
+
+def test_default_stream_waits_on_an_event_of_a_non_blocking_stream(lib):
+    n = 200
+    y = torch.full((n,), float("nan"))
+    lib.call("default_waits_on_event", [y, n])
+    torch.testing.assert_close(y, torch.full((n,), 3.0))
 
 
 def test_host_function_runs_in_stream_order(lib):

@@ -1763,8 +1763,16 @@ MemKind mem_kind(const void* p) {
     return MEM_PAGEABLE;
 }
 
+// A stream capturing now (not in relaxed mode: there the "potentially unsafe" calls are allowed).
 CUstream_st* capturing_stream() {
-    for (CUstream_st* s : g_streams) if (s->cap && !s->cap->invalid) return s;
+    for (CUstream_st* s : g_streams)
+        if (s->cap && !s->cap->invalid && s->cap_mode != cudaStreamCaptureModeRelaxed) return s;
+    return nullptr;
+}
+// A capturing blocking stream: work on the legacy default stream would depend on it (any capture mode).
+CUstream_st* capturing_blocking_stream() {
+    for (CUstream_st* s : g_streams)
+        if (s->cap && !s->cap->invalid && !(s->flags & cudaStreamNonBlocking)) return s;
     return nullptr;
 }
 
@@ -1868,11 +1876,12 @@ void exec_op(Op* op) {
 cudaError_t issue(cudaStream_t s, std::shared_ptr<Op> op, void* ra, const char* call) {
     op->seq = ++g_op_seq;
     if (is_default(s)) {
-        if (CUstream_st* c = capturing_stream())
-            if (c->cap_mode != cudaStreamCaptureModeRelaxed || true)
-                return capture_violation(c, call, "work on the legacy default stream waits for every blocking stream, "
+        if (CUstream_st* c = capturing_blocking_stream())
+            return capture_violation(c, call, "work on the legacy default stream waits for every blocking stream, "
                                          "the capturing one included", ra, cudaErrorStreamCaptureImplicit);
-        run_needed(all_queued(true));
+        std::vector<Op*> before = all_queued(true);
+        for (auto& d : op->deps) before.push_back(d.get());   // an event wait on the default stream
+        run_needed(before);
         exec_op(op.get());
         op->done = true;
         return g_has_err.load() ? cudaErrorLaunchFailure : cudaSuccess;
@@ -1934,7 +1943,7 @@ API cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind
     return copy_op(d, s, n, k, st, true, __builtin_return_address(0), "cudaMemcpyAsync");
 }
 API cudaError_t cudaMemset(void* d, int v, size_t n) {
-    if (CUstream_st* c = capturing_stream())
+    if (CUstream_st* c = capturing_blocking_stream())
         return capture_violation(c, "cudaMemset", "it runs on the legacy default stream, which waits for the capturing "
                                  "stream", __builtin_return_address(0), cudaErrorStreamCaptureImplicit);
     auto op = std::make_shared<Op>(); op->kind = OP_SET; op->dst = d; op->value = v; op->n = n;
@@ -1950,7 +1959,7 @@ API int ccsim_rt_stream_launch(cudaStream_t s, const char* name, int (*run)(void
     if (g_has_err.load()) { if (drop) drop(clo); return 1; }
     void* ra = __builtin_return_address(0);
     if (!run) {
-        if (CUstream_st* c = capturing_stream()) {
+        if (CUstream_st* c = capturing_blocking_stream()) {
             capture_violation(c, (std::string("the launch of ") + name + " on the default stream").c_str(),
                               "work on the legacy default stream waits for every blocking stream, the capturing one "
                               "included", ra, cudaErrorStreamCaptureImplicit);
@@ -2050,11 +2059,11 @@ API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
     void* ra = __builtin_return_address(0);
     if (!e) return (cudaError_t)(g_last_cuda_error = cudaErrorInvalidResourceHandle);
     if (e->cap) {                                  // fork/join inside a capture: s joins it
-        if (is_default(s)) return capture_violation(capturing_stream() ? capturing_stream() : g_streams.front(),
+        if (is_default(s)) return capture_violation(e->cap->origin,
                                                     "cudaStreamWaitEvent on the default stream",
                                                     "the legacy default stream cannot join a capture", ra,
                                                     cudaErrorStreamCaptureImplicit);
-        if (!s->cap) { s->cap = e->cap; s->cap_deps = e->cap_deps; s->cap_mode = cudaStreamCaptureModeGlobal; }
+        if (!s->cap) { s->cap = e->cap; s->cap_deps = e->cap_deps; s->cap_mode = e->cap->origin ? e->cap->origin->cap_mode : 0; }
         else for (int d : e->cap_deps) s->cap_deps.push_back(d);
         return cudaSuccess;
     }
@@ -2065,7 +2074,7 @@ API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
 }
 API cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (!e) return (cudaError_t)(g_last_cuda_error = cudaErrorInvalidResourceHandle);
-    if (e->cap) return capture_violation(capturing_stream() ? capturing_stream() : g_streams.front(),
+    if (e->cap) return capture_violation(e->cap->origin,
                                          "cudaEventSynchronize", "the event was recorded inside the capture",
                                          __builtin_return_address(0), cudaErrorStreamCaptureUnsupported);
     if (e->rec && !e->rec->done) run_needed({e->rec.get()});
@@ -2153,7 +2162,9 @@ API cudaError_t cudaHostGetDevicePointer(void** dev, void* host, unsigned) {
 // The launcher returned: work still queued on a non-blocking stream is a bug (nothing orders it before the
 // caller reads the outputs); blocking streams' work is ordered by the caller's next default-stream use.
 API void ccsim_rt_end_call(void) {
-    if (CUstream_st* c = capturing_stream()) {
+    CUstream_st* c = nullptr;
+    for (CUstream_st* s : g_streams) if (s->cap) c = s;
+    if (c) {
         set_error("stream", "StreamCaptureError: the launcher returned while " + sname(c) + " was still capturing "
                   "(cudaStreamBeginCapture without cudaStreamEndCapture).", nullptr, nullptr, nullptr, nullptr, 0, 0);
         for (CUstream_st* o : g_streams) { o->cap.reset(); o->cap_deps.clear(); }
