@@ -5,8 +5,9 @@
 #      from the package index) and checked there by check_wheel.py.
 # Usage: lessons/07_host_side/shipping/build_and_check.sh [WORKDIR]   (PYTHON=... picks the interpreter;
 # default: python3). With a CUDA torch and nvcc it builds and checks the CUDA implementation too.
-# On a machine that cannot download torch, VENV_SYSTEM_SITE=1 makes the fresh venv with
-# --system-site-packages (PYTHON must then be a base interpreter that has torch) and installs only the wheel.
+# On a machine that cannot download torch, REUSE_TORCH=1 makes the fresh venv see PYTHON's torch (a .pth
+# file naming the folder that holds it; nothing else of that environment is installed) and installs only
+# the wheel into it.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 PY="${PYTHON:-python3}"
@@ -39,8 +40,10 @@ WHEEL="$(ls "$WORK"/dist/cudacourse_swish_ext-*.whl)"
 echo "built $WHEEL"
 TORCH_REQ="torch==$($PY -c 'import torch; print(torch.__version__.split("+")[0])')"
 rm -rf "$WORK/fresh-venv"
-if [ "${VENV_SYSTEM_SITE:-0}" = 1 ]; then
-  "$PY" -m venv --system-site-packages "$WORK/fresh-venv"
+if [ "${REUSE_TORCH:-0}" = 1 ]; then
+  "$PY" -m venv "$WORK/fresh-venv"
+  SITE="$("$WORK/fresh-venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  "$PY" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' > "$SITE/reuse_torch.pth"
   "$WORK/fresh-venv/bin/pip" install -q --no-deps "$WHEEL"
 else
   "$PY" -m venv "$WORK/fresh-venv"

@@ -1,7 +1,8 @@
 // swish_cuda.cu - the CUDA implementation of cudacourse_l07_cpp::swish (see swish_op.cpp): the kernels of
 // lesson 07's host_side.cu, launched on PyTorch's current stream so the op stays ordered with the model.
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 
 namespace {
@@ -30,7 +31,7 @@ at::Tensor swish_cuda(const at::Tensor& x) {
     at::Tensor y = at::empty_like(x);
     const int64_t n = x.numel();
     if (n > 0) {
-        swish_forward_kernel<<<(unsigned)((n + 255) / 256), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+        swish_forward_kernel<<<(unsigned)((n + 255) / 256), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
             x.data_ptr<float>(), y.data_ptr<float>(), n);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
@@ -45,7 +46,7 @@ at::Tensor swish_backward_cuda(const at::Tensor& x, const at::Tensor& dy_in) {
     at::Tensor dx = at::empty_like(x);
     const int64_t n = x.numel();
     if (n > 0) {
-        swish_backward_kernel<<<(unsigned)((n + 255) / 256), 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+        swish_backward_kernel<<<(unsigned)((n + 255) / 256), 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
             x.data_ptr<float>(), dy.data_ptr<float>(), dx.data_ptr<float>(), n);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
