@@ -6,7 +6,7 @@
 # Usage: lessons/07_host_side/shipping/build_and_check.sh [WORKDIR]   (PYTHON=... picks the interpreter;
 # default: python3). With a CUDA torch and nvcc it builds and checks the CUDA implementation too.
 # On a machine that cannot download torch, REUSE_TORCH=1 makes the fresh venv see PYTHON's torch (a .pth
-# file naming the folder that holds it; nothing else of that environment is installed) and installs only
+# file naming the folder that holds it, so that folder's other packages are visible too) and installs only
 # the wheel into it.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
