@@ -116,16 +116,15 @@ void pipeline_run(float* ms, long long n, int d, int nchunks, int nstreams, int 
     CUDA_OK(cudaEventRecord(coef_ready, g_streams[0]));
     const long long chunk = (n + nchunks - 1) / nchunks;
 
-    // TODO(task 7.1): the pipeline loop (~9 lines). For each chunk c (elements lo .. lo + len - 1, with
-    // lo = c * chunk and len = min(chunk, n - lo); skip it when len <= 0), on stream st = g_streams[c % nstreams]:
-    //   1. make st wait for the coefficients: cudaStreamWaitEvent(st, coef_ready, 0) (stream 0 uploaded
-    //      them, so its own chunks are already in order; the others are not),
-    //   2. copy the chunk in:   cudaMemcpyAsync(g_d_buf + lo, g_h_in + lo, bytes, cudaMemcpyHostToDevice, st),
-    //   3. transform it:        transform_kernel<<<ceil_div(len, kBlock), kBlock, 0, st>>>(g_d_buf + lo, g_d_coef,
-    //                                                                     d, lo, (int)len, iters),
-    //   4. copy it out:         cudaMemcpyAsync(g_h_out + lo, g_d_buf + lo, bytes, cudaMemcpyDeviceToHost, st).
-    // Hint: everything is asynchronous; the `stop` event below, recorded on the legacy default stream,
-    // waits for every blocking stream, and cudaEventSynchronize(stop) waits for it.
+    // TODO(task 7.1): the pipeline loop (~9 lines). For each chunk c (elements lo .. lo + len - 1 with
+    // lo = c * chunk, len = min(chunk, n - lo); stop when len <= 0), on stream st = g_streams[c % nstreams]:
+    //   1. make st wait for the coefficients (coef_ready) before anything of this chunk reads them,
+    //   2. copy the chunk from g_h_in into g_d_buf (cudaMemcpyAsync on st),
+    //   3. run transform_kernel over the chunk on st (its `offset` is lo: features are j = (lo + i) % d),
+    //   4. copy the chunk from g_d_buf back to g_h_out (cudaMemcpyAsync on st).
+    // Hint: every call here is asynchronous; the host waits below, on the `stop` event recorded on the
+    // legacy default stream (which waits for every blocking stream). Without step 1 only stream 0's chunks
+    // are ordered after the upload: the simulator runs the others first.
     // BEGIN SOLUTION
     for (int c = 0; c < nchunks; ++c) {
         const long long lo = c * chunk, len = n - lo < chunk ? n - lo : chunk;
@@ -136,6 +135,7 @@ void pipeline_run(float* ms, long long n, int d, int nchunks, int nstreams, int 
         transform_kernel<<<ceil_div(len, kBlock), kBlock, 0, st>>>(g_d_buf + lo, g_d_coef, d, lo, (int)len, iters);
         CUDA_OK(cudaMemcpyAsync(g_h_out + lo, g_d_buf + lo, len * sizeof(float), cudaMemcpyDeviceToHost, st));
     }
+    // STUB: (void)chunk;
     // END SOLUTION
 
     CUDA_OK(cudaEventRecord(stop, 0));
@@ -208,9 +208,9 @@ void decode_graph(float* x, const float* W, float* t, float* info, int d, int st
     cudaStream_t s = decode_stream();
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    // TODO(task 7.2): capture one step and replay it (~6 lines).
-    //   cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal); decode_step(s, ...); cudaStreamEndCapture(s, &graph);
-    //   cudaGraphInstantiate(&exec, graph, 0); then cudaGraphLaunch(exec, s) `steps` times.
+    // TODO(task 7.2): capture one step into `graph`, instantiate it into `exec`, launch it `steps` times on
+    // s (~6 lines). The calls: cudaStreamBeginCapture / cudaStreamEndCapture around decode_step, then
+    // cudaGraphInstantiate and cudaGraphLaunch.
     // Hint: during the capture nothing runs: the launches are recorded, with their arguments (the same
     // pointers every replay, so the graph updates x in place each time). A synchronising call inside the
     // capture (cudaMemcpy, cudaDeviceSynchronize) is an error: the simulator names it.
