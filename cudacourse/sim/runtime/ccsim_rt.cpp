@@ -188,6 +188,7 @@ std::mutex g_err_mu;
 std::atomic<bool> g_has_err{false};
 char g_err[16384];
 int g_last_cuda_error = 0;
+std::atomic<bool> g_streams_used{false};   // a stream was created: diagnoses mention stream ordering
 
 Launch* volatile g_cur_launch = nullptr;
 Fiber* volatile g_cur_fiber[64];
@@ -816,7 +817,10 @@ void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int ki
                       "UninitializedReadError " + where(L, w->bidx) + ": " + thr(f) + (kind == 0 ? " reads " : " atomically updates ") +
                       gname(b, lo, size) + " at " + pctok(pc) + ", which nothing has written since cudaMalloc (device memory starts "
                       "undefined; compute-sanitizer's initcheck reports this). Initialise it first: cudaMemset/cudaMemcpy, "
-                      "or a kernel that writes every element it later reads.", nullptr, 0, pc);
+                      "or a kernel that writes every element it later reads." +
+                      std::string(g_streams_used.load() ? " If an async copy or kernel on another stream writes it, this "
+                      "launch's stream is not ordered after that work: record an event after it and cudaStreamWaitEvent "
+                      "on it (the simulator runs unordered stream work in an adversarial order)." : ""), nullptr, 0, pc);
         }
         if (kind == 2) { s.init |= bm; continue; }   // atomics never race with each other
         bool cross_ok = vol || L->fenced.load(std::memory_order_relaxed);
@@ -1999,6 +2003,7 @@ API cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 API cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority) {
     if (!s) return (cudaError_t)(g_last_cuda_error = cudaErrorInvalidValue);
     CUstream_st* st = new CUstream_st();
+    g_streams_used.store(true);
     st->id = ++g_stream_ids; st->flags = flags; st->priority = priority;
     g_streams.push_back(st);
     *s = st;
