@@ -96,7 +96,7 @@ void pipeline_stage_out(float* y, long long n) {
 // Contract: after pipeline_stage_in(x, coef, n, d), computes g_h_out = transform(g_h_in) chunk by chunk:
 // nchunks chunks, chunk c on stream c % nstreams (1 <= nstreams <= 8), each chunk copied in, transformed
 // and copied out on its stream. The coefficients are uploaded once, on stream 0, and `coef_ready` marks
-// them. ms[0]: the pipeline's time by events (nominal host time on the simulator).
+// them. ms (device memory, 1 float): the pipeline's time by events (nominal host time on the simulator).
 void pipeline_run(float* ms, long long n, int d, int nchunks, int nstreams, int iters) {
     if (nstreams < 1 || nstreams > kMaxStreams || nchunks < 1 || n <= 0 || d <= 0 || !g_h_in) {
         fprintf(stderr, "pipeline_run: need 1 <= nstreams <= %d, nchunks >= 1, and pipeline_stage_in first\n",
@@ -140,7 +140,9 @@ void pipeline_run(float* ms, long long n, int d, int nchunks, int nstreams, int 
 
     CUDA_OK(cudaEventRecord(stop, 0));
     CUDA_OK(cudaEventSynchronize(stop));
-    CUDA_OK(cudaEventElapsedTime(ms, start, stop));
+    float elapsed = -1.0f;
+    CUDA_OK(cudaEventElapsedTime(&elapsed, start, stop));
+    CUDA_OK(cudaMemcpy(ms, &elapsed, sizeof elapsed, cudaMemcpyHostToDevice));  // ms is device memory
     cudaEventDestroy(start); cudaEventDestroy(stop); cudaEventDestroy(coef_ready);
 }
 
@@ -203,7 +205,7 @@ void decode_eager(float* x, const float* W, float* t, int d, int steps) {
 }
 
 // Contract: as decode_eager, but one step is captured into a CUDA graph and the graph is launched `steps`
-// times. info[0]: the number of nodes in the captured graph (3 when one step was captured).
+// times. info (device memory, 1 float): the number of nodes in the captured graph (3 for one step).
 void decode_graph(float* x, const float* W, float* t, float* info, int d, int steps) {
     cudaStream_t s = decode_stream();
     cudaGraph_t graph = nullptr;
@@ -225,7 +227,8 @@ void decode_graph(float* x, const float* W, float* t, float* info, int d, int st
     if (graph) {
         size_t count = 0;
         CUDA_OK(cudaGraphGetNodes(graph, nullptr, &count));
-        info[0] = (float)count;
+        const float nodes = (float)count;
+        CUDA_OK(cudaMemcpy(info, &nodes, sizeof nodes, cudaMemcpyHostToDevice));  // info is device memory
     }
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);

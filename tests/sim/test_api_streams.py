@@ -28,7 +28,7 @@ void simple_streams(const float* in, float* out, float* ms, int n, int nchunks, 
     float *h, *d;
     cudaMallocHost(&h, n * sizeof(float));
     cudaMalloc(&d, n * sizeof(float));
-    for (int i = 0; i < n; ++i) h[i] = in[i];
+    cudaMemcpy(h, in, n * sizeof(float), cudaMemcpyDeviceToHost);  // (tensors from Python are device memory)
     cudaStream_t s[8];
     for (int i = 0; i < nstreams; ++i) cudaStreamCreate(&s[i]);
     cudaEvent_t start, stop;
@@ -45,8 +45,10 @@ void simple_streams(const float* in, float* out, float* ms, int n, int nchunks, 
     }
     cudaEventRecord(stop, 0);
     cudaEventSynchronize(stop);
-    cudaEventElapsedTime(ms, start, stop);
-    for (int i = 0; i < n; ++i) out[i] = h[i];
+    float elapsed = -1.0f;
+    cudaEventElapsedTime(&elapsed, start, stop);
+    cudaMemcpy(ms, &elapsed, sizeof elapsed, cudaMemcpyHostToDevice);
+    cudaMemcpy(out, h, n * sizeof(float), cudaMemcpyHostToDevice);
     for (int i = 0; i < nstreams; ++i) cudaStreamDestroy(s[i]);
     cudaEventDestroy(start); cudaEventDestroy(stop);
     cudaFreeHost(h); cudaFree(d);
@@ -58,7 +60,7 @@ void producer_consumer(const float* in, float* out, int n, int wait) {
     cudaMallocHost(&h, n * sizeof(float));
     cudaMalloc(&d, n * sizeof(float));
     cudaMemset(d, 0, n * sizeof(float));
-    for (int i = 0; i < n; ++i) h[i] = in[i];
+    cudaMemcpy(h, in, n * sizeof(float), cudaMemcpyDeviceToHost);
     cudaStream_t copy_s, compute_s;
     cudaStreamCreate(&copy_s); cudaStreamCreate(&compute_s);
     cudaEvent_t copied; cudaEventCreateWithFlags(&copied, cudaEventDisableTiming);
@@ -89,7 +91,8 @@ void default_stream_sync(float* out, int n, int nonblocking) {
 
 // cudaMemcpyAsync from pageable memory is staged: the source may be reused as soon as the call returns.
 void pageable_async(const float* in, float* out, int n) {
-    std::vector<float> pageable(in, in + n);
+    std::vector<float> pageable(n);
+    cudaMemcpy(pageable.data(), in, n * sizeof(float), cudaMemcpyDeviceToHost);
     float* d;
     cudaMalloc(&d, n * sizeof(float));
     cudaStream_t s; cudaStreamCreate(&s);
@@ -97,12 +100,13 @@ void pageable_async(const float* in, float* out, int n) {
     for (int i = 0; i < n; ++i) pageable[i] = -1.0f;       // reused at once
     inc_scale<<<(n + 127) / 128, 128, 0, s>>>(d, n, 0.0f, 1.0f);
     cudaMemcpyAsync(pageable.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, s);  // synchronous: pageable
-    for (int i = 0; i < n; ++i) out[i] = pageable[i];
+    cudaMemcpy(out, pageable.data(), n * sizeof(float), cudaMemcpyHostToDevice);
     cudaStreamDestroy(s); cudaFree(d);
 }
 
 // Queries never block: not-ready work answers cudaErrorNotReady (and then runs), so polling ends.
-void queries(float* codes, int n) {
+void queries(float* out, int n) {
+    float codes[7];
     float* d; cudaMalloc(&d, n * sizeof(float));
     cudaStream_t s; cudaStreamCreate(&s);
     cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
@@ -120,6 +124,7 @@ void queries(float* codes, int n) {
     codes[5] = (float)polls;
     cudaEvent_t never; cudaEventCreate(&never);
     codes[6] = (float)cudaEventElapsedTime(&ms, a, never);  // never recorded
+    cudaMemcpy(out, codes, sizeof codes, cudaMemcpyHostToDevice);
     cudaStreamDestroy(s); cudaFree(d);
 }
 
@@ -146,7 +151,8 @@ void graph_replay(float* x, float* nodes, int n, int reps) {
     cudaStreamEndCapture(s, &g);
     size_t count = 0;
     cudaGraphGetNodes(g, nullptr, &count);
-    nodes[0] = (float)count;
+    const float node_count = (float)count;
+    cudaMemcpy(nodes, &node_count, sizeof node_count, cudaMemcpyHostToDevice);
     cudaGraphInstantiate(&gx, g, 0);
     for (int r = 0; r < reps; ++r) cudaGraphLaunch(gx, s);
     cudaStreamSynchronize(s);
@@ -191,7 +197,7 @@ void host_func(float* x, int n) {
     cudaMemcpyAsync(h, x, sizeof(float), cudaMemcpyDeviceToHost, s);
     cudaLaunchHostFunc(s, append, h);
     cudaStreamSynchronize(s);
-    x[n - 1] = h[1];
+    cudaMemcpy(x + n - 1, h + 1, sizeof(float), cudaMemcpyHostToDevice);
     cudaStreamDestroy(s); cudaFreeHost(h);
 }
 """
