@@ -170,6 +170,12 @@ void graph_illegal(float* x, int n) {
     cudaStreamEndCapture(s, &g);
 }
 
+// A stream handle cudaStreamCreate never returned.
+void bad_stream(float* x, int n) {
+    cudaStream_t s = (cudaStream_t)0x1234;
+    inc_scale<<<(n + 127) / 128, 128, 0, s>>>(x, n, 1.0f, 1.0f);
+}
+
 // The default stream waits on an event recorded on a non-blocking stream: only the event orders them.
 __global__ void copy_plus(const float* a, float* b, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -301,6 +307,12 @@ def test_default_stream_waits_on_an_event_of_a_non_blocking_stream(lib):
     y = torch.full((n,), float("nan"))
     lib.call("default_waits_on_event", [y, n])
     torch.testing.assert_close(y, torch.full((n,), 3.0))
+
+
+def test_launch_on_a_stream_never_created_is_reported(lib):
+    x = torch.zeros(8)
+    with pytest.raises(KernelError, match=r"InvalidStream: a kernel launch at streams\.cu:\d+ .*cudaStreamCreate"):
+        lib.call("bad_stream", [x, 8])
 
 
 def test_host_function_runs_in_stream_order(lib):
