@@ -47,7 +47,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     with settings.using(impl=args.impl):
         m = cc.lesson("07_host_side")
-        n, d, iters = args.n, 1024, 48
+        n, d, iters = args.n, 1024, 1024
         x = torch.randn(n, device="cuda")
         coef = torch.cat([0.5 + 0.4 * torch.rand(d), 2 * torch.rand(d) - 1]).cuda()
         ms = torch.empty(1, device="cuda")
