@@ -478,7 +478,6 @@ REFUSED = {
     "grid-wide synchronisation": "#include <cooperative_groups.h>\nnamespace cg = cooperative_groups;\n"
                                  "__global__ void k(float* y) { cg::this_grid().sync(); y[0] = 1; }",
     "thread-block clusters": "__global__ void __cluster_dims__(2, 1, 1) k(float* y) { y[0] = 1; }",
-    "CUDA graphs": "void f(float* y) { cudaGraph_t g; (void)g; }",
     "inline PTX": "__global__ void k(float* y) { asm volatile(\"membar.gl;\"); y[0] = 1; }",
 }
 

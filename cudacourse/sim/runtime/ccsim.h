@@ -375,7 +375,10 @@ typedef enum cudaError {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInitializationError = 3,
     cudaErrorInvalidConfiguration = 9, cudaErrorInvalidDevicePointer = 17, cudaErrorInvalidMemcpyDirection = 21,
     cudaErrorInvalidSymbol = 13, cudaErrorNoDevice = 100, cudaErrorIllegalAddress = 700,
-    cudaErrorLaunchFailure = 719, cudaErrorNotReady = 600,
+    cudaErrorLaunchFailure = 719, cudaErrorNotReady = 600, cudaErrorInvalidResourceHandle = 400,
+    cudaErrorStreamCaptureUnsupported = 900, cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureUnjoined = 904, cudaErrorStreamCaptureIsolation = 905, cudaErrorStreamCaptureImplicit = 906,
+    cudaErrorIllegalState = 401,
 } cudaError_t;
 typedef enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
@@ -390,7 +393,7 @@ enum cudaDeviceAttr {
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
 struct CUstream_st; typedef CUstream_st* cudaStream_t;
-struct ccsim_event { double t; }; typedef ccsim_event* cudaEvent_t;
+struct ccsim_event; typedef ccsim_event* cudaEvent_t;  // streams and events: ccsim_rt.cpp, ccsim_host_api.h
 struct cudaDeviceProp {
     char name[256]; size_t totalGlobalMem; size_t sharedMemPerBlock; int regsPerBlock; int warpSize;
     int maxThreadsPerBlock; int maxThreadsDim[3]; int maxGridSize[3]; int multiProcessorCount;
@@ -436,7 +439,7 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e) { return cudaEventRecor
 template <class T> static inline cudaError_t cudaMalloc(T** p, size_t n, int line = __builtin_LINE()) { return ccsim_cudaMalloc((void**)p, n, line); }
 static inline cudaError_t cudaMalloc(void** p, size_t n, int line = __builtin_LINE()) { return ccsim_cudaMalloc(p, n, line); }
 template <class T> static inline cudaError_t cudaMallocHost(T** p, size_t n) { return cudaMallocHost((void**)p, n); }
-template <class T> static inline cudaError_t cudaHostAlloc(T** p, size_t n, unsigned) { return cudaMallocHost((void**)p, n); }
+template <class T> static inline cudaError_t cudaHostAlloc(T** p, size_t n, unsigned = 0) { return cudaMallocHost((void**)p, n); }
 extern "C" cudaError_t ccsim_cudaMallocManaged(void** p, size_t n);
 template <class T> static inline cudaError_t cudaMallocManaged(T** p, size_t n, unsigned = 0) { return ccsim_cudaMallocManaged((void**)p, n); }
 template <class T, class S> static inline cudaError_t cudaMemcpyToSymbol(T& sym, const S* src, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyHostToDevice) {
@@ -454,8 +457,9 @@ template <class F> static inline cudaError_t func_set_attribute(const char* kern
 }
 }  // namespace ccsim
 template <class F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
-#define cudaStreamPerThread ((cudaStream_t)0)
-#define cudaStreamLegacy ((cudaStream_t)0)
+// CUDA's own handle values: 0 and cudaStreamLegacy name the legacy default stream (ccsim_host_api.h)
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
 
 // ---------------------------------------------------------------------------------------------------
 // Launches: k<<<g, b, smem, stream>>>(args) becomes ccsim::launch(...). The arguments are copied once
@@ -463,18 +467,45 @@ template <class F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAtt
 // ---------------------------------------------------------------------------------------------------
 namespace ccsim {
 struct LaunchCfg {
-    dim3 g, b; size_t smem;
-    LaunchCfg(dim3 g_, dim3 b_, size_t s = 0, cudaStream_t = nullptr) : g(g_), b(b_), smem(s) {}
+    dim3 g, b; size_t smem; cudaStream_t s;
+    LaunchCfg(dim3 g_, dim3 b_, size_t sm = 0, cudaStream_t st = nullptr) : g(g_), b(b_), smem(sm), s(st) {}
 };
 struct KernelFailure : std::runtime_error { using std::runtime_error::runtime_error; };
 [[noreturn]] static inline void raise_error() { throw KernelFailure(std::string("CCSIM_ERROR ") + ccsim_rt_error_json()); }
+// A launch on a created stream is queued (ccsim_host_api.h): the closure keeps the kernel and a copy of the
+// arguments until the stream runs it, and the arguments are copied again onto the running host stack.
+template <class F, class... A> struct DeferredLaunch {
+    const char* name; const char* file; int line; dim3 g, b; size_t smem; F f; std::tuple<A...> args;
+};
 template <class F, class... A>
-static inline void launch(const char* name, const char* file, int line, LaunchCfg c, F f, A... a) {
-    std::tuple<A...> args(a...);
+static inline int launch_tuple(const char* name, const char* file, int line, dim3 g, dim3 b, size_t smem, F& f,
+                               std::tuple<A...>& args) {
     using Ctx = std::pair<F*, std::tuple<A...>*>;
     Ctx ctx(&f, &args);
     ccsim_body_fn body = [](void* p) { Ctx* c2 = (Ctx*)p; std::apply(*c2->first, *c2->second); };
-    if (ccsim_rt_launch(name, file, line, &c.g, &c.b, c.smem, body, &ctx)) raise_error();
+    return ccsim_rt_launch(name, file, line, &g, &b, smem, body, &ctx);
+}
+template <class F, class... A> static int run_deferred(void* p) {
+    auto* d = (DeferredLaunch<F, A...>*)p;
+    F f = d->f;
+    std::tuple<A...> args(d->args);
+    return launch_tuple(d->name, d->file, d->line, d->g, d->b, d->smem, f, args);
+}
+template <class F, class... A> static void drop_deferred(void* p) { delete (DeferredLaunch<F, A...>*)p; }
+}  // namespace ccsim
+extern "C" int ccsim_rt_stream_launch(cudaStream_t s, const char* name, int (*run)(void*), void (*drop)(void*),
+                                      void* closure);
+namespace ccsim {
+template <class F, class... A>
+static inline void launch(const char* name, const char* file, int line, LaunchCfg c, F f, A... a) {
+    if (c.s != nullptr && c.s != (cudaStream_t)0x1 && c.s != (cudaStream_t)0x2) {
+        auto* d = new DeferredLaunch<F, A...>{name, file, line, c.g, c.b, c.smem, f, std::tuple<A...>(a...)};
+        if (ccsim_rt_stream_launch(c.s, name, &run_deferred<F, A...>, &drop_deferred<F, A...>, d)) raise_error();
+        return;
+    }
+    if (ccsim_rt_stream_launch(c.s, name, nullptr, nullptr, nullptr)) raise_error();  // the default stream's waits
+    std::tuple<A...> args(a...);
+    if (launch_tuple(name, file, line, c.g, c.b, c.smem, f, args)) raise_error();
 }
 static inline void launch_check() { const char* e = ccsim_rt_error_json(); if (e && *e) raise_error(); }
 template <class... P, size_t... I>

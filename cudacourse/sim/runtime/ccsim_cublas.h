@@ -172,6 +172,7 @@ static inline cublasStatus_t gemm(const char* name, cublasHandle_t h, cublasOper
         // beta == 0: C is not read (it may hold NaN), as cuBLAS documents
         *out = be == 0.0f ? TC(al * acc) : TC(al * acc + be * (float)*out);
     };
+    ccsim_rt_drain(h->stream);  // runs at once (on the default stream), after the handle's stream's queued work
     ::ccsim::launch(name, file, line, ::ccsim::LaunchCfg(grid, dim3(threads)),
                     [&](auto... x) { body(x...); }, A, B, C, m, k, lda, ldb, ldc, sA, sB, sC, tA, tB, al, be, mn);
     return CUBLAS_STATUS_SUCCESS;

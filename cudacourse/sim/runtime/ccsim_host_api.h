@@ -1,10 +1,15 @@
 // ccsim_host_api.h - runtime-API calls that the simulator implements on top of ccsim_rt.cpp's exports,
 // the modelled GPU's numbers, and the device clock. Included at the end of ccsim.h.
 //
-// Streams: the simulator runs every launch, copy and memset synchronously, in program order. That
-// respects every stream's order (and over-synchronises across streams, which no correct program can
-// tell apart). cudaEventElapsedTime reports host wall-clock milliseconds between two records: a nominal
-// figure for the CPU simulator, NOT a GPU timing; time kernels on a GPU.
+// Streams (the model is in ccsim_rt.cpp, "Streams, events and graphs"): work on a created stream is
+// queued and runs at a synchronisation point (a stream/event/device synchronize or query, a synchronous
+// copy or launch on the default stream, cudaFree, the launcher's return), in an ADVERSARIAL order that
+// respects only what CUDA promises: each stream's own order, cudaStreamWaitEvent, and the legacy default
+// stream's implicit synchronisation with blocking streams (not with cudaStreamNonBlocking ones). Among
+// the ready operations the most recently issued runs first, so a consumer with a missing dependency runs
+// before its producer and reads stale data. Work on the default stream runs at once, after the blocking
+// streams' queued work. cudaEventElapsedTime reports host wall-clock milliseconds between the moments
+// the simulator ran the two records: a NOMINAL figure for the CPU simulator, not a GPU timing.
 #ifndef CCSIM_HOST_API_H
 #define CCSIM_HOST_API_H
 
@@ -105,9 +110,65 @@ static inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes
     return cudaSuccess;
 }
 static inline cudaError_t cudaMemPrefetchAsync(const void*, size_t, int, cudaStream_t = nullptr) { return cudaSuccess; }
-static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
-static inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }  // everything already ran
-static inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+
+// ---------------------------------------------------------------------------------------------------
+// Streams, events, pinned memory, CUDA graphs (implemented in ccsim_rt.cpp)
+// ---------------------------------------------------------------------------------------------------
+#define cudaEventDefault 0x0
+#define cudaEventBlockingSync 0x1
+#define cudaEventDisableTiming 0x2
+#define cudaHostAllocDefault 0x0
+#define cudaHostAllocPortable 0x1
+#define cudaHostAllocMapped 0x2
+#define cudaHostAllocWriteCombined 0x4
+#define cudaHostRegisterDefault 0x0
+#define cudaHostRegisterPortable 0x1
+#define cudaHostRegisterMapped 0x2
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
+                             cudaStreamCaptureModeRelaxed = 2 };
+enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1,
+                               cudaStreamCaptureStatusInvalidated = 2 };
+struct CUgraph_st; typedef CUgraph_st* cudaGraph_t;
+struct CUgraphExec_st; typedef CUgraphExec_st* cudaGraphExec_t;
+struct CUgraphNode_st; typedef CUgraphNode_st* cudaGraphNode_t;
+typedef void (*cudaHostFn_t)(void* userData);
+#define CUDART_CB
+extern "C" {
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t cudaEventQuery(cudaEvent_t e);
+cudaError_t cudaStreamQuery(cudaStream_t s);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int priority);
+cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest);
+cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned* flags);
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* user_data);
+cudaError_t cudaHostRegister(void* p, size_t n, unsigned flags);
+cudaError_t cudaHostUnregister(void* p);
+cudaError_t cudaHostGetDevicePointer(void** dev, void* host, unsigned flags);
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status);
+cudaError_t ccsim_cudaGraphInstantiate(cudaGraphExec_t* x, cudaGraph_t g);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s);
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t* nodes, size_t* count);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x);
+void ccsim_rt_drain(cudaStream_t s);
+}
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e) { return cudaStreamWaitEvent(s, e, 0); }
+// Both signatures CUDA has had: (exec, graph, flags) since CUDA 12 and (exec, graph, errNode, log, size) before.
+static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* x, cudaGraph_t g, unsigned long long = 0) {
+    return ccsim_cudaGraphInstantiate(x, g);
+}
+static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* x, cudaGraph_t g, cudaGraphNode_t*, char* log, size_t n) {
+    if (log && n) log[0] = 0;
+    return ccsim_cudaGraphInstantiate(x, g);
+}
+static inline cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* x, cudaGraph_t g, unsigned long long = 0) {
+    return ccsim_cudaGraphInstantiate(x, g);
+}
+template <class T> static inline cudaError_t cudaHostGetDevicePointer(T** dev, void* host, unsigned flags) {
+    return cudaHostGetDevicePointer((void**)dev, host, flags);
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Device clock: clock64() counts at the modelled SM clock from a host steady clock (monotonic per

@@ -1,0 +1,320 @@
+"""Graded checks of lesson 07 (the host side): lessons/07_host_side/host_side.cu and custom_op.py.
+
+Tasks (ids match the TODOs; titles and points live in lessons/07_host_side/lesson.toml):
+  7.1  the chunked copy-in/compute/copy-out pipeline over N streams, every stream waiting on coef_ready
+  7.2  one decode step captured into a CUDA graph and replayed `steps` times
+  7.3  swish as a torch.library custom op: values, gradients, torch.library.opcheck, torch.compile with
+       fullgraph=True (no graph break), and errors naming the argument for bad input
+  7.4  the op on a non-default PyTorch stream, and a tensor on the wrong device (GPU only)
+  7.5  speed: the overlapped pipeline (8 chunks, 4 streams) >= 1.6x the serial one (GPU only)
+  7.6  speed: graph replay of the decode step <= 0.5x the eager per-step time (GPU only)
+  7.7  speed: the op under torch.compile no slower than eager, within 5% (GPU only)
+
+On the CPU simulator, work on a created stream runs at synchronisation points in an adversarial order
+(the most recently issued ready operation first), so a chunk that does not wait for the coefficient
+upload computes with stale or never-written coefficients and fails here, as it could on a GPU.
+References are computed in float64 by PyTorch; outputs start as NaN poison; inputs are checked unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+import cudacourse as cc
+from cudacourse import check
+from cudacourse.course import course
+
+LESSON = "07_host_side"
+
+
+def _m() -> Any:
+    return cc.lesson(LESSON)
+
+
+def _op() -> ModuleType:
+    """The learner's custom_op.py (task 7.3), from the folder cc.lesson loads kernels from. One copy per
+    process: the op's name is registered with PyTorch once."""
+    path = _m().dir / "custom_op.py"
+    if not path.exists():
+        raise AssertionError(f"task 7.3: {path} not found.")
+    name = "cc_l07_custom_op"
+    mod = sys.modules.get(name)
+    if mod is None or getattr(mod, "__file__", None) != str(path):
+        if mod is not None:
+            raise AssertionError(f"custom_op.py was already loaded from {mod.__file__} in this process; the op's "
+                                 "name can be registered once: run the tests in a fresh process")
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def _target(task_id: str) -> float:
+    """A speed task's target, declared once in lessons/07_host_side/lesson.toml (bench reads the same)."""
+    target = course().task(LESSON, task_id).target
+    assert target is not None, f"task {task_id} declares no speed target in lesson.toml"
+    return target
+
+
+# ----------------------------------------------------------------------------------------------------
+# 7.1: the pipeline
+# ----------------------------------------------------------------------------------------------------
+
+
+def _coef(d: int, g: torch.Generator, device: Any) -> torch.Tensor:
+    """a in [0.5, 0.9) (a contraction: many iterations stay finite), then b in [-1, 1)."""
+    a = 0.5 + 0.4 * torch.rand(d, generator=g)
+    b = 2 * torch.rand(d, generator=g) - 1
+    return torch.cat([a, b]).to(device)
+
+
+def _pipeline_ref(x: torch.Tensor, coef: torch.Tensor, d: int, iters: int) -> torch.Tensor:
+    n = x.numel()
+    j = torch.arange(n) % d
+    a, b = coef[:d].double().cpu()[j], coef[d:].double().cpu()[j]
+    v = x.double().cpu()
+    for _ in range(iters):
+        v = a * v + b
+    return v.float()
+
+
+def _pipeline(m: Any, x: torch.Tensor, coef: torch.Tensor, d: int, nchunks: int, nstreams: int,
+              iters: int) -> tuple[torch.Tensor, float]:
+    n = x.numel()
+    y = check.poisoned((n,), torch.float32, m.device)
+    ms = check.poisoned((1,), torch.float32, m.device)
+    with check.unchanged(x, coef):
+        m.pipeline_stage_in(x, coef, n, d)
+        m.pipeline_run(ms, n, d, nchunks, nstreams, iters)
+        m.pipeline_stage_out(y, n)
+    return y, float(ms.item())
+
+
+PIPELINE_CASES = [(1000, 7, 4, 4), (4099, 33, 8, 3), (31, 5, 8, 8), (1, 1, 1, 1), (2**14 + 3, 64, 5, 2)]
+
+
+@pytest.mark.task("7.1")
+@pytest.mark.parametrize("n,d,nchunks,nstreams", PIPELINE_CASES)
+def test_pipeline(n: int, d: int, nchunks: int, nstreams: int) -> None:
+    m = _m()
+    g = check.rng(f"pipeline-{n}-{d}")
+    if m.backend == "cuda":
+        n *= 64
+    iters = 3
+    for call in range(2):  # fresh coefficients each call: a chunk that does not wait for them sees stale ones
+        x = check.randn((n,), g, m.device)
+        coef = _coef(d, g, m.device)
+        y, ms = _pipeline(m, x, coef, d, nchunks, nstreams, iters)
+        check.assert_close(y, _pipeline_ref(x, coef, d, iters).to(m.device), name=f"pipeline output (call {call + 1})",
+                           rtol=1e-5, atol=1e-5, task="7.1",
+                           hint="every chunk is copied in, transformed and copied out on stream c % nstreams; if "
+                                "only chunks on streams other than 0 are wrong, those streams do not wait for "
+                                "coef_ready (cudaStreamWaitEvent) and read the coefficients before they arrive")
+        assert math.isfinite(ms) and ms >= 0.0, (
+            f"task 7.1: ms[0] = {ms}: the events around the pipeline did not time it (start and stop recorded, "
+            "stop synchronised?)")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 7.2: the decode step as a CUDA graph
+# ----------------------------------------------------------------------------------------------------
+
+
+def _decode_ref(x: torch.Tensor, w: torch.Tensor, d: int, steps: int) -> torch.Tensor:
+    v, wd = x.double().cpu(), w.double().cpu().view(d, d)
+    for _ in range(steps):
+        v = v + torch.tanh(wd @ v)
+        v = v / torch.sqrt((v * v).mean() + 1e-6)
+    return v.float()
+
+
+@pytest.mark.task("7.2")
+@pytest.mark.parametrize("d,steps", [(33, 1), (100, 4), (300, 3)])
+def test_decode_graph(d: int, steps: int) -> None:
+    m = _m()
+    g = check.rng(f"decode-{d}-{steps}")
+    x = check.randn((d,), g, m.device)
+    w = check.randn((d * d,), g, m.device, scale=1.0 / math.sqrt(d))
+    ref = _decode_ref(x, w, d, steps).to(m.device)
+    xe = x.clone()
+    t = check.poisoned((d,), torch.float32, m.device)
+    m.decode_eager(xe, w, t, d, steps)
+    check.assert_close(xe, ref, name="decode_eager (the worked example)", rtol=1e-4, atol=1e-5, task="7.2")
+    xg = x.clone()
+    info = check.poisoned((1,), torch.float32, m.device)
+    with check.unchanged(w):
+        m.decode_graph(xg, w, t, info, d, steps)
+    nodes = info.item()
+    assert nodes == 3, (f"task 7.2: the captured graph has {nodes} nodes, expected 3 (one decode step: matvec, "
+                        "residual_tanh, rmsnorm). NaN: no graph was captured (cudaStreamBeginCapture ... "
+                        "cudaStreamEndCapture(s, &graph)); more: capture one step, then launch the graph `steps` times")
+    check.assert_close(xg, ref, name=f"decode_graph x after {steps} replays", rtol=1e-4, atol=1e-5, task="7.2",
+                       hint="launch the instantiated graph once per step on the same stream, then the launcher "
+                            "synchronises it")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 7.3: the custom op
+# ----------------------------------------------------------------------------------------------------
+
+
+def _swish_ref(x: torch.Tensor, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    xd = x.detach().double().cpu().requires_grad_(True)
+    y = xd * torch.sigmoid(xd)
+    (dx,) = torch.autograd.grad(y, xd, dy.double().cpu())
+    return y.detach().float(), dx.float()
+
+
+@pytest.mark.task("7.3")
+@pytest.mark.parametrize("n", [1, 1000, 4097])
+def test_op_values_and_gradient(n: int) -> None:
+    m, op = _m(), _op()
+    g = check.rng(f"swish-{n}")
+    x = check.randn((n,), g, m.device, scale=4.0)
+    dy = check.randn((n,), g, m.device)
+    ry, rdx = _swish_ref(x, dy)
+    xr = x.clone().requires_grad_(True)
+    y = op.swish(xr)
+    check.assert_close(y.detach(), ry.to(m.device), name="swish(x)", rtol=1e-5, atol=1e-6, task="7.3")
+    y.backward(dy)
+    assert xr.grad is not None, "task 7.3: swish(x).backward() left x.grad empty: register_autograd is missing"
+    check.assert_close(xr.grad, rdx.to(m.device), name="x.grad through swish_backward", rtol=1e-5, atol=1e-6,
+                       task="7.3", hint="_backward returns swish_backward(x, grad) with x from ctx.saved_tensors")
+    assert torch.ops.cudacourse_l07.swish.default is not None  # registered under its schema name
+
+
+@pytest.mark.task("7.3")
+def test_op_passes_opcheck() -> None:
+    """torch.library.opcheck: schema, fake implementation, autograd registration and the dispatcher paths
+    torch.compile uses all agree with the real op."""
+    m, op = _m(), _op()
+    g = check.rng("swish-opcheck")
+    x = check.randn((37,), g, m.device).requires_grad_(True)
+    torch.library.opcheck(op.swish, (x,), test_utils=("test_schema", "test_autograd_registration",
+                                                      "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+@pytest.mark.task("7.3")
+def test_op_compiles_without_graph_break() -> None:
+    """torch.compile(fullgraph=True) raises on any graph break. The backend is "aot_eager" (on the GPU too):
+    dynamo traces the op through its fake implementation and AOTAutograd traces its backward through the
+    registered autograd formula, which is everything a graph break would come from; Inductor's code
+    generation adds nothing to that proof and costs minutes of CPU compilation."""
+    m, op = _m(), _op()
+    g = check.rng("swish-compile")
+    x = check.randn((513,), g, m.device)
+    dy = check.randn((513,), g, m.device)
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return op.swish(t * 2.0) + 1.0
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=False)
+    xr = x.clone().requires_grad_(True)
+    y = compiled(xr)
+    y.backward(dy)
+    ry, rdx = _swish_ref(2.0 * x, dy)
+    check.assert_close(y.detach(), (ry + 1.0).to(m.device), name="compiled swish(2x) + 1", rtol=1e-5, atol=1e-5,
+                       task="7.3")
+    check.assert_close(xr.grad, (2.0 * rdx).to(m.device), name="compiled gradient", rtol=1e-5, atol=1e-5,
+                       task="7.3")
+
+
+@pytest.mark.task("7.3")
+def test_op_bad_input_names_the_argument() -> None:
+    m, op = _m(), _op()
+    x = torch.randn(10, device=m.device)
+    with pytest.raises(TypeError, match=r"'x'.*float32.*float64"):
+        op.swish(x.double())
+    with pytest.raises(TypeError, match=r"'x'.*float32"):
+        op.swish(torch.ones(10, dtype=torch.int32, device=m.device))
+    with pytest.raises(ValueError, match=r"'x'.*contiguous"):
+        op.swish(torch.randn(4, 6, device=m.device).t())
+    with pytest.raises(TypeError, match=r"'dy'.*float32"):
+        op.swish_backward(x, x.double())
+
+
+# ----------------------------------------------------------------------------------------------------
+# 7.4-7.7: GPU only
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.task("7.4")
+@pytest.mark.gpu
+def test_op_on_a_non_default_stream_and_wrong_device() -> None:
+    m, op = _m(), _op()
+    g = check.rng("swish-stream")
+    x = check.randn((1 << 22,), g, m.device)
+    ry, _ = _swish_ref(x, x)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y = op.swish(x)          # launched on s: correct only if the kernel used the current stream
+        y2 = y * 1.0             # PyTorch's own op on s, ordered after the kernel by the stream
+    torch.cuda.current_stream().wait_stream(s)
+    check.assert_close(y2, ry.to(m.device), name="swish on a non-default stream", rtol=1e-5, atol=1e-6, task="7.4",
+                       hint="pass stream_handle(x) (torch.cuda.current_stream().cuda_stream) to the launcher")
+    with pytest.raises(ValueError, match=r"'x' is on 'cpu'"):
+        op.swish(x.cpu())
+
+
+@pytest.mark.task("7.5")
+@pytest.mark.gpu
+def test_speed_pipeline() -> None:
+    from cudacourse.bench import time_kernel
+
+    m = _m()
+    n, d, iters, target = 1 << 26, 1024, 1024, _target("7.5")
+    x, coef = torch.randn(n, device=m.device), _coef(d, torch.Generator().manual_seed(0), m.device)
+    ms = torch.empty(1, device=m.device)
+    m.pipeline_stage_in(x, coef, n, d)
+    serial = time_kernel(lambda: m.pipeline_run(ms, n, d, 1, 1, iters))
+    overlapped = time_kernel(lambda: m.pipeline_run(ms, n, d, 8, 4, iters))
+    assert serial / overlapped >= target, (
+        f"pipeline {n} floats: serial {serial:.2f} ms, 8 chunks on 4 streams {overlapped:.2f} ms: "
+        f"{serial / overlapped:.2f}x, target {target}x. Copies overlap kernels only from pinned memory and on "
+        "different streams; look at the Nsight Systems timeline (README).")
+
+
+@pytest.mark.task("7.6")
+@pytest.mark.gpu
+def test_speed_graph() -> None:
+    from cudacourse.bench import time_kernel
+
+    m = _m()
+    d, steps, target = 256, 200, _target("7.6")
+    x, w = torch.randn(d, device=m.device), torch.randn(d * d, device=m.device) / 16
+    t, info = torch.empty(d, device=m.device), torch.empty(1, device=m.device)
+    eager = time_kernel(lambda: m.decode_eager(x, w, t, d, steps))
+    graph = time_kernel(lambda: m.decode_graph(x, w, t, info, d, steps))
+    assert eager / graph >= target, (f"decode step d={d}: eager {eager / steps * 1e3:.1f} us/step, graph "
+                                     f"{graph / steps * 1e3:.1f} us/step: {eager / graph:.2f}x, target {target}x")
+
+
+@pytest.mark.task("7.7")
+@pytest.mark.gpu
+def test_speed_compiled_op() -> None:
+    from cudacourse.bench import time_kernel
+
+    m, op = _m(), _op()
+    target = _target("7.7")
+    x = torch.randn(1 << 24, device=m.device)
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return op.swish(t)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True)
+    compiled(x)
+    eager = time_kernel(lambda: f(x))
+    comp = time_kernel(lambda: compiled(x))
+    assert eager / comp >= target, (f"swish 16M floats: eager {eager:.3f} ms, compiled {comp:.3f} ms: "
+                                    f"{eager / comp:.2f}x, target {target}x")
