@@ -397,21 +397,36 @@ def test_grader_verdicts_isolation_and_reports(fake_course: Path, tmp_path: Path
     assert book[0].startswith("submission,earned,possible,not_graded") and len(book) == len(FAKE_CASES) + 2
 
 
-def test_grader_grades_the_checkout_and_hidden_tests(fake_course: Path, tmp_path: Path) -> None:
+def test_grader_grades_the_checkout_and_hidden_tests(fake_course: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
     hidden = tmp_path / "hidden"
     hidden.mkdir()
     (hidden / "test_01_relu_hidden.py").write_text(FAKE_HIDDEN)
     (hidden / "tasks.toml").write_text(FAKE_HIDDEN_TASKS)
     out = tmp_path / "sol.json"
-    assert _grade(fake_course, "--impl", "solution", "--hidden", str(hidden), "--json", str(out), "-q") == 0
+    capsys.readouterr()
+    assert _grade(fake_course, "--impl", "solution", "--hidden", str(hidden), "--json", str(out)) == 0
     rep = json.loads(out.read_text())
     got = {t["id"]: t["status"] for t in rep["tasks"]}
     assert got == {"1.1": "pass", "1.2": "pass", "1.3": "not-graded", "1.H": "pass"}
     assert rep["earned"] == rep["possible"] - rep["not_graded"] == 6
-    # The stubs fail, with the failing case named.
+    # Progress (issue 14 item 5): the build in progress, then a line per task as it finishes; the table last.
+    printed = capsys.readouterr().out.splitlines()
+    assert "01_relu: building the kernel files ..." in printed, printed
+    assert any(re.match(r"01_relu: (builds done in|the build.* stopped after) ", ln) for ln in printed), printed
+    done = {ln.split(":")[0]: ln for ln in printed if re.match(r"01_relu task 1\.\w+ .*: \S+ \(\d+\.\d s\)$", ln)}
+    assert sorted(done) == ["01_relu task 1.1 Scalar ReLU", "01_relu task 1.2 Grid stride", "01_relu task 1.3 Speed",
+                            "01_relu task 1.H Hidden task"], printed
+    assert ": pass (" in done["01_relu task 1.1 Scalar ReLU"] and ": not-graded (" in done["01_relu task 1.3 Speed"]
+    last_progress = max(printed.index(ln) for ln in done.values())
+    assert printed.index(next(ln for ln in printed if ln.startswith("task "))) > last_progress
+    assert printed[-2].startswith("total: 6 / 7 points")
+    # The stubs fail, with the failing case named; -q prints no progress.
     assert _grade(fake_course, "--impl", "student", "--json", str(out), "-q") == 0
     rep = json.loads(out.read_text())
     assert {t["id"]: t["status"] for t in rep["tasks"]} == {"1.1": "fail", "1.2": "fail", "1.3": "not-graded"}
+    quiet = capsys.readouterr().out
+    assert quiet.splitlines() == ["grade: 0 / 6 points (1 not graded)"], quiet
     # A submission failing only a hidden case: brief feedback (no hidden values) and the hidden-case hint.
     sub = tmp_path / "sub" / "lessons" / "01_relu"
     sub.mkdir(parents=True)

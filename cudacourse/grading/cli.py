@@ -19,7 +19,7 @@ from cudacourse.checkcmd import lesson_started
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
 from cudacourse.grading import runner
-from cudacourse.grading.feedback import feedback
+from cudacourse.grading.feedback import complete_compile_errors, feedback, scrub, secret_lines
 from cudacourse.grading.reports import (
     NOT_STARTED,
     Report,
@@ -97,6 +97,11 @@ def resolve_backend(requested: str) -> tuple[str, str]:
 
         return "cuda", torch.cuda.get_device_name(0)
     return "sim", "CPU simulator"
+
+
+def _progress_line(line: str) -> None:
+    """One progress line of a grade (a build started or ended, a task finished), printed at once."""
+    print(line, flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -201,7 +206,8 @@ def grade(args: argparse.Namespace) -> list[Report]:
     build_dir = current().build_dir or (work / "build")
     build_dir.mkdir(parents=True, exist_ok=True)
     st = RunSettings(lessons, seed, None if args.backend == "auto" else args.backend, args.timeout,
-                  args.build_timeout, build_dir, args.hidden_feedback, args.sanitize, backend)
+                     args.build_timeout, build_dir, args.hidden_feedback, args.sanitize, backend,
+                     progress=None if args.quiet else _progress_line, many=len(subs) > 1)
     t_start = time.monotonic()
     try:
         harness = work / "harness"
@@ -211,6 +217,9 @@ def grade(args: argparse.Namespace) -> list[Report]:
         shutil.copytree(harness, collect_dir)
         # Collection imports torch and every test file but runs nothing of a submission: on a busy machine
         # that alone can take longer than one case's --timeout, so it gets a limit of its own.
+        if run_lessons:
+            st.say(subs[0] if len(subs) == 1 else Submission("", None, impl),
+                   f"collecting the tasks of {', '.join(run_lessons)} ...")
         tasks = collect_tasks(collect_dir, course, declared, run_lessons, seed, st.backend, build_dir,
                               max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout)) if run_lessons else []
         by_lesson: dict[str, list[TaskSpec]] = {}
@@ -235,6 +244,11 @@ def grade(args: argparse.Namespace) -> list[Report]:
         all_lessons = list(course.lessons)
         for i, sub in enumerate(subs):
             sub.pristine = work / f"sub{i:03d}"
+            if sub.source is not None:
+                # A submission builds in a cache of its own: no other submission (and no later grade) can
+                # see its builds or plant one for it; this checkout's own kernels share the run's cache.
+                sub.build_dir = work / f"build-sub{i:03d}"
+                sub.build_dir.mkdir()
             shutil.copytree(harness, sub.pristine)
             # Every lesson's files are staged, graded or not: the lesson 04 capstone runs on the learner's
             # own lesson 02 and 03 kernels.
@@ -250,11 +264,17 @@ def grade(args: argparse.Namespace) -> list[Report]:
         for i, sub in enumerate(subs):
             done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
             # Feedback comes from the results, after every run: hints, hidden-case wording, rejections.
+            complete_compile_errors(done)
             for r in done:
                 if r.status == "fail":
                     r.message = feedback(r, sub, args.hidden_feedback, course.root)
                     if args.sanitize and backend == "cuda":
                         r.message += sanitizer_report(sub, next(t for t in tasks if t.id == r.id), st)
+        # Last, over every message: no line of a hidden test or a solution, whatever the code printed or threw.
+        secrets = secret_lines(course.root, args.hidden)
+        for i in range(len(subs)):
+            for r in results[i].values():
+                r.message = scrub(r.message, secrets)
         elapsed = time.monotonic() - t_start
         for i, sub in enumerate(subs):
             done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]

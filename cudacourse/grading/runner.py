@@ -11,12 +11,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cudacourse.course import Course, Task, task_sort_key
+from cudacourse.errors import UNBUILDABLE_ENV
 from cudacourse.grading.confine import Confinement, Limits, available, confined_popen, stop_group
 from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
 from cudacourse.grading.staging import Submission, restore
@@ -114,13 +115,25 @@ def _python() -> str:
     return sys.executable
 
 
-def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path) -> dict[str, str]:
-    """The environment of a worker: the run's settings (``settings.to_env``), nothing inherited of ours."""
+def build_dir_of(sub: Submission, st: RunSettings) -> Path:
+    """The build cache of ``sub``'s workers: its own folder for a submission (no other submission can see or
+    plant a build there), the run's cache for this checkout's own kernels."""
+    return sub.build_dir or st.build_dir
+
+
+def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
+              unbuildable: dict[str, float] | None = None) -> dict[str, str]:
+    """The environment of a worker: the run's settings (``settings.to_env``), nothing inherited of ours.
+
+    ``unbuildable`` ("lesson/file" -> seconds): files whose build the warm-up stopped; the loader fails
+    them at once (``loader.UNBUILDABLE_ENV``) instead of building them again in every test process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_COURSE_", "PYTEST_"))}
     run = Settings(root=slot, impl="student", backend=backend if backend in ("cuda", "sim") else "auto", seed=seed,
                    submission=slot, build_dir=build_dir, confine=confine_mode())
     env.update(to_env(run))
     env.update({"PYTHONPATH": str(slot), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
+    if unbuildable:
+        env[UNBUILDABLE_ENV] = ";".join(f"{k}={v:g}" for k, v in sorted(unbuildable.items()))
     return env
 
 
@@ -227,6 +240,16 @@ class RunSettings:
     sanitize: bool
     backend_name: str = "sim"
     slots: queue.Queue[Path] = field(default_factory=queue.Queue)  # working folders, one per job
+    progress: Callable[[str], None] | None = None  # prints a progress line (None: quiet, ``grade -q``)
+    many: bool = False  # several submissions: progress lines name the submission
+
+    def say(self, sub: Submission, line: str) -> None:
+        """Print one progress line (thread-safe; nothing when quiet)."""
+        if self.progress is None:
+            return
+        who = f"{sub.name}: " if self.many and sub.name else ""
+        with _PROGRESS_LOCK:
+            self.progress(who + line)
 
 
 LIVE: set[subprocess.Popen[Any]] = set()  # child processes running now (stopped if the grader is stopped)
@@ -287,8 +310,10 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     timed_out = False
     limit = 0.0
     with open(log, "w") as logf:
-        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, st.backend, st.build_dir),
-                            scratch=report.parent, writable=[st.build_dir], stdout=logf, stderr=subprocess.STDOUT)
+        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, st.backend, build_dir_of(sub, st),
+                                                         sub.unbuildable),
+                            scratch=report.parent, writable=[build_dir_of(sub, st)], stdout=logf,
+                            stderr=subprocess.STDOUT)
         LIVE.add(proc)
         size, last = -1, time.monotonic()
         finished_at: float | None = None
@@ -333,14 +358,19 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
 _WARM_UP = """
 import os
 import sys
+import time
 import cudacourse as cc
 m = cc.lesson(sys.argv[1])
 for f in m.files():
+    if f.suffix not in (".cu", ".cuh"):
+        continue
+    print("start", f.name, flush=True)
+    t0 = time.monotonic()
     try:
         m.module(f.name)
+        print("done", f.name, f"{time.monotonic() - t0:.1f}", flush=True)
     except Exception as e:
-        print(f"{f.name}: {type(e).__name__}")
-sys.stdout.flush()
+        print("fail", f.name, f"{time.monotonic() - t0:.1f}", type(e).__name__, flush=True)
 os._exit(0)  # never wait on a slow interpreter exit
 """
 
@@ -349,19 +379,48 @@ def _warm_up(sub: Submission, slot: Path, lesson: str, st: RunSettings) -> None:
     """Build every kernel file of ``lesson`` in ``slot`` (a cold build) before the tests run.
 
     Building runs none of the submission's code, so the tests' watchdog can then hold each case to
-    ``--timeout`` alone. A file that does not compile is left to the tests, which report it.
+    ``--timeout`` alone. A file that does not compile is left to the tests, which report it. A file whose
+    build is still running after ``st.build_timeout`` is recorded in ``sub.unbuildable``: the tests then
+    fail at once with that verdict instead of building it again. Prints a line as each file's build
+    starts and ends (``st.progress``).
     """
     assert sub.pristine is not None
     sub.warm.add((slot.name, lesson))
     proc = start_worker([_python(), "-c", _WARM_UP, lesson], cwd=slot,
-                        env=child_env(slot, st.seed, st.backend, st.build_dir), scratch=scratch_of(slot),
-                        writable=[st.build_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        env=child_env(slot, st.seed, st.backend, build_dir_of(sub, st)), scratch=scratch_of(slot),
+                        writable=[build_dir_of(sub, st)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                        text=True, errors="replace")
     LIVE.add(proc)
+    t0 = time.monotonic()
+    st.say(sub, f"{lesson}: building the kernel files ...")
+    building: list[str] = []  # the file being built now (the reader thread's view)
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            word = raw.split()
+            if len(word) >= 2 and word[0] == "start":
+                building[:] = [word[1]]
+                st.say(sub, f"{lesson}: {word[1]} ...")
+            elif len(word) >= 3 and word[0] in ("done", "fail"):
+                building.clear()
+                how = "built" if word[0] == "done" else f"does not build ({' '.join(word[3:4]) or 'error'})"
+                st.say(sub, f"{lesson}: {word[1]} {how} in {word[2]} s")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         proc.wait(timeout=st.build_timeout)
+        reader.join(timeout=5.0)
+        st.say(sub, f"{lesson}: builds done in {time.monotonic() - t0:.1f} s")
     except subprocess.TimeoutExpired:
-        kill_group(proc)  # the tests will build (and time out) and say so
+        kill_group(proc)
         proc.wait()
+        reader.join(timeout=5.0)
+        for name in building[:1]:
+            sub.unbuildable[f"{lesson}/{name}"] = st.build_timeout
+        st.say(sub, f"{lesson}: the build{' of ' + building[0] if building else 's'} stopped after "
+                    f"{st.build_timeout:g} s (--build-timeout)")
     finally:
         LIVE.discard(proc)
 
@@ -498,6 +557,9 @@ def safe_run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> l
         if STOPPING.is_set():  # its workers may have been stopped under it: verdicts not to be trusted
             return []
         FINISHED.setdefault(sub.name, {}).update({f"{r.lesson}/{r.id}": r for r in out})
+    for r in out:
+        secs = sum(t.duration for t in r.tests)
+        st.say(sub, f"{r.lesson} task {r.id} {r.title}: {r.status} ({secs:.1f} s)")
     return out
 
 
@@ -516,8 +578,8 @@ def sanitizer_report(sub: Submission, task: TaskSpec, st: RunSettings) -> str:
         cmd = [tool, "--tool", "memcheck", "--print-limit", "5", _python(), "-m", "pytest", "-q", "-x",
                "-c", str(slot / "pytest.ini"), "--rootdir", str(slot), "-p", "cudacourse.pytest_plugin",
                "--cc-task", task.id, *task.files]
-        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, "cuda", st.build_dir),
-                            scratch=scratch_of(slot), writable=[st.build_dir], stdout=subprocess.PIPE,
+        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, "cuda", build_dir_of(sub, st)),
+                            scratch=scratch_of(slot), writable=[build_dir_of(sub, st)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
         try:
             out, _ = proc.communicate(timeout=st.timeout * 5 + st.build_timeout)
