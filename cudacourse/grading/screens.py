@@ -65,7 +65,8 @@ class Rejection:
 
     def text(self) -> str:
         """One paragraph saying which file was rejected and why."""
-        return (f"lessons/{self.lesson}/{self.file} was rejected before building: " + "; ".join(self.reasons)
+        return (f"lessons/{self.lesson}/{self.file} was rejected before building: "
+                + "; ".join(r.rstrip(".") for r in self.reasons)
                 + ". Exercise files hold plain CUDA C++ (see docs/CONTRIBUTING.md).")
 
 
