@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import hashlib
 import os
 import random
 import shutil
@@ -59,6 +60,23 @@ def declared_tasks(course: Course, hidden: Path | None) -> dict[tuple[str, str],
     return out
 
 
+
+
+def instructor_hashes(course: Course) -> dict[str, set[str]]:
+    """"lesson/file" -> sha256 of the instructor's solution and stub of every kernel file: a submission's file
+    identical to one of them is built once per run in a shared cache (``runner._warm_up``)."""
+    from cudacourse import stubs
+
+    out: dict[str, set[str]] = {}
+    for les in course:
+        sol = course.kernel_dir(les.id, "solution")
+        for f in sorted(sol.glob("*")) if sol.is_dir() else []:
+            if f.suffix not in (".cu", ".cuh", ".h"):
+                continue
+            want = stubs.expected(f)
+            out[f"{les.id}/{f.name}"] = {hashlib.sha256(f.read_bytes()).hexdigest(),
+                                         hashlib.sha256(want.encode() if isinstance(want, str) else want).hexdigest()}
+    return out
 
 
 def not_started(course: Course, sub: Submission, lessons: list[str]) -> set[str]:
@@ -207,7 +225,8 @@ def grade(args: argparse.Namespace) -> list[Report]:
     build_dir.mkdir(parents=True, exist_ok=True)
     st = RunSettings(lessons, seed, None if args.backend == "auto" else args.backend, args.timeout,
                      args.build_timeout, build_dir, args.hidden_feedback, args.sanitize, backend,
-                     progress=None if args.quiet else _progress_line, many=len(subs) > 1)
+                     progress=None if args.quiet else _progress_line, many=len(subs) > 1,
+                     instructor=instructor_hashes(course))
     t_start = time.monotonic()
     try:
         harness = work / "harness"

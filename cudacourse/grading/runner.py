@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudacourse.buildcache import SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
 from cudacourse.errors import UNBUILDABLE_ENV
 from cudacourse.grading.confine import Confinement, Limits, available, confined_popen, stop_group
@@ -242,6 +244,8 @@ class RunSettings:
     slots: queue.Queue[Path] = field(default_factory=queue.Queue)  # working folders, one per job
     progress: Callable[[str], None] | None = None  # prints a progress line (None: quiet, ``grade -q``)
     many: bool = False  # several submissions: progress lines name the submission
+    instructor: dict[str, set[str]] = field(default_factory=dict)  # "lesson/file" -> sha256 of solution, stub
+    shared_built: set[tuple[str, str, tuple[tuple[str, str], ...]]] = field(default_factory=set)
 
     def say(self, sub: Submission, line: str) -> None:
         """Print one progress line (thread-safe; nothing when quiet)."""
@@ -310,9 +314,11 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     timed_out = False
     limit = 0.0
     with open(log, "w") as logf:
-        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, st.backend, build_dir_of(sub, st),
-                                                         sub.unbuildable),
-                            scratch=report.parent, writable=[build_dir_of(sub, st)], stdout=logf,
+        env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable)
+        if sub.build_dir is not None:
+            env[SHARED_ENV] = str(st.build_dir)
+        proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir_of(sub, st)],
+                            readable=[st.build_dir] if sub.build_dir is not None else [], stdout=logf,
                             stderr=subprocess.STDOUT)
         LIVE.add(proc)
         size, last = -1, time.monotonic()
@@ -361,8 +367,9 @@ import sys
 import time
 import cudacourse as cc
 m = cc.lesson(sys.argv[1])
+only = set(sys.argv[2:])  # the files to build (default: every kernel file of the lesson)
 for f in m.files():
-    if f.suffix not in (".cu", ".cuh"):
+    if f.suffix not in (".cu", ".cuh") or (only and f.name not in only):
         continue
     print("start", f.name, flush=True)
     t0 = time.monotonic()
@@ -378,21 +385,52 @@ os._exit(0)  # never wait on a slow interpreter exit
 def _warm_up(sub: Submission, slot: Path, lesson: str, st: RunSettings) -> None:
     """Build every kernel file of ``lesson`` in ``slot`` (a cold build) before the tests run.
 
-    Building runs none of the submission's code, so the tests' watchdog can then hold each case to
-    ``--timeout`` alone. A file that does not compile is left to the tests, which report it. A file whose
-    build is still running after ``st.build_timeout`` is recorded in ``sub.unbuildable``: the tests then
-    fail at once with that verdict instead of building it again. Prints a line as each file's build
-    starts and ends (``st.progress``).
+    A submission's files identical to the instructor's (its solution or stub) are first built into the
+    run's shared cache by a worker that loads nothing else of the submission (:func:`_instructor_files`);
+    the submission's own workers read that cache and write only their own. Building runs none of the
+    submission's code, so the tests' watchdog can then hold each case to ``--timeout`` alone. A file that
+    does not compile is left to the tests, which report it. A file whose build is still running after
+    ``st.build_timeout`` is recorded in ``sub.unbuildable``: the tests then fail at once with that verdict
+    instead of building it again. Prints a line as each file's build starts and ends (``st.progress``).
     """
     assert sub.pristine is not None
     sub.warm.add((slot.name, lesson))
-    proc = start_worker([_python(), "-c", _WARM_UP, lesson], cwd=slot,
-                        env=child_env(slot, st.seed, st.backend, build_dir_of(sub, st)), scratch=scratch_of(slot),
-                        writable=[build_dir_of(sub, st)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                        text=True, errors="replace")
+    if sub.build_dir is not None:
+        mine = _instructor_files(sub, lesson, st)
+        done_key = (slot.name, lesson, tuple(mine))
+        if mine and done_key not in st.shared_built:
+            st.shared_built.add(done_key)
+            _build(sub, slot, lesson, st, [n for n, _ in mine], st.build_dir, shared=None, label="the course's copy")
+    _build(sub, slot, lesson, st, [], build_dir_of(sub, st), shared=st.build_dir if sub.build_dir else None)
+
+
+def _instructor_files(sub: Submission, lesson: str, st: RunSettings) -> list[tuple[str, str]]:
+    """(name, sha256) of ``sub``'s kernel files of ``lesson`` identical to the instructor's solution or stub
+    (none when any header of the lesson differs: a header is compiled into every file that includes it)."""
+    assert sub.pristine is not None
+    folder = sub.pristine / "lessons" / lesson
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".cu", ".cuh", ".h"))
+    digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    known = {n: h for n, h in digest.items() if h in st.instructor.get(f"{lesson}/{n}", ())}
+    if any(n not in known for n in digest if not n.endswith(".cu")):
+        return []
+    return sorted((n, h) for n, h in known.items() if n.endswith(".cu"))
+
+
+def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list[str], build_dir: Path,
+           shared: Path | None, label: str = "") -> None:
+    """One warm-up worker: build ``only`` (default every kernel file of ``lesson``) into ``build_dir``,
+    reading ``shared`` first; progress lines as files start and end; stopped after ``st.build_timeout``."""
+    env = child_env(slot, st.seed, st.backend, build_dir)
+    if shared is not None:
+        env[SHARED_ENV] = str(shared)
+    proc = start_worker([_python(), "-c", _WARM_UP, lesson, *only], cwd=slot, env=env, scratch=scratch_of(slot),
+                        writable=[build_dir], readable=[shared] if shared is not None else [],
+                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace")
     LIVE.add(proc)
     t0 = time.monotonic()
-    st.say(sub, f"{lesson}: building the kernel files ...")
+    what = f" ({label})" if label else ""
+    st.say(sub, f"{lesson}: building the kernel files{what} ...")
     building: list[str] = []  # the file being built now (the reader thread's view)
 
     def read() -> None:
@@ -578,8 +616,11 @@ def sanitizer_report(sub: Submission, task: TaskSpec, st: RunSettings) -> str:
         cmd = [tool, "--tool", "memcheck", "--print-limit", "5", _python(), "-m", "pytest", "-q", "-x",
                "-c", str(slot / "pytest.ini"), "--rootdir", str(slot), "-p", "cudacourse.pytest_plugin",
                "--cc-task", task.id, *task.files]
-        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, "cuda", build_dir_of(sub, st)),
-                            scratch=scratch_of(slot), writable=[build_dir_of(sub, st)], stdout=subprocess.PIPE,
+        env = child_env(slot, st.seed, "cuda", build_dir_of(sub, st))
+        if sub.build_dir is not None:
+            env[SHARED_ENV] = str(st.build_dir)
+        proc = start_worker(cmd, cwd=slot, env=env, scratch=scratch_of(slot), writable=[build_dir_of(sub, st)],
+                            readable=[st.build_dir] if sub.build_dir is not None else [], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
         try:
             out, _ = proc.communicate(timeout=st.timeout * 5 + st.build_timeout)
