@@ -672,3 +672,38 @@ def test_a_new_lesson_is_one_folder(tmp_path: Path) -> None:
         rep = json.loads(out.read_text())
         assert {t["id"]: t["status"] for t in rep["tasks"]} == {"5.1": want, "5.2": "not-graded"}, rep
         assert (rep["possible"], rep["not_graded"]) == (3, 1)
+
+
+def test_torch_answer_guard_refuses_torch_compute_from_the_learners_file(tmp_path: Path) -> None:
+    """Issue 14: a Python exercise file that answers with torch (F.linear, @, torch.ops) is refused by the
+    guard around the learner's Python; allocation and views from it, and torch used by other code, are not."""
+    import importlib.util
+
+    import torch
+
+    from cudacourse.grading.screens import torch_answer_guard
+
+    learner = tmp_path / "decoder.py"
+    learner.write_text(
+        "import torch\n"
+        "def with_f(x, w):\n    return torch.nn.functional.linear(x, w)\n"
+        "def with_op(x, w):\n    return x @ w.t()\n"
+        "def with_ops(x, w):\n    return torch.ops.aten.mm.default(x, w.t())\n"
+        "def with_method(x, w):\n    return x.matmul(w.t())\n"
+        "def shaping(x, k):\n    y = torch.empty(x.shape[0], 4)\n    return k(x.reshape(-1, 4).contiguous(), y)\n")
+    spec = importlib.util.spec_from_file_location("cc_guard_learner", learner)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    x, w = torch.randn(3, 4), torch.randn(5, 4)
+
+    def kernel(a: torch.Tensor, out: torch.Tensor) -> torch.Tensor:  # stands for a course kernel wrapper
+        out.copy_(a * 2.0 + torch.ones_like(a))
+        return out
+
+    with torch_answer_guard([str(learner)]):
+        for fn, line in (("with_f", 3), ("with_op", 5), ("with_ops", 7), ("with_method", 9)):
+            with pytest.raises(RuntimeError, match=rf"decoder.py:{line}: calls torch's \w+\(\)"):
+                getattr(mod, fn)(x, w)
+        out = mod.shaping(x, kernel)
+        assert torch.equal(out, x * 2.0 + 1.0)
+        assert torch.equal(x @ w.t(), torch.nn.functional.linear(x, w))  # the test's own torch: allowed
