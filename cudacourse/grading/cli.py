@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default $CUDA_COURSE_IMPL, else student)")
     p.add_argument("--lessons", nargs="+", default=None, metavar="LESSON",
                    help="lessons to grade (01_relu, 01, ...); default all")
+    p.add_argument("--tasks", nargs="+", default=None, metavar="ID",
+                   help="grade only these tasks of the lessons graded (1.1 4.9 ...); default all (re-grading one "
+                        "task, or a test that needs one)")
     p.add_argument("--hidden", type=Path, metavar="DIR",
                    help="instructor test files merged in as extra cases and tasks (same markers)")
     p.add_argument("--json", type=Path, metavar="OUT", help="write the JSON report")
@@ -211,10 +214,17 @@ def grade(args: argparse.Namespace) -> list[Report]:
     if not lessons:
         raise GradingError(f"no lessons found (lessons/NN_topic/lesson.toml under {course.root})")
     declared = declared_tasks(course, args.hidden)
+    if args.tasks:
+        unknown = sorted(set(args.tasks) - {tid for (lid, tid) in declared if lid in lessons})
+        if unknown:
+            raise GradingError(f"--tasks: no task {', '.join(unknown)} in the lessons graded "
+                               f"({', '.join(lessons)}); tasks: {', '.join(tid for (_, tid) in declared)}")
+    chosen = {k: t for k, t in declared.items() if not args.tasks or t.id in args.tasks}
     backend, device = resolve_backend(args.backend)
     # Lessons whose exercise files are all still the stubs are not built or run: they cannot earn points.
     unstarted = {i: not_started(course, sub, lessons) for i, sub in enumerate(subs)}
-    run_lessons = [lid for lid in lessons if any(lid not in ns for ns in unstarted.values())]
+    run_lessons = [lid for lid in lessons if any(lid not in ns for ns in unstarted.values())
+                   and any(lesson == lid for (lesson, _) in chosen)]
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
     jobs = args.jobs if args.jobs and args.jobs > 0 else min(8, os.cpu_count() or 1)
     if args.workdir:
@@ -241,6 +251,8 @@ def grade(args: argparse.Namespace) -> list[Report]:
                    f"collecting the tasks of {', '.join(run_lessons)} ...")
         tasks = collect_tasks(collect_dir, course, declared, run_lessons, seed, st.backend, build_dir,
                               max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout)) if run_lessons else []
+        if args.tasks:
+            tasks = [t for t in tasks if t.id in args.tasks]
         by_lesson: dict[str, list[TaskSpec]] = {}
         for t in tasks:
             by_lesson.setdefault(t.lesson, []).append(t)
@@ -297,7 +309,7 @@ def grade(args: argparse.Namespace) -> list[Report]:
         elapsed = time.monotonic() - t_start
         for i, sub in enumerate(subs):
             done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
-            done = sorted(done + not_started_results(declared, unstarted[i], backend),
+            done = sorted(done + not_started_results(chosen, unstarted[i], backend),
                           key=lambda r: (lessons.index(r.lesson), task_sort_key(r.id)))
             reports.append(Report(backend, device, sub.impl, done, name=sub.name, seed=seed, seconds=elapsed,
                                   rejected=[r.text() for r in sub.rejections]))
