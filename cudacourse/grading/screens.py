@@ -162,7 +162,14 @@ def screen_kernel_file(lesson: str, name: str, text: str, lesson_files: set[str]
 PY_ALLOWED_IMPORTS = {"__future__", "math", "typing", "dataclasses", "collections", "collections.abc", "torch",
                       "torch.nn.functional", "cudacourse", "cudacourse.check"}
 PY_FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "setattr",
-                      "delattr", "breakpoint", "input", "__builtins__", "importlib", "sys", "os", "subprocess"}
+                      "delattr", "breakpoint", "input", "__builtins__", "importlib", "sys", "os", "subprocess",
+                      "getattr", "hasattr", "memoryview"}
+# Attributes of an imported module that reach files, processes, the interpreter or code below torch's Python
+# API (torch.os.system, torch.sys.modules, torch.load running a pickle, torch.ops.aten.mm). Torch arithmetic
+# itself stays legal in the file (its given reference code uses it); torch_answer_guard refuses it at run time
+# where the learner's functions are graded.
+PY_FORBIDDEN_MODULE_ATTRS = {"os", "sys", "ops", "load", "save", "_C", "hub", "jit", "library", "package", "classes",
+                             "multiprocessing", "distributed", "utils", "compile", "overrides", "_dynamo"}
 
 
 def screen_python_file(name: str, text: str) -> list[str]:
@@ -189,6 +196,15 @@ def screen_python_file(name: str, text: str) -> list[str]:
             reasons.append(f"{name}:{node.lineno}: '{node.id}' is not allowed in an exercise file")
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr != "__init__":
             reasons.append(f"{name}:{node.lineno}: dunder attribute '{node.attr}' is not allowed")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in PY_FORBIDDEN_MODULE_ATTRS:
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported:
+                reasons.append(f"{name}:{node.lineno}: '{ast.unparse(node)}' is not allowed in an exercise file "
+                               "(no files, processes or interpreter internals)")
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
             node, (ast.AugAssign, ast.AnnAssign)) else []
