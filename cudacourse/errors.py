@@ -37,7 +37,8 @@ _DIAG_RE = re.compile(r"^(?P<file>[^\n:()]+?)(?::(?P<line>\d+)(?::\d+)?:|\((?P<p
 
 
 # The start of a diagnostic block: a location (g++ `file:line[:col]:`, nvcc `file(line):`) or an include chain.
-_LOC_RE = re.compile(r"^(?:In file included from |\s+from )?(?P<file>[^\s:()][^:()]*?)(?::\d+(?::\d+)?[:,]|\(\d+\):)")
+_LOC_RE = re.compile(r"^(?:In file included from |\s+from )?(?P<file>[^\s:()][^:()]*?)"
+                     r"(?::\d+(?::\d+)?[:,]|\(\d+\):|:\s+(?:In|At) )")
 _DROPPED = "[{n} compiler line(s) about files outside your submission not shown]"
 
 
