@@ -80,13 +80,16 @@ def instructor_hashes(course: Course) -> dict[str, set[str]]:
 
 
 def not_started(course: Course, sub: Submission, lessons: list[str]) -> set[str]:
-    """The lessons of ``lessons`` whose exercise files in ``sub`` are all identical to the generated stubs
-    (never for the reference solutions)."""
+    """The lessons of ``lessons`` whose exercise files in ``sub`` are all identical to the generated stubs, or
+    whose folder a submission does not hold at all (never for the reference solutions)."""
     if sub.impl == "solution":
         return set()
     out = set()
     for lid in lessons:
         folder = sub.source / "lessons" / lid if sub.source is not None else course.kernel_dir(lid, "student")
+        if sub.source is not None and not folder.is_dir():
+            out.add(lid)  # the submission holds no folder for this lesson: nothing submitted, nothing to run
+            continue
         if not lesson_started(course, course.lesson(lid), folder):
             out.add(lid)
     return out
