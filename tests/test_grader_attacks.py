@@ -2,13 +2,13 @@
 
 Every attack of ``tests/attacks/attacks.toml`` but those in ``NOT_GRADED`` (each with its reason), built
 from the current solutions by ``tests/attacks/corpus.py``, is graded with ``--batch`` against a temporary
-copy of the course and of the hidden tests, next to an unchanged solution: lesson 01 attacks on every task
-of lesson 01, the Python attacks (decoder.py) on task 4.9 alone (``--tasks``). Attacks the grader does not
-stop yet are ``KNOWN_HOLES`` (strict xfail, with the reason). The module fixture grades once; each test then checks one
-promise: each attack's verdict and its ``must_not`` effects, checksums of every file outside the
-grader's scratch, and that no process of the grade is left. Runs on the simulator (``--backend sim``):
-on the cuda backend learner code is loaded into the pytest process that records results, so some
-forgeries are possible there (issue 14, "learner code only in confined workers", is not done for cuda).
+copy of the course and of the hidden tests, next to an unchanged solution, on every task of lesson 01.
+Attacks the grader does not stop yet are ``KNOWN_HOLES`` (strict xfail, with the reason). The module
+fixture grades once; each test then checks one promise: each attack's verdict and its ``must_not``
+effects, checksums of every file outside the grader's scratch, and that no process of the grade is left.
+Runs on the simulator (``--backend sim``): on the cuda backend learner code is loaded into the pytest
+process that records results, so some forgeries are possible there (issue 14, "learner code only in
+confined workers", is not done for cuda).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from typing import Any
 
 import pytest
 
-from cudacourse.course import course as course_model
 from cudacourse.grading import cli
 from cudacourse.grading.confine import available, describe_for_grading
 from cudacourse.grading.results import STATUSES
@@ -43,10 +42,14 @@ NOT_GRADED = {
                           "Limits(memory=None)), so 64 GB touched would exhaust this shared machine, not the worker",
     "build-never-ends": "costs a whole --build-timeout of one job (minutes on this machine); the stopped-build path "
                         "is exercised by grade's warm-up, not in the suite",
-    "python-answers-with-torch": "its torch answer must be refused by screens.torch_answer_guard around the calls "
-                                 "into decoder.py, which tests/test_04_transformer.py does not apply yet",
-    "python-torch-ops": "as python-answers-with-torch (the guard refuses torch.ops calls from decoder.py too)",
 }
+# The Python attacks (decoder.py) are refused by the Python screen before they run
+# (test_grader.py::test_python_exercise_files_are_screened), and a torch answer by screens.torch_answer_guard
+# (test_grader.py::test_torch_answer_guard_refuses_torch_compute_from_the_learners_file). Grading them here
+# would build lesson 04's kernels (and lessons 02 and 03 for the capstone) once per submission: minutes each
+# on this machine, for a verdict the screen has already decided.
+NOT_GRADED.update({a.id: "a Python attack: refused by the Python screen or the torch guard (see above)"
+                   for a in load() if a.base.endswith(".py")})
 # Attacks graded but not stopped today: the test fails as long as the grader gives the wrong verdict.
 KNOWN_HOLES = {
     "cpu-answer-no-launch": "on the simulator host code can write the output buffer: a launcher that computes the "
@@ -54,7 +57,6 @@ KNOWN_HOLES = {
                             "call that launched no kernel, or to protect buffers outside launches (cudacourse/sim)",
 }
 ATTACKS = tuple(a.id for a in load() if a.id not in NOT_GRADED)
-PY_TASK = "4.9"  # the Python attacks (decoder.py) are graded on the capstone task alone
 SAME_MEANING = {"timed out": ("timed out", "KernelTimeout")}
 SECRET = "CCSECRET-hidden-7f3a9c"  # planted in the hidden tests: must appear in no output
 SOLUTION_SECRET = "CCSECRET-solution-51d0e2"  # planted in the course copy's solutions: must appear in no output
@@ -109,16 +111,14 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     shutil.copytree(HIDDEN_EXAMPLE, hidden)
     hidden_test = hidden / "test_01_relu_hidden.py"
     hidden_test.write_text(f"# {SECRET}\n" + hidden_test.read_text())
-    for f in (course / "solutions").rglob("*.cu"):
-        f.write_text(f"// {SOLUTION_SECRET}\n" + f.read_text())
+    # (in a file no submission of this batch builds: the lesson 01 solutions stay identical to the checkout's)
+    target = course / "solutions" / "02_reduce" / "reduce.cu"
+    target.write_text(f"// {SOLUTION_SECRET}\n" + target.read_text())
     attacks = {a.id: a for a in load() if a.id in ATTACKS}
     forged = forgeries()
     neighbour = batch / "solution"
     for name in ["solution", *ATTACKS]:
-        lessons = ["01_relu", "02_reduce", "03_gemm", "04_transformer"] if name == "solution" else \
-            [attacks[name].base.split("/")[0]]
-        for les in lessons:
-            shutil.copytree(ROOT / "solutions" / les, batch / name / "lessons" / les)
+        shutil.copytree(ROOT / "solutions" / LESSON, batch / name / "lessons" / LESSON)
         if name == "solution":
             continue
         paths = {"REPORT": str(out / f"{name}.json"), "JUNIT": str(out / f"{name}.xml"), "HIDDEN": str(hidden),
@@ -126,11 +126,10 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         for rel, text in build(attacks[name], course=ROOT, paths=paths).items():
             (batch / name / rel).write_text(text)
     before = {"course": _checksums(course), "hidden": _checksums(hidden), "batch": _checksums(batch)}
-    tasks = [t.id for t in course_model().lesson(LESSON).tasks] + [PY_TASK]
     t0 = time.monotonic()
     with using(build_dir=tmp / "build"):
-        rc = cli.main(["--batch", str(batch), "--course", str(course), "--lessons", LESSON, "04_transformer",
-                       "--tasks", *tasks, "--hidden", str(hidden), "--backend", "sim", "--timeout", "20",
+        rc = cli.main(["--batch", str(batch), "--course", str(course), "--lessons", LESSON,
+                       "--hidden", str(hidden), "--backend", "sim", "--timeout", "20",
                        "--jobs", "2", "--workdir", str(tmp / "work"), "--json", str(out), "--junit", str(out),
                        "--markdown", str(out), "-q"])
     print(f"{len(ATTACKS)} attacks and a solution graded in {time.monotonic() - t0:.0f} s")
@@ -155,7 +154,7 @@ def test_corpus_is_graded_but_for_named_reasons() -> None:
     """At least 15 attacks are graded (issue 14); each one left out has its reason."""
     ids = {a.id for a in load()}
     assert len(ATTACKS) >= 15 and set(NOT_GRADED) <= ids and set(KNOWN_HOLES) <= set(ATTACKS)
-    assert any(a.base.endswith(".py") for a in load() if a.id in ATTACKS)
+    assert all(a.base.startswith(LESSON + "/") for a in load() if a.id in ATTACKS)
 
 
 def test_grader_survives_and_writes_every_report(graded: dict[str, Any]) -> None:
@@ -167,7 +166,6 @@ def test_unchanged_solution_earns_everything(graded: dict[str, Any]) -> None:
     rep = json.loads(graded["reports"]["solution"])
     assert rep["confinement"] == describe_for_grading() and not rep["confinement"].startswith("unconfined")
     assert rep["earned"] == rep["possible"] - rep["not_graded"] > 0, rep
-    assert PY_TASK in [t["id"] for t in rep["tasks"]]
 
 
 @pytest.mark.parametrize("attack_id", [pytest.param(a, marks=pytest.mark.xfail(strict=True, reason=KNOWN_HOLES[a]))
