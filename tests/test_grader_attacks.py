@@ -100,7 +100,9 @@ def _passwd_line() -> str:
         return "root:x:0:0:"
 
 
-@pytest.fixture(scope="module")
+# Session scope: a module fixture is torn down (and the batch graded again, minutes) whenever xdist runs a
+# test of another module between two of this module's tests on the same worker.
+@pytest.fixture(scope="session")
 def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Grade the attacks and an unchanged solution in one ``--batch`` run; what the tests check."""
     if not available().confined:
