@@ -275,3 +275,17 @@ def test_a_many_mb_file_is_refused_unread_costing_only_its_tasks(tmp_path: Path)
     assert f"relu.cu is too large ({size / 1e6:.1f} MB)" in why and "at most 1.0 MB" in why and str(learner) not in why
     assert (dst / "lessons/01_relu/relu.cu").stat().st_size < 200
     assert (dst / "lessons/01_relu/relu_torch.cu").read_text() == (learner / "relu_torch.cu").read_text()
+
+
+def test_a_rejected_file_is_named_in_its_tasks_feedback_even_for_a_hidden_case() -> None:
+    """A file refused at staging has no launchers left: its tasks fail with AttributeError (hidden cases first
+    in brief mode); the feedback still leads with why the file was refused."""
+    from cudacourse.grading.screens import Rejection
+
+    sub = Submission("learner", ROOT, "submission")
+    sub.rejections.append(Rejection("01_relu", "relu.cu", ["relu.cu is too large (52.4 MB); the limit is 1.0 MB"]))
+    r = _result("AttributeError", "lesson 01_relu has no launcher 'relu_v1_scalar' (found: relu_torch_forward)")
+    r.tests[0].file = "/tmp/cc-grade-x/slot0/hidden/test_01_relu_hidden.py"
+    text = feedback(r, sub, root=ROOT)
+    assert text.startswith("lessons/01_relu/relu.cu was rejected before building: relu.cu is too large"), text
+    assert "a hidden case failed" in text

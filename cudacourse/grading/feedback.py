@@ -260,7 +260,10 @@ def feedback(result: TaskResult, sub: Submission, hidden_feedback: str = "brief"
         if len(failed) > 1:
             msg += f"; {len(failed)} of {len(recs)} cases failed"
     rej = [r for r in sub.rejections if r.lesson == result.lesson]
-    if rej and ("REJECTED_BY_THE_GRADER" in msg or any(r.exc_type == "CompileError" for r in failed)):
+    # A rejected file is staged as one failing #include (no launchers): its tasks fail to build or to find
+    # their launcher, hidden cases included.
+    if rej and ("REJECTED_BY_THE_GRADER" in msg or any(r.exc_type in ("CompileError", "AttributeError")
+                                                       or "REJECTED_BY_THE_GRADER" in r.message for r in failed)):
         msg = "\n".join(r.text() for r in rej) + "\n" + msg
     missing = [m for m in sub.missing if f"/{result.lesson}/" in m]
     if missing and ("no launcher" in msg or "AttributeError" in msg or "No such file" in msg):
