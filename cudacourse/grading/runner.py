@@ -367,7 +367,11 @@ import sys
 import time
 import cudacourse as cc
 m = cc.lesson(sys.argv[1])
-only = set(sys.argv[2:])  # the files to build (default: every kernel file of the lesson)
+only = set(sys.argv[2:])  # the files to build (default: every kernel file of the lesson; "-": none)
+if m.backend == "sim":
+    from cudacourse.sim import runtime_object
+
+    runtime_object()  # the simulator's runtime: the instructor's code, built once into the cache
 for f in m.files():
     if f.suffix not in (".cu", ".cuh") or (only and f.name not in only):
         continue
@@ -398,9 +402,10 @@ def _warm_up(sub: Submission, slot: Path, lesson: str, st: RunSettings) -> None:
     if sub.build_dir is not None:
         mine = _instructor_files(sub, lesson, st)
         done_key = (slot.name, lesson, tuple(mine))
-        if mine and done_key not in st.shared_built:
+        if done_key not in st.shared_built:  # (with no file of the instructor's: the simulator's runtime alone)
             st.shared_built.add(done_key)
-            _build(sub, slot, lesson, st, [n for n, _ in mine], st.build_dir, shared=None, label="the course's copy")
+            _build(sub, slot, lesson, st, [n for n, _ in mine] or ["-"], st.build_dir, shared=None,
+                   label="the course's copy")
     _build(sub, slot, lesson, st, [], build_dir_of(sub, st), shared=st.build_dir if sub.build_dir else None)
 
 
