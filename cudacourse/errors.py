@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 
 class CourseError(Exception):
@@ -35,13 +36,62 @@ _DIAG_RE = re.compile(r"^(?P<file>[^\n:()]+?)(?::(?P<line>\d+)(?::\d+)?:|\((?P<p
                       r"(?P<sev>fatal error|error)\s*:?\s*(?P<msg>.*)$", re.M)
 
 
-def compile_error(output: str, path: str, *, hide: str = "", limit: int = 6000) -> CompileError:
+# The start of a diagnostic block: a location (g++ `file:line[:col]:`, nvcc `file(line):`) or an include chain.
+_LOC_RE = re.compile(r"^(?:In file included from |\s+from )?(?P<file>[^\s:()][^:()]*?)"
+                     r"(?::\d+(?::\d+)?[:,]|\(\d+\):|:\s+(?:In|At) )")
+_DROPPED = "[{n} compiler line(s) about files outside your submission not shown]"
+
+
+def _outside(file: str, allowed: list[str]) -> bool:
+    path = os.path.normpath(file.strip())
+    return os.path.isabs(path) and not any(path == a or path.startswith(a.rstrip("/") + "/") for a in allowed)
+
+
+def only_own_files(output: str, path: str, keep: tuple[str, ...] = ()) -> str:
+    """The compiler output with every diagnostic about a file outside the learner's folder removed, with the
+    source lines and carets that follow it.
+
+    An ``#include`` of another file (``/etc/passwd``, a hidden test, a solution) makes the compiler quote
+    that file's lines in its errors; those never reach feedback. Kept: diagnostics in the folder of
+    ``path`` (the learner's files), in ``keep`` folders and in system and toolkit folders (public headers),
+    and the compiler's own lines that name no file. Relative paths are the compiler's own (kept).
+    """
+    allowed = [os.path.dirname(os.path.normpath(path)), *(os.path.normpath(k) for k in keep),
+               "/usr", "/opt", os.path.normpath(sys.prefix), os.path.normpath(sys.base_prefix)]
+    out: list[str] = []
+    dropped = 0
+    skipping = False
+    for ln in output.splitlines():
+        m = _LOC_RE.match(ln)
+        if m:
+            skipping = _outside(m.group("file"), allowed)
+        elif not ln.startswith((" ", "\t")) and ln.strip():
+            skipping = False  # a new line of the compiler's own (``compilation terminated.``)
+        if skipping:
+            dropped += 1
+        else:
+            out.append(ln)
+    if dropped:
+        out.append(_DROPPED.format(n=dropped))
+    return "\n".join(out)
+
+
+def compile_error(output: str, path: str, *, hide: str = "", limit: int = 6000,
+                  keep: tuple[str, ...] = ()) -> CompileError:
     """A CompileError at the learner's first error line, from g++ or nvcc output.
 
     ``path`` is the learner's file (``#line`` directives make compilers name it); a diagnostic in it is
-    preferred over one in generated or included code. ``hide`` (a folder prefix) is removed from the
-    output; the output is cut to ``limit`` characters.
+    preferred over one in generated or included code. Diagnostics about files outside the learner's folder
+    (and ``keep``, system and toolkit folders) are removed (:func:`only_own_files`). ``hide`` (a folder
+    prefix) is removed from the output; the output is cut to ``limit`` characters.
     """
+    try:  # generated code (bindings, the simulator's wrappers) is compiled from the build cache
+        from cudacourse.buildcache import build_root
+
+        keep = (*keep, str(build_root()))
+    except Exception:  # noqa: BLE001 - no build cache: nothing generated to keep
+        pass
+    output = only_own_files(output, path, (*keep, *((hide,) if hide else ())))
     out = output.replace(hide, "") if hide else output
     if len(out) > limit:
         out = out[:limit] + "\n[... more compiler output cut ...]"
@@ -49,11 +99,38 @@ def compile_error(output: str, path: str, *, hide: str = "", limit: int = 6000) 
     name = os.path.basename(path)
     mine = [d for d in diags if os.path.basename(d.group("file").strip()) == name] or diags
     if not mine:
+        inc = re.search(rf"^In file included from (?:[^\n:]*/)?{re.escape(name)}:(\d+)", output, re.M)
+        if inc:  # the errors are in an included file outside the submission: point at the #include
+            line = int(inc.group(1))
+            return CompileError(f"{path}:{line}: error: the file included on this line does not compile (its "
+                                f"errors are not shown: it is not part of your submission)\n\n{out}",
+                                file=path, line=line, compiler_output=out)
         return CompileError(f"{path}: compilation failed:\n{out}", file=path, line=None, compiler_output=out)
     d = mine[0]
     line = int(d.group("line") or d.group("pline"))
     return CompileError(f"{path}:{line}: error: {d.group('msg')}\n\n{out}", file=path, line=line,
                         compiler_output=out)
+
+
+# Set by the grader for a test process: "lesson/file=seconds;..." of files whose build it stopped after its
+# --build-timeout; the loader fails them at once instead of building them again (loader.Lesson.module).
+UNBUILDABLE_ENV = "CUDA_COURSE_UNBUILDABLE"
+
+
+def build_stopped(path: str, seconds: float) -> CompileError:
+    """The error of a file whose build the grader stopped (a build that does not end: template recursion,
+    a huge file)."""
+    return CompileError(f"{path}: the build did not finish within {seconds:g} s and was stopped (the grader's "
+                        "--build-timeout): the tasks of this file fail. Look for template or constexpr recursion, "
+                        "huge generated code or pasted data.", file=path, line=None)
+
+
+def repeated(err: CompileError) -> CompileError:
+    """The one-line error for the second and later uses of a file that does not compile, in one process:
+    the compiler's output was shown with the first failure."""
+    where = f"{err.file}:{err.line}" if err.line else f"{err.file}"
+    return CompileError(f"does not compile: see the first failure above, {where}", file=err.file, line=err.line,
+                        compiler_output=err.compiler_output)
 
 
 class UnsupportedError(CompileError):

@@ -35,7 +35,17 @@ from typing import Any
 
 from cudacourse import buildcache, settings
 from cudacourse.course import course as course_model
-from cudacourse.errors import CourseError, KernelError, KernelTimeout, LaunchError, compile_error
+from cudacourse.errors import (
+    UNBUILDABLE_ENV,
+    CompileError,
+    CourseError,
+    KernelError,
+    KernelTimeout,
+    LaunchError,
+    build_stopped,
+    compile_error,
+    repeated,
+)
 from cudacourse.source import (
     SCALAR_CTYPES,
     VECTOR_WIDTH,
@@ -584,7 +594,18 @@ class Lesson:
             return cached[1]
         if cached:
             cached[1].close()
-        mod = load(f, None, **self._opts)
+        failed = _FAILED_BUILDS.get(str(f))
+        if failed is not None and failed[0] == text:
+            # Shown in full once per process; under pytest every later case it blocks says one line.
+            raise (repeated(failed[1]) if "PYTEST_CURRENT_TEST" in os.environ else failed[1]) from None
+        stopped = _stopped_builds().get(f"{self.name}/{f.name}")
+        try:
+            if stopped is not None:
+                raise build_stopped(str(f), stopped)
+            mod = load(f, None, **self._opts)
+        except CompileError as e:
+            _FAILED_BUILDS[str(f)] = (text, e)
+            raise
         self._modules[f] = (text, mod)
         return mod
 
@@ -614,6 +635,20 @@ class Lesson:
 
     def __repr__(self) -> str:
         return f"<cudacourse.Lesson {self.name} from {self.dir} backend={self.backend}>"
+
+
+_FAILED_BUILDS: dict[str, tuple[str, CompileError]] = {}  # path -> (text, error) of files that did not build
+
+
+def _stopped_builds() -> dict[str, float]:
+    """"lesson/file" -> seconds, of the files whose build the grader stopped (``UNBUILDABLE_ENV``)."""
+    out = {}
+    for item in os.environ.get(UNBUILDABLE_ENV, "").split(";"):
+        name, _, secs = item.partition("=")
+        if name and secs:
+            with contextlib.suppress(ValueError):
+                out[name] = float(secs)
+    return out
 
 
 def _stamp(f: Path) -> tuple[int, int] | None:

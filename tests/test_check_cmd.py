@@ -72,3 +72,31 @@ def test_a_file_without_solution_markers_never_means_not_started(tmp_path: Path)
         '[lesson]\ntitle = "t"\nwrite = "w"\nlearn = "l"\nfiles = ["toy.cu"]\n')
     c = Course(root)
     assert checkcmd.lesson_started(c, c.lesson("01_toy"))
+
+
+def test_a_compile_error_is_shown_once_per_process(tmp_path: Path) -> None:
+    """Issue 15: under pytest a broken file's compiler output prints once; every other case it blocks says one
+    line pointing at it (before: the same error once per case, hundreds of lines)."""
+    c = course()
+    sub = tmp_path / "sub" / "lessons" / "01_relu"
+    sub.parent.mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(c.kernel_dir("01_relu", "solution"), sub)
+    text = (sub / "relu.cu").read_text()
+    assert text.count("y[i] = fmaxf(x[i], 0.0f);") == 2
+    (sub / "relu.cu").write_text(text.replace("y[i] = fmaxf(x[i], 0.0f);", "y[i] = fmaxf(x[i], 0.0f) CC_BROKEN", 1))
+    broken_line = text[:text.index("y[i] = fmaxf(x[i], 0.0f);")].count("\n") + 1
+    env = dict(os.environ, PYTHONPATH=str(c.root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("PYTEST_ADDOPTS", None)
+    out = subprocess.run([sys.executable, "-m", "pytest", str(c.tests_dir / "test_01_relu.py"), "-q",
+                          "--submission", str(sub.parent.parent), "--backend", "sim", "--cc-task", "1.1",
+                          "-p", "no:cacheprovider", "-p", "no:xdist"],
+                         cwd=c.root, env=env, capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    # The compiler quotes the broken source line in its output: that excerpt appears exactly once.
+    excerpts = [ln for ln in text.splitlines() if "CC_BROKEN" in ln and "|" in ln]
+    assert len(excerpts) == 1, text[-4000:]
+    short = f"does not compile: see the first failure above, {sub / 'relu.cu'}:{broken_line}"
+    assert text.count(short) >= 3, text[-4000:]  # task 1.1 has more than four cases

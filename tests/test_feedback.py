@@ -177,3 +177,115 @@ def test_notebook_task_14_cell_on_the_stub_is_deterministic() -> None:
         messages.append(str(e.value))
     assert "Nothing was written at all" in messages[0] and "yours nan" in messages[0]
     assert messages[0] == messages[1]
+
+
+def test_compile_error_repeated_in_one_process_gets_the_full_text_in_the_report() -> None:
+    """Under pytest later cases of a broken file say one line (errors.repeated); the grade report gives
+    every blocked task the compiler's whole message and still shows it once."""
+    from cudacourse.grading.feedback import REPEATED, complete_compile_errors
+
+    err = f"{SLOT}lessons/01_relu/relu.cu:54: error: expected ';' before '}}' token\n  54 | y[i] = x[i]\n"
+    first = _result("CompileError", err, task="1.1")
+    later = [_result("CompileError", f"{REPEATED}, {SLOT}lessons/01_relu/relu.cu:54", task=t) for t in ("1.2", "1.3")]
+    tasks = [first, *later]
+    complete_compile_errors(tasks)
+    assert all("expected ';' before" in t.message and REPEATED not in t.message for t in tasks)
+    sub = Submission("", None, "student")
+    for t in tasks:
+        t.message = feedback(t, sub, root=ROOT)
+    out = io.StringIO()
+    reports.print_report(Report("sim", "CPU simulator", "student", tasks), out=out)
+    assert out.getvalue().count("54 | y[i] = x[i]") == 1 and "blocks tasks 1.1, 1.2, 1.3" in out.getvalue()
+
+
+def test_compiler_output_never_quotes_a_file_outside_the_submission(tmp_path: Path) -> None:
+    """An #include trick the screen misses (a digraph) makes g++ quote the included file in its errors: the
+    CompileError keeps the learner's own lines and the compiler's words, and points at the #include."""
+    import os
+    import subprocess
+
+    from cudacourse.errors import compile_error
+
+    secret = tmp_path / "instructor" / "hidden_notes.txt"
+    secret.parent.mkdir()
+    secret.write_text("CCSECRET_7f3a9c: the hidden answer is 42\n")
+    learner = tmp_path / "lessons" / "01_relu" / "relu.cu"
+    learner.parent.mkdir(parents=True)
+    learner.write_text(f'#include <cstdio>\n%:include "{secret}"\nint f() {{ return 1 }}\n')
+    out = subprocess.run(["g++", "-x", "c++", "-fsyntax-only", str(learner)], capture_output=True, text=True,
+                         env={**os.environ, "LC_ALL": "C"}).stderr
+    assert "CCSECRET_7f3a9c" in out  # the compiler does quote it
+    e = compile_error(out, str(learner))
+    assert "CCSECRET_7f3a9c" not in str(e) and "hidden answer" not in str(e) and str(secret) not in str(e)
+    assert e.line == 2 and "not part of your submission" in str(e)
+    # A relative climb out of the lesson folder is outside it too.
+    learner.write_text('#include <cstdio>\n%:include "../../instructor/hidden_notes.txt"\n')
+    out = subprocess.run(["g++", "-x", "c++", "-fsyntax-only", str(learner)], capture_output=True, text=True,
+                         env={**os.environ, "LC_ALL": "C"}).stderr
+    assert "CCSECRET_7f3a9c" in out and "CCSECRET_7f3a9c" not in str(compile_error(out, str(learner)))
+    # The learner's own errors are kept, with the compiler's excerpt of their line.
+    learner.write_text("int f() { return 1 }\n")
+    out = subprocess.run(["g++", "-x", "c++", "-fsyntax-only", str(learner)], capture_output=True, text=True,
+                         env={**os.environ, "LC_ALL": "C"}).stderr
+    e = compile_error(out, str(learner))
+    assert e.line == 1 and "expected ';'" in str(e) and "return 1 }" in str(e) and "not shown" not in str(e)
+
+
+def test_messages_are_scrubbed_of_hidden_and_solution_lines(tmp_path: Path) -> None:
+    """Whatever learner code printed or threw (it may read the hidden tests staged beside it), no line of a
+    hidden test or of a solution that is not public reaches the report; public lines stay."""
+    from cudacourse.grading.feedback import REMOVED, scrub, secret_lines
+
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "test_01_relu_hidden.py").write_text("# CCSECRET-hidden-7f3a9c\nimport pytest\n"
+                                                   "def test_hidden(): assert relu(1234.5) == 1234.5\n")
+    secrets = secret_lines(ROOT, hidden)
+    # Lines of the lesson 01 solution that appear in no public file (stub, tests, explainer) are secret.
+    sol = [ln for ln in (ROOT / "solutions/01_relu/relu.cu").read_text().splitlines()
+           if "".join(ln.split()) in secrets]
+    assert sol and "importpytest" not in secrets
+    msg = ("RuntimeError: # CCSECRET-hidden-7f3a9c\nimport pytest\n"
+           f"def test_hidden(): assert relu(1234.5) == 1234.5\n  {sol[0]}\nyours nan, expected 1")
+    out = scrub(msg, secrets)
+    assert "CCSECRET" not in out and "1234.5" not in out and sol[0].strip() not in out
+    assert out.splitlines() == ["RuntimeError: # CCSECRET-hidden-7f3a9c"[:0] + REMOVED, "import pytest", REMOVED,
+                                "yours nan, expected 1"]
+
+
+def test_a_many_mb_file_is_refused_unread_costing_only_its_tasks(tmp_path: Path) -> None:
+    """Issue 14: a kernel file padded to many MB is rejected at staging (no build), with its size and the
+    limit; the lesson's other files are staged as they are."""
+    from cudacourse.grading.staging import MAX_SOURCE_BYTES, stage_kernels
+
+    c = course()
+    learner = tmp_path / "learner" / "lessons" / "01_relu"
+    learner.parent.mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(c.kernel_dir("01_relu", "solution"), learner)
+    with open(learner / "relu.cu", "a") as f:
+        f.write(("// padding " + "x" * 100 + "\n") * (MAX_SOURCE_BYTES // 100 + 10))
+    sub = Submission("learner", tmp_path / "learner", "submission")
+    dst = tmp_path / "staged"
+    stage_kernels(sub, dst, ["01_relu"], c)
+    assert [r.file for r in sub.rejections] == ["relu.cu"]
+    why = sub.rejections[0].text()
+    size = (learner / "relu.cu").stat().st_size
+    assert f"relu.cu is too large ({size / 1e6:.1f} MB)" in why and "at most 1.0 MB" in why and str(learner) not in why
+    assert (dst / "lessons/01_relu/relu.cu").stat().st_size < 200
+    assert (dst / "lessons/01_relu/relu_torch.cu").read_text() == (learner / "relu_torch.cu").read_text()
+
+
+def test_a_rejected_file_is_named_in_its_tasks_feedback_even_for_a_hidden_case() -> None:
+    """A file refused at staging has no launchers left: its tasks fail with AttributeError (hidden cases first
+    in brief mode); the feedback still leads with why the file was refused."""
+    from cudacourse.grading.screens import Rejection
+
+    sub = Submission("learner", ROOT, "submission")
+    sub.rejections.append(Rejection("01_relu", "relu.cu", ["relu.cu is too large (52.4 MB); the limit is 1.0 MB"]))
+    r = _result("AttributeError", "lesson 01_relu has no launcher 'relu_v1_scalar' (found: relu_torch_forward)")
+    r.tests[0].file = "/tmp/cc-grade-x/slot0/hidden/test_01_relu_hidden.py"
+    text = feedback(r, sub, root=ROOT)
+    assert text.startswith("lessons/01_relu/relu.cu was rejected before building: relu.cu is too large"), text
+    assert "a hidden case failed" in text

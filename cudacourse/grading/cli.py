@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import hashlib
 import os
 import random
 import shutil
@@ -19,7 +20,7 @@ from cudacourse.checkcmd import lesson_started
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
 from cudacourse.grading import runner
-from cudacourse.grading.feedback import feedback
+from cudacourse.grading.feedback import complete_compile_errors, feedback, scrub, secret_lines
 from cudacourse.grading.reports import (
     NOT_STARTED,
     Report,
@@ -61,14 +62,34 @@ def declared_tasks(course: Course, hidden: Path | None) -> dict[tuple[str, str],
 
 
 
+def instructor_hashes(course: Course) -> dict[str, set[str]]:
+    """"lesson/file" -> sha256 of the instructor's solution and stub of every kernel file: a submission's file
+    identical to one of them is built once per run in a shared cache (``runner._warm_up``)."""
+    from cudacourse import stubs
+
+    out: dict[str, set[str]] = {}
+    for les in course:
+        sol = course.kernel_dir(les.id, "solution")
+        for f in sorted(sol.glob("*")) if sol.is_dir() else []:
+            if f.suffix not in (".cu", ".cuh", ".h"):
+                continue
+            want = stubs.expected(f)
+            out[f"{les.id}/{f.name}"] = {hashlib.sha256(f.read_bytes()).hexdigest(),
+                                         hashlib.sha256(want.encode() if isinstance(want, str) else want).hexdigest()}
+    return out
+
+
 def not_started(course: Course, sub: Submission, lessons: list[str]) -> set[str]:
-    """The lessons of ``lessons`` whose exercise files in ``sub`` are all identical to the generated stubs
-    (never for the reference solutions)."""
+    """The lessons of ``lessons`` whose exercise files in ``sub`` are all identical to the generated stubs, or
+    whose folder a submission does not hold at all (never for the reference solutions)."""
     if sub.impl == "solution":
         return set()
     out = set()
     for lid in lessons:
         folder = sub.source / "lessons" / lid if sub.source is not None else course.kernel_dir(lid, "student")
+        if sub.source is not None and not folder.is_dir():
+            out.add(lid)  # the submission holds no folder for this lesson: nothing submitted, nothing to run
+            continue
         if not lesson_started(course, course.lesson(lid), folder):
             out.add(lid)
     return out
@@ -99,6 +120,11 @@ def resolve_backend(requested: str) -> tuple[str, str]:
     return "sim", "CPU simulator"
 
 
+def _progress_line(line: str) -> None:
+    """One progress line of a grade (a build started or ended, a task finished), printed at once."""
+    print(line, flush=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m cudacourse grade``."""
     p = argparse.ArgumentParser(prog="python -m cudacourse grade", description=(
@@ -114,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default $CUDA_COURSE_IMPL, else student)")
     p.add_argument("--lessons", nargs="+", default=None, metavar="LESSON",
                    help="lessons to grade (01_relu, 01, ...); default all")
+    p.add_argument("--tasks", nargs="+", default=None, metavar="ID",
+                   help="grade only these tasks of the lessons graded (1.1 4.9 ...); default all (re-grading one "
+                        "task, or a test that needs one)")
     p.add_argument("--hidden", type=Path, metavar="DIR",
                    help="instructor test files merged in as extra cases and tasks (same markers)")
     p.add_argument("--json", type=Path, metavar="OUT", help="write the JSON report")
@@ -188,10 +217,17 @@ def grade(args: argparse.Namespace) -> list[Report]:
     if not lessons:
         raise GradingError(f"no lessons found (lessons/NN_topic/lesson.toml under {course.root})")
     declared = declared_tasks(course, args.hidden)
+    if args.tasks:
+        unknown = sorted(set(args.tasks) - {tid for (lid, tid) in declared if lid in lessons})
+        if unknown:
+            raise GradingError(f"--tasks: no task {', '.join(unknown)} in the lessons graded "
+                               f"({', '.join(lessons)}); tasks: {', '.join(tid for (_, tid) in declared)}")
+    chosen = {k: t for k, t in declared.items() if not args.tasks or t.id in args.tasks}
     backend, device = resolve_backend(args.backend)
     # Lessons whose exercise files are all still the stubs are not built or run: they cannot earn points.
     unstarted = {i: not_started(course, sub, lessons) for i, sub in enumerate(subs)}
-    run_lessons = [lid for lid in lessons if any(lid not in ns for ns in unstarted.values())]
+    run_lessons = [lid for lid in lessons if any(lid not in ns for ns in unstarted.values())
+                   and any(lesson == lid for (lesson, _) in chosen)]
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
     jobs = args.jobs if args.jobs and args.jobs > 0 else min(8, os.cpu_count() or 1)
     if args.workdir:
@@ -201,7 +237,9 @@ def grade(args: argparse.Namespace) -> list[Report]:
     build_dir = current().build_dir or (work / "build")
     build_dir.mkdir(parents=True, exist_ok=True)
     st = RunSettings(lessons, seed, None if args.backend == "auto" else args.backend, args.timeout,
-                  args.build_timeout, build_dir, args.hidden_feedback, args.sanitize, backend)
+                     args.build_timeout, build_dir, args.hidden_feedback, args.sanitize, backend,
+                     progress=None if args.quiet else _progress_line, many=len(subs) > 1,
+                     instructor=instructor_hashes(course))
     t_start = time.monotonic()
     try:
         harness = work / "harness"
@@ -211,8 +249,13 @@ def grade(args: argparse.Namespace) -> list[Report]:
         shutil.copytree(harness, collect_dir)
         # Collection imports torch and every test file but runs nothing of a submission: on a busy machine
         # that alone can take longer than one case's --timeout, so it gets a limit of its own.
+        if run_lessons:
+            st.say(subs[0] if len(subs) == 1 else Submission("", None, impl),
+                   f"collecting the tasks of {', '.join(run_lessons)} ...")
         tasks = collect_tasks(collect_dir, course, declared, run_lessons, seed, st.backend, build_dir,
                               max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout)) if run_lessons else []
+        if args.tasks:
+            tasks = [t for t in tasks if t.id in args.tasks]
         by_lesson: dict[str, list[TaskSpec]] = {}
         for t in tasks:
             by_lesson.setdefault(t.lesson, []).append(t)
@@ -235,6 +278,11 @@ def grade(args: argparse.Namespace) -> list[Report]:
         all_lessons = list(course.lessons)
         for i, sub in enumerate(subs):
             sub.pristine = work / f"sub{i:03d}"
+            if sub.source is not None:
+                # A submission builds in a cache of its own: no other submission (and no later grade) can
+                # see its builds or plant one for it; this checkout's own kernels share the run's cache.
+                sub.build_dir = work / f"build-sub{i:03d}"
+                sub.build_dir.mkdir()
             shutil.copytree(harness, sub.pristine)
             # Every lesson's files are staged, graded or not: the lesson 04 capstone runs on the learner's
             # own lesson 02 and 03 kernels.
@@ -250,15 +298,21 @@ def grade(args: argparse.Namespace) -> list[Report]:
         for i, sub in enumerate(subs):
             done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
             # Feedback comes from the results, after every run: hints, hidden-case wording, rejections.
+            complete_compile_errors(done)
             for r in done:
                 if r.status == "fail":
                     r.message = feedback(r, sub, args.hidden_feedback, course.root)
                     if args.sanitize and backend == "cuda":
                         r.message += sanitizer_report(sub, next(t for t in tasks if t.id == r.id), st)
+        # Last, over every message: no line of a hidden test or a solution, whatever the code printed or threw.
+        secrets = secret_lines(course.root, args.hidden)
+        for i in range(len(subs)):
+            for r in results[i].values():
+                r.message = scrub(r.message, secrets)
         elapsed = time.monotonic() - t_start
         for i, sub in enumerate(subs):
             done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
-            done = sorted(done + not_started_results(declared, unstarted[i], backend),
+            done = sorted(done + not_started_results(chosen, unstarted[i], backend),
                           key=lambda r: (lessons.index(r.lesson), task_sort_key(r.id)))
             reports.append(Report(backend, device, sub.impl, done, name=sub.name, seed=seed, seconds=elapsed,
                                   rejected=[r.text() for r in sub.rejections]))

@@ -131,15 +131,48 @@ def remove_answers(text: str, lesson: str, root: Path | None) -> str:
     return "\n".join(out)
 
 
-def compile_error_key(result: TaskResult) -> str | None:
-    """The compiler's first error line (file and line) when ``result`` failed to compile, else ``None``:
-    tasks with the same key are blocked by one error, shown once."""
+_WHERE = re.compile(r"([^\s:'\"()]+\.(?:cuh?|py))(?::(\d+))?")
+REPEATED = "does not compile: see the first failure above"  # errors.repeated: later cases in one process
+
+
+def _compile_text(result: TaskResult) -> str | None:
     for r in result.tests:
-        if r.outcome == "failed" and r.exc_type == "CompileError":
-            first = r.message.strip().splitlines()[0] if r.message.strip() else "CompileError"
-            return _STAGED.sub("", first.split("CompileError:", 1)[-1]).strip()
-    m = re.search(r"CompileError: (.*)", result.message)
-    return _STAGED.sub("", m.group(1)).strip() if m else None
+        if r.outcome == "failed" and r.exc_type in ("CompileError", "UnsupportedError"):
+            return r.message.strip() or "CompileError"
+    m = re.search(r"(?:CompileError|UnsupportedError): .*", result.message)
+    return m.group(0) if m else None
+
+
+def compile_error_key(result: TaskResult) -> str | None:
+    """Where the compiler stopped (``lessons/01_relu/relu.cu:12``) when ``result`` failed to compile, else
+    ``None``: tasks with the same key are blocked by one error, shown once."""
+    text = _compile_text(result)
+    if text is None:
+        return None
+    first = _STAGED.sub("", text.splitlines()[0].split("Error:", 1)[-1]).strip()
+    m = _WHERE.search(first)
+    if m is None:
+        return first
+    return f"{m.group(1)}:{m.group(2)}" if m.group(2) else m.group(1)
+
+
+def complete_compile_errors(results: list[TaskResult]) -> None:
+    """Give every task blocked by a compile error the compiler's full message: in one test process only the
+    first case shows it, the later ones say "see the first failure above" (``errors.repeated``), which
+    means nothing in a report."""
+    full: dict[str, str] = {}
+    for r in results:
+        key = compile_error_key(r)
+        text = _compile_text(r)
+        if key is not None and text is not None and REPEATED not in text:
+            full.setdefault(key, text)
+    for r in results:
+        key = compile_error_key(r)
+        if key is None or key not in full or REPEATED not in r.message:
+            continue
+        whole = full[key]
+        r.message = re.sub(r"(?:CompileError|UnsupportedError): " + re.escape(REPEATED) + r"[^\n]*",
+                           lambda _m, whole=whole: whole, r.message, count=1)
 
 
 def choose_hints(recs: list[TestRecord], message: str, bounds_checked: bool = False) -> list[str]:
@@ -227,7 +260,10 @@ def feedback(result: TaskResult, sub: Submission, hidden_feedback: str = "brief"
         if len(failed) > 1:
             msg += f"; {len(failed)} of {len(recs)} cases failed"
     rej = [r for r in sub.rejections if r.lesson == result.lesson]
-    if rej and ("REJECTED_BY_THE_GRADER" in msg or any(r.exc_type == "CompileError" for r in failed)):
+    # A rejected file is staged as one failing #include (no launchers): its tasks fail to build or to find
+    # their launcher, hidden cases included.
+    if rej and ("REJECTED_BY_THE_GRADER" in msg or any(r.exc_type in ("CompileError", "AttributeError")
+                                                       or "REJECTED_BY_THE_GRADER" in r.message for r in failed)):
         msg = "\n".join(r.text() for r in rej) + "\n" + msg
     missing = [m for m in sub.missing if f"/{result.lesson}/" in m]
     if missing and ("no launcher" in msg or "AttributeError" in msg or "No such file" in msg):
@@ -241,3 +277,48 @@ def feedback(result: TaskResult, sub: Submission, hidden_feedback: str = "brief"
     msg = trim_message(msg, lines=16, chars=2400)
     hints = [h for h in hints if h.split(":", 1)[1].strip()[:40].lower() not in msg.lower()]
     return msg + ("\n" + "\n".join(hints) if hints else "")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Secrets: no line of a hidden test or a solution reaches a learner, whatever their code printed or threw
+# ----------------------------------------------------------------------------------------------------
+
+_SECRET_MIN = 16  # shorter lines (``import pytest``, ``}``) give nothing away and occur everywhere
+REMOVED = "[a line quoting a file you cannot see was removed]"
+
+
+def _flat_lines(files: list[Path]) -> set[str]:
+    out: set[str] = set()
+    for f in files:
+        try:
+            text = f.read_text(errors="replace")
+        except OSError:
+            continue
+        out.update(flat for ln in text.splitlines() if len(flat := re.sub(r"\s+", "", ln)) >= _SECRET_MIN)
+    return out
+
+
+def secret_lines(root: Path, hidden: Path | None) -> set[str]:
+    """Whitespace-free lines of the hidden tests and of the solutions that appear in no public file of the
+    course (lessons/, tests/, cudacourse/): a message quoting one comes from code that read a file it must
+    not see (the confinement's second line: the slot a worker reads holds the hidden tests)."""
+    secret = _flat_lines([p for p in (root / "solutions").rglob("*") if p.suffix in (".cu", ".cuh", ".py")])
+    if hidden is not None:
+        secret |= _flat_lines([p for p in hidden.rglob("*") if p.is_file()])
+    public = _flat_lines([p for d in ("lessons", "tests", "cudacourse") for p in (root / d).rglob("*")
+                          if p.suffix in (".cu", ".cuh", ".py", ".toml", ".md")])
+    return secret - public
+
+
+def scrub(text: str, secrets: set[str]) -> str:
+    """``text`` without the lines that quote a secret line (see :func:`secret_lines`)."""
+    if not secrets or not text:
+        return text
+    out = []
+    for ln in text.splitlines():
+        flat = re.sub(r"\s+", "", ln)
+        hit = len(flat) >= _SECRET_MIN and any(sec in flat for sec in secrets)
+        if not hit or not out or out[-1] != REMOVED:
+            out.append(REMOVED if hit else ln)
+    return "\n".join(out)
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -11,12 +12,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudacourse.buildcache import SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
+from cudacourse.errors import UNBUILDABLE_ENV
 from cudacourse.grading.confine import Confinement, Limits, available, confined_popen, stop_group
 from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
 from cudacourse.grading.staging import Submission, restore
@@ -108,13 +111,25 @@ def _python() -> str:
     return sys.executable
 
 
-def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path) -> dict[str, str]:
-    """The environment of a worker: the run's settings (``settings.to_env``), nothing inherited of ours."""
+def build_dir_of(sub: Submission, st: RunSettings) -> Path:
+    """The build cache of ``sub``'s workers: its own folder for a submission (no other submission can see or
+    plant a build there), the run's cache for this checkout's own kernels."""
+    return sub.build_dir or st.build_dir
+
+
+def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
+              unbuildable: dict[str, float] | None = None) -> dict[str, str]:
+    """The environment of a worker: the run's settings (``settings.to_env``), nothing inherited of ours.
+
+    ``unbuildable`` ("lesson/file" -> seconds): files whose build the warm-up stopped; the loader fails
+    them at once (``loader.UNBUILDABLE_ENV``) instead of building them again in every test process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_COURSE_", "PYTEST_"))}
     run = Settings(root=slot, impl="student", backend=backend if backend in ("cuda", "sim") else "auto", seed=seed,
                    submission=slot, build_dir=build_dir, confine=confine_mode())
     env.update(to_env(run))
     env.update({"PYTHONPATH": str(slot), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
+    if unbuildable:
+        env[UNBUILDABLE_ENV] = ";".join(f"{k}={v:g}" for k, v in sorted(unbuildable.items()))
     return env
 
 
@@ -221,6 +236,18 @@ class RunSettings:
     sanitize: bool
     backend_name: str = "sim"
     slots: queue.Queue[Path] = field(default_factory=queue.Queue)  # working folders, one per job
+    progress: Callable[[str], None] | None = None  # prints a progress line (None: quiet, ``grade -q``)
+    many: bool = False  # several submissions: progress lines name the submission
+    instructor: dict[str, set[str]] = field(default_factory=dict)  # "lesson/file" -> sha256 of solution, stub
+    shared_built: set[tuple[str, str, tuple[tuple[str, str], ...]]] = field(default_factory=set)
+
+    def say(self, sub: Submission, line: str) -> None:
+        """Print one progress line (thread-safe; nothing when quiet)."""
+        if self.progress is None:
+            return
+        who = f"{sub.name}: " if self.many and sub.name else ""
+        with _PROGRESS_LOCK:
+            self.progress(who + line)
 
 
 LIVE: set[subprocess.Popen[Any]] = set()  # child processes running now (stopped if the grader is stopped)
@@ -281,8 +308,12 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     timed_out = False
     limit = 0.0
     with open(log, "w") as logf:
-        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, st.backend, st.build_dir),
-                            scratch=report.parent, writable=[st.build_dir], stdout=logf, stderr=subprocess.STDOUT)
+        env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable)
+        if sub.build_dir is not None:
+            env[SHARED_ENV] = str(st.build_dir)
+        proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir_of(sub, st)],
+                            readable=[st.build_dir] if sub.build_dir is not None else [], stdout=logf,
+                            stderr=subprocess.STDOUT)
         LIVE.add(proc)
         size, last = -1, time.monotonic()
         finished_at: float | None = None
@@ -327,14 +358,24 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
 _WARM_UP = """
 import os
 import sys
+import time
 import cudacourse as cc
 m = cc.lesson(sys.argv[1])
+only = set(sys.argv[2:])  # the files to build (default: every kernel file of the lesson; "-": none)
+if m.backend == "sim":
+    from cudacourse.sim import runtime_object
+
+    runtime_object()  # the simulator's runtime: the instructor's code, built once into the cache
 for f in m.files():
+    if f.suffix not in (".cu", ".cuh") or (only and f.name not in only):
+        continue
+    print("start", f.name, flush=True)
+    t0 = time.monotonic()
     try:
         m.module(f.name)
+        print("done", f.name, f"{time.monotonic() - t0:.1f}", flush=True)
     except Exception as e:
-        print(f"{f.name}: {type(e).__name__}")
-sys.stdout.flush()
+        print("fail", f.name, f"{time.monotonic() - t0:.1f}", type(e).__name__, flush=True)
 os._exit(0)  # never wait on a slow interpreter exit
 """
 
@@ -342,20 +383,81 @@ os._exit(0)  # never wait on a slow interpreter exit
 def _warm_up(sub: Submission, slot: Path, lesson: str, st: RunSettings) -> None:
     """Build every kernel file of ``lesson`` in ``slot`` (a cold build) before the tests run.
 
-    Building runs none of the submission's code, so the tests' watchdog can then hold each case to
-    ``--timeout`` alone. A file that does not compile is left to the tests, which report it.
+    A submission's files identical to the instructor's (its solution or stub) are first built into the
+    run's shared cache by a worker that loads nothing else of the submission (:func:`_instructor_files`);
+    the submission's own workers read that cache and write only their own. Building runs none of the
+    submission's code, so the tests' watchdog can then hold each case to ``--timeout`` alone. A file that
+    does not compile is left to the tests, which report it. A file whose build is still running after
+    ``st.build_timeout`` is recorded in ``sub.unbuildable``: the tests then fail at once with that verdict
+    instead of building it again. Prints a line as each file's build starts and ends (``st.progress``).
     """
     assert sub.pristine is not None
     sub.warm.add((slot.name, lesson))
-    proc = start_worker([_python(), "-c", _WARM_UP, lesson], cwd=slot,
-                        env=child_env(slot, st.seed, st.backend, st.build_dir), scratch=scratch_of(slot),
-                        writable=[st.build_dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if sub.build_dir is not None:
+        mine = _instructor_files(sub, lesson, st)
+        done_key = (slot.name, lesson, tuple(mine))
+        if done_key not in st.shared_built:  # (with no file of the instructor's: the simulator's runtime alone)
+            st.shared_built.add(done_key)
+            _build(sub, slot, lesson, st, [n for n, _ in mine] or ["-"], st.build_dir, shared=None,
+                   label="the course's copy")
+    _build(sub, slot, lesson, st, [], build_dir_of(sub, st), shared=st.build_dir if sub.build_dir else None)
+
+
+def _instructor_files(sub: Submission, lesson: str, st: RunSettings) -> list[tuple[str, str]]:
+    """(name, sha256) of ``sub``'s kernel files of ``lesson`` identical to the instructor's solution or stub
+    (none when any header of the lesson differs: a header is compiled into every file that includes it)."""
+    assert sub.pristine is not None
+    folder = sub.pristine / "lessons" / lesson
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".cu", ".cuh", ".h"))
+    digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    known = {n: h for n, h in digest.items() if h in st.instructor.get(f"{lesson}/{n}", ())}
+    if any(n not in known for n in digest if not n.endswith(".cu")):
+        return []
+    return sorted((n, h) for n, h in known.items() if n.endswith(".cu"))
+
+
+def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list[str], build_dir: Path,
+           shared: Path | None, label: str = "") -> None:
+    """One warm-up worker: build ``only`` (default every kernel file of ``lesson``) into ``build_dir``,
+    reading ``shared`` first; progress lines as files start and end; stopped after ``st.build_timeout``."""
+    env = child_env(slot, st.seed, st.backend, build_dir)
+    if shared is not None:
+        env[SHARED_ENV] = str(shared)
+    proc = start_worker([_python(), "-c", _WARM_UP, lesson, *only], cwd=slot, env=env, scratch=scratch_of(slot),
+                        writable=[build_dir], readable=[shared] if shared is not None else [],
+                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace")
     LIVE.add(proc)
+    t0 = time.monotonic()
+    what = f" ({label})" if label else ""
+    st.say(sub, f"{lesson}: building the kernel files{what} ...")
+    building: list[str] = []  # the file being built now (the reader thread's view)
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            word = raw.split()
+            if len(word) >= 2 and word[0] == "start":
+                building[:] = [word[1]]
+                st.say(sub, f"{lesson}: {word[1]} ...")
+            elif len(word) >= 3 and word[0] in ("done", "fail"):
+                building.clear()
+                how = "built" if word[0] == "done" else f"does not build ({' '.join(word[3:4]) or 'error'})"
+                st.say(sub, f"{lesson}: {word[1]} {how} in {word[2]} s")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         proc.wait(timeout=st.build_timeout)
+        reader.join(timeout=5.0)
+        st.say(sub, f"{lesson}: builds done in {time.monotonic() - t0:.1f} s")
     except subprocess.TimeoutExpired:
-        kill_group(proc)  # the tests will build (and time out) and say so
+        kill_group(proc)
         proc.wait()
+        reader.join(timeout=5.0)
+        for name in building[:1]:
+            sub.unbuildable[f"{lesson}/{name}"] = st.build_timeout
+        st.say(sub, f"{lesson}: the build{' of ' + building[0] if building else 's'} stopped after "
+                    f"{st.build_timeout:g} s (--build-timeout)")
     finally:
         LIVE.discard(proc)
 
@@ -492,6 +594,9 @@ def safe_run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> l
         if STOPPING.is_set():  # its workers may have been stopped under it: verdicts not to be trusted
             return []
         FINISHED.setdefault(sub.name, {}).update({f"{r.lesson}/{r.id}": r for r in out})
+    for r in out:
+        secs = sum(t.duration for t in r.tests)
+        st.say(sub, f"{r.lesson} task {r.id} {r.title}: {r.status} ({secs:.1f} s)")
     return out
 
 
@@ -510,8 +615,11 @@ def sanitizer_report(sub: Submission, task: TaskSpec, st: RunSettings) -> str:
         cmd = [tool, "--tool", "memcheck", "--print-limit", "5", _python(), "-m", "pytest", "-q", "-x",
                "-c", str(slot / "pytest.ini"), "--rootdir", str(slot), "-p", "cudacourse.pytest_plugin",
                "--cc-task", task.id, *task.files]
-        proc = start_worker(cmd, cwd=slot, env=child_env(slot, st.seed, "cuda", st.build_dir),
-                            scratch=scratch_of(slot), writable=[st.build_dir], stdout=subprocess.PIPE,
+        env = child_env(slot, st.seed, "cuda", build_dir_of(sub, st))
+        if sub.build_dir is not None:
+            env[SHARED_ENV] = str(st.build_dir)
+        proc = start_worker(cmd, cwd=slot, env=env, scratch=scratch_of(slot), writable=[build_dir_of(sub, st)],
+                            readable=[st.build_dir] if sub.build_dir is not None else [], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
         try:
             out, _ = proc.communicate(timeout=st.timeout * 5 + st.build_timeout)

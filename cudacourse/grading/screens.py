@@ -65,7 +65,8 @@ class Rejection:
 
     def text(self) -> str:
         """One paragraph saying which file was rejected and why."""
-        return (f"lessons/{self.lesson}/{self.file} was rejected before building: " + "; ".join(self.reasons)
+        return (f"lessons/{self.lesson}/{self.file} was rejected before building: "
+                + "; ".join(r.rstrip(".") for r in self.reasons)
                 + ". Exercise files hold plain CUDA C++ (see docs/CONTRIBUTING.md).")
 
 
@@ -161,7 +162,14 @@ def screen_kernel_file(lesson: str, name: str, text: str, lesson_files: set[str]
 PY_ALLOWED_IMPORTS = {"__future__", "math", "typing", "dataclasses", "collections", "collections.abc", "torch",
                       "torch.nn.functional", "cudacourse", "cudacourse.check"}
 PY_FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "setattr",
-                      "delattr", "breakpoint", "input", "__builtins__", "importlib", "sys", "os", "subprocess"}
+                      "delattr", "breakpoint", "input", "__builtins__", "importlib", "sys", "os", "subprocess",
+                      "getattr", "hasattr", "memoryview"}
+# Attributes of an imported module that reach files, processes, the interpreter or code below torch's Python
+# API (torch.os.system, torch.sys.modules, torch.load running a pickle, torch.ops.aten.mm). Torch arithmetic
+# itself stays legal in the file (its given reference code uses it); torch_answer_guard refuses it at run time
+# where the learner's functions are graded.
+PY_FORBIDDEN_MODULE_ATTRS = {"os", "sys", "ops", "load", "save", "_C", "hub", "jit", "library", "package", "classes",
+                             "multiprocessing", "distributed", "utils", "compile", "overrides", "_dynamo"}
 
 
 def screen_python_file(name: str, text: str) -> list[str]:
@@ -188,6 +196,15 @@ def screen_python_file(name: str, text: str) -> list[str]:
             reasons.append(f"{name}:{node.lineno}: '{node.id}' is not allowed in an exercise file")
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr != "__init__":
             reasons.append(f"{name}:{node.lineno}: dunder attribute '{node.attr}' is not allowed")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in PY_FORBIDDEN_MODULE_ATTRS:
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported:
+                reasons.append(f"{name}:{node.lineno}: '{ast.unparse(node)}' is not allowed in an exercise file "
+                               "(no files, processes or interpreter internals)")
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
             node, (ast.AugAssign, ast.AnnAssign)) else []
@@ -200,3 +217,71 @@ def screen_python_file(name: str, text: str) -> list[str]:
                                "(monkeypatching) is not allowed")
     return reasons
 
+
+
+# ----------------------------------------------------------------------------------------------------
+# A guard around the learner's Python at run time: torch may shape and move data, never compute the answer
+# ----------------------------------------------------------------------------------------------------
+
+# Torch functions a learner's Python exercise file may call itself: allocation, views, copies, dtype and
+# device moves, queries. Anything else called *from the learner's file* (matmul, linear, softmax, sum, +)
+# computes what the learner's kernels must compute, and is refused.
+TORCH_ALLOWED = frozenset("""
+empty empty_like zeros zeros_like ones ones_like full full_like tensor as_tensor arange
+reshape view view_as contiguous t transpose permute narrow unsqueeze squeeze flatten unflatten expand
+expand_as split chunk unbind select __getitem__ __setitem__ __len__ __iter__ __index__ __int__ __float__
+__bool__ __format__ __repr__ __hash__ __eq__ __ne__ cat stack
+to cpu cuda float double half int long bool clone detach detach_ requires_grad_ copy_ fill_ zero_
+numel size dim is_contiguous item tolist stride data_ptr element_size is_cuda device dtype shape
+requires_grad grad grad_fn is_leaf data apply backward __get__ __set__ storage_offset untyped_storage
+""".split())
+
+
+def _torch_name(func: object) -> str:
+    name = getattr(func, "__name__", "") or str(func)
+    return name.split(".")[0]  # torch.ops overloads: "mm.default" -> "mm"
+
+
+def torch_answer_guard(learner_files: list[str]):  # noqa: ANN201 - a TorchFunctionMode (torch imported lazily)
+    """A ``TorchFunctionMode`` that refuses torch functions which compute, when called directly from one of
+    ``learner_files`` (a lesson's Python exercise files: ``decoder.py``, ``train.py``).
+
+    Use it around the calls into the learner's Python::
+
+        with torch_answer_guard([str(path_of_decoder_py)]):
+            y = dec.decoder_block(k, x, ...)
+
+    Calls made by other code (the test's kernel wrappers, torch internals) are not affected, nor are the
+    learner's allocations, views, copies and queries (:data:`TORCH_ALLOWED`). Catches ``torch.ops`` calls,
+    operators (``x @ w``) and ``torch.nn.functional`` alike. A refusal raises ``RuntimeError`` naming the
+    learner's line and the function.
+    """
+    import os
+    import sys
+
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    mine = {os.path.realpath(f) for f in learner_files}
+    torch_dir = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
+    here = os.path.realpath(__file__)
+
+    class _Guard(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            name = _torch_name(func)
+            if name not in TORCH_ALLOWED:
+                f = sys._getframe(1)
+                while f is not None:
+                    path = os.path.realpath(f.f_code.co_filename)
+                    if not (path.startswith(torch_dir) or path == here):
+                        break
+                    f = f.f_back
+                if f is not None and os.path.realpath(f.f_code.co_filename) in mine:
+                    raise RuntimeError(
+                        f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}: calls torch's {name}(), which "
+                        "computes part of the answer; the exercise must compute with your kernels (the methods "
+                        "of the kernels object it is given). torch may only allocate, view, copy and move data "
+                        "here.")
+            return func(*args, **(kwargs or {}))
+
+    return _Guard()

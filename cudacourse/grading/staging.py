@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudacourse.course import Course
+from cudacourse.grading.confine import SourceTooLarge, check_source_size
 from cudacourse.grading.results import GradingError
 from cudacourse.grading.screens import Rejection, screen_kernel_file, screen_python_file
 
@@ -52,6 +53,16 @@ def restore(slot: Path, pristine: Path, ref: dict[str, str]) -> list[str]:
     return changed
 
 
+MAX_SOURCE_BYTES = 1 << 20  # a submitted exercise file larger than this is refused unread (1 MiB)
+
+
+def _rejected_stub(name: str, why: str, python: bool) -> str:
+    """What is staged for a rejected file: it fails at once when built or imported, saying why."""
+    if python:
+        return f"raise ImportError({('rejected by the grader: ' + (why or 'see the report'))!r})\n"
+    return f'#include "REJECTED_BY_THE_GRADER_see_the_report.h"  // {name}\n'
+
+
 @dataclass
 class Submission:
     """One thing to grade: a learner's folder, or this checkout's lessons/ or solutions/."""
@@ -64,6 +75,8 @@ class Submission:
     pristine: Path | None = None
     manifest: dict[str, str] = field(default_factory=dict)
     warm: set[tuple[str, str]] = field(default_factory=set)  # (slot, lesson) pairs built for this submission
+    build_dir: Path | None = None  # its own build cache (None: the run's, for this checkout's own kernels)
+    unbuildable: dict[str, float] = field(default_factory=dict)  # "lesson/file" -> build seconds when stopped
 
 
 def stage_harness(dst: Path, lessons: list[str], hidden: Path | None, course: Course) -> None:
@@ -121,12 +134,21 @@ def stage_kernels(sub: Submission, dst: Path, lessons: list[str], course: Course
         names = {p.name for p in files} | set(info.support_files)
         sub.missing += [f"lessons/{lesson}/{n}" for n in info.exercise_files if n not in names]
         for p in files:
+            if sub.source is not None:
+                try:
+                    check_source_size([p], MAX_SOURCE_BYTES)
+                except SourceTooLarge as e:
+                    # Refused unread: building it would cost minutes and fail anyway. Only the tasks of
+                    # this file fail, with the reason.
+                    sub.rejections.append(Rejection(lesson, p.name, [str(e).replace(str(p), p.name)]))
+                    (out / p.name).write_text(_rejected_stub(p.name, "", python=p.name in info.python_files))
+                    continue
             text = p.read_text(errors="replace")
             if sub.source is not None and p.name in info.python_files:
                 reasons = screen_python_file(p.name, text)
                 if reasons:
                     sub.rejections.append(Rejection(lesson, p.name, reasons))
-                    text = f"raise ImportError({('rejected by the grader: ' + reasons[0])!r})\n"
+                    text = _rejected_stub(p.name, reasons[0], python=True)
             elif sub.source is not None:
                 reasons = screen_kernel_file(lesson, p.name, text, names, torch_ok=p.name in info.torch_files)
                 if reasons:
@@ -134,5 +156,5 @@ def stage_kernels(sub: Submission, dst: Path, lessons: list[str], course: Course
                     # The first line becomes a missing include: the build stops at once (nvcc and g++
                     # treat it as fatal) with a message that says why, and later lines keep their numbers.
                     _first, nl, rest = text.partition("\n")
-                    text = f'#include "REJECTED_BY_THE_GRADER_see_the_report.h"  // {p.name}{nl}{rest}'
+                    text = _rejected_stub(p.name, "", python=False) + rest
             (out / p.name).write_text(text)
