@@ -158,7 +158,7 @@ def build() -> dict[str, dict[str, str]]:
     # Confined (the simulator worker may write only its own shared-memory folder), the write is denied and the
     # correct kernel passes; unconfined, the write happens and the grader's tamper check fails the task.
     case("edits_test_file", "the launcher overwrites tests/test_01_relu.py (names built by token pasting)",
-         [] if available().confined else ["1.1"],
+         [] if available().landlock_abi >= 6 else ["1.1"],
          relu_cu=prepend(patch_launcher(r, "relu_v1_scalar",
                                         "static int done = 0;\n"
                                         "if (!done) {\n"
