@@ -35,8 +35,14 @@ def kernels() -> Any:
 
 
 def stream_handle(t: torch.Tensor) -> int:
-    """The cudaStream_t of PyTorch's current stream on ``t``'s device, as an integer (0 on the CPU)."""
-    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+    """The cudaStream_t of PyTorch's current stream on ``t``'s device, as an integer (0 on the CPU).
+
+    0 too while grading on a GPU: the kernels then run in a worker process of their own
+    (``cudacourse/gpu_worker.py``), where this process's streams do not exist, and each call there is
+    ordered with this process's streams by synchronising before and after it."""
+    from cudacourse.loader import uses_gpu_worker
+
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda and not uses_gpu_worker() else 0
 
 
 def check_tensor(t: Any, name: str, device_type: str | None) -> None:
