@@ -338,13 +338,15 @@ class GpuWorker:
         import torch
 
         if copy_back:
+            extra = []
             for t, bid, mem, view in self._staged.values():
                 t.reshape(-1).view(torch.uint8).copy_(view)
                 if bid in self._sent and len(self._pool.setdefault(mem[3], [])) < 16:
                     self._pool[mem[3]].append((bid, mem))
                 else:
-                    self._free([(bid, mem)])
-            torch.cuda.synchronize()
+                    extra.append((bid, mem))
+            torch.cuda.synchronize()  # the copies are done before any buffer is unmapped (else: illegal address)
+            self._free(extra)
             self._staged.clear()
             return
         torch.cuda.synchronize()
@@ -375,6 +377,8 @@ class GpuWorker:
         if self._proc is None or self._proc.poll() is not None:
             self._kill()
             self._start()
+        if len(self._staged) >= 64:  # a timed loop that allocates its output on every call: recycle, do not grow
+            self.synchronize(release=True)
         self._copies = False
         wire = [{"b": self._stage(a)} if isinstance(a, torch.Tensor) else a for a in args]
         new = [s for s in self._staged.values() if s[1] not in self._sent]
