@@ -16,7 +16,6 @@ every lesson's ``bench.py`` cases and writes ``DIR/<gpu>/results.json``, ``resul
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import platform
@@ -132,7 +131,12 @@ def time_stats(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50, flu
             times.append(start.elapsed_time(stop))
             if time.monotonic() > t_end and len(times) >= 5:
                 break
-    times.sort()
+    return _median_and_spread(times)
+
+
+def _median_and_spread(times: list[float]) -> tuple[float, float]:
+    """(median, (p90 - p10) / median) of some timings."""
+    times = sorted(times)
     med = statistics.median(times)
     p10, p90 = times[len(times) // 10], times[(9 * len(times)) // 10]
     return med, (p90 - p10) / med if med else 0.0
@@ -172,10 +176,7 @@ def _wall_stats(fn: Callable[[], object], *, warmup: int, reps: int, max_s: floa
             times.append((time.perf_counter() - t0) * 1e3 / k)
             if time.monotonic() > t_end and len(times) >= 5:
                 break
-    times.sort()
-    med = statistics.median(times)
-    p10, p90 = times[len(times) // 10], times[(9 * len(times)) // 10]
-    return med, (p90 - p10) / med if med else 0.0
+    return _median_and_spread(times)
 
 
 def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
@@ -226,10 +227,9 @@ def load_cases(lesson: str, c: Course | None = None) -> Callable[..., list[Case]
     path = c.lessons_dir / lesson / "bench.py"
     if not path.exists():
         return None
-    spec = importlib.util.spec_from_file_location(f"cudacourse_bench_{lesson}", path)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod.cases
+    from cudacourse.loader import import_file
+
+    return import_file(path, f"cudacourse_bench_{lesson}").cases
 
 
 def run_lesson(lesson: str, impl: str, copy_gbs: float, quick: bool = False) -> list[Row]:

@@ -23,12 +23,15 @@ import contextlib
 import contextvars
 import ctypes
 import functools
+import importlib.util
 import numbers
 import os
 import re
 import shutil
 import subprocess
+import sys
 import time
+import types
 import weakref
 from pathlib import Path
 from typing import Any
@@ -528,6 +531,30 @@ def load(source: str | os.PathLike, functions: list[str] | str | None = None, *,
 # ----------------------------------------------------------------------------------------------------
 # Lessons
 # ----------------------------------------------------------------------------------------------------
+
+
+def import_file(path: str | os.PathLike, name: str | None = None) -> types.ModuleType:
+    """Import a Python file by its path, once per process (a lesson's ``decoder.py``, ``bench.py``, ...).
+
+    The module is kept in ``sys.modules`` under ``name`` (default: from the file's name and path) and put
+    there before it runs, since dataclasses look their module up while the class is built. A file that
+    raises while importing is not kept.
+    """
+    path = Path(path)
+    name = name or f"cc_{path.stem}_{abs(hash(str(path)))}"
+    mod = sys.modules.get(name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path} (not a Python file?)")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+    return mod
 
 
 def lesson_dir(name: str, impl: str | None = None) -> Path:

@@ -25,9 +25,7 @@ large ones.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -37,6 +35,7 @@ import torch.nn.functional as F
 
 import cudacourse as cc
 from cudacourse import check
+from cudacourse.loader import import_file
 
 LESSON = "04_transformer"
 ROW_LENGTHS = [1, 7, 32, 33, 1000, 4099]
@@ -70,14 +69,7 @@ def _decoder() -> ModuleType:
     if not path.exists():
         raise AssertionError(f"task 4.9: {path} not found. The capstone is written in decoder.py, next to the "
                              "kernel files of lesson 04.")
-    name = f"cc_decoder_{abs(hash(str(path)))}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    return import_file(path)
 
 
 def _rope_tables(T: int, d: int, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,9 +21,7 @@ the cases (logits of 1e4, NaN and +inf logits, ignored rows, every row ignored, 
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +35,7 @@ import torch.nn.functional as F
 import cudacourse as cc
 from cudacourse import check
 from cudacourse.course import course
+from cudacourse.loader import import_file
 
 LESSON = "06_training"
 
@@ -49,13 +48,7 @@ def _load(path: Path, what: str) -> ModuleType:
     """Import a Python file by path (cached per path)."""
     if not path.exists():
         raise AssertionError(f"{what}: {path} not found.")
-    name = f"cc_{path.stem}_{abs(hash(str(path)))}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return sys.modules[name]
+    return import_file(path)
 
 
 def _train() -> ModuleType:

@@ -18,7 +18,6 @@ References are computed in float64 by PyTorch; outputs start as NaN poison; inpu
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from types import ModuleType
@@ -30,6 +29,7 @@ import torch
 import cudacourse as cc
 from cudacourse import check
 from cudacourse.course import course
+from cudacourse.loader import import_file
 
 LESSON = "07_host_side"
 
@@ -50,10 +50,7 @@ def _op() -> ModuleType:
         if mod is not None:
             raise AssertionError(f"custom_op.py was already loaded from {mod.__file__} in this process; the op's "
                                  "name can be registered once: run the tests in a fresh process")
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+        mod = import_file(path, name)
     return mod
 
 

@@ -12,7 +12,6 @@ A time ratio is a tokens/s ratio for the training step (same tokens per step).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from typing import Any
 
@@ -20,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from cudacourse.bench import Case
+from cudacourse.loader import import_file
 
 
 def _cross_entropy_cases(m: Any, rows: int, vocab: int) -> list[Case]:
@@ -107,17 +107,10 @@ def _adamw_cases(m: Any) -> list[Case]:
     return out
 
 
-def _module(path: Any, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
 def _capstone_cases(m: Any) -> list[Case]:
     import cudacourse as cc
 
-    tr, cap = _module(m.dir / "train.py", "cc_train_bench"), _module(m.dir / "capstone.py", "cc_capstone_bench")
+    tr, cap = import_file(m.dir / "train.py", "cc_train_bench"), import_file(m.dir / "capstone.py", "cc_capstone_bench")
     impl = "solution" if m.dir.parent.name == "solutions" else "student"  # lessons 04 and 03 from the same side
     ops = tr.Ops(m, cc.lesson("04_transformer", impl=impl, backend="cuda"), cc.lesson("03_gemm", impl=impl,
                  backend="cuda"), cap.load_decoder(impl))

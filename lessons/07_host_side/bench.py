@@ -16,26 +16,14 @@ Groups and the issue's (19) targets:
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from cudacourse.bench import Case
+from cudacourse.loader import import_file
 
 MiB = 1 << 20
-
-
-def _module(path: Path, name: str) -> Any:
-    """Import the lesson's custom_op.py once per process (its op name is registered once)."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return sys.modules[name]
 
 
 def _copy_cases(nbytes: int) -> list[Case]:
@@ -76,7 +64,7 @@ def _decode_cases(m: Any, d: int, steps: int) -> list[Case]:
 
 
 def _op_cases(m: Any, n: int) -> list[Case]:
-    op = _module(m.dir / "custom_op.py", "cc_l07_custom_op")
+    op = import_file(m.dir / "custom_op.py", "cc_l07_custom_op")  # once per process: its op is registered once
     x = torch.randn(n, device="cuda")
 
     def f(t: torch.Tensor) -> torch.Tensor:

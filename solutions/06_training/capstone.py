@@ -16,8 +16,6 @@ Your half is train.py (the autograd Functions and the training step). This file 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,7 +23,7 @@ from typing import Any
 import torch
 
 import cudacourse as cc
-from cudacourse.loader import REPO_ROOT
+from cudacourse.loader import REPO_ROOT, import_file
 
 LESSON = "06_training"
 
@@ -83,14 +81,7 @@ def batches(data: torch.Tensor, batch: int, seq: int, steps: int, seed: int,
 
 def load_decoder(impl: str | None = None) -> ModuleType:
     """Lesson 04's ``decoder.py`` (from lessons/ or solutions/, as ``cc.lesson`` picks)."""
-    path = cc.lesson("04_transformer", impl=impl).dir / "decoder.py"
-    name = f"cc_decoder_{abs(hash(str(path)))}"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return sys.modules[name]
+    return import_file(cc.lesson("04_transformer", impl=impl).dir / "decoder.py")
 
 
 def sim_config() -> Any:
