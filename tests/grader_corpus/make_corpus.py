@@ -76,7 +76,11 @@ def build() -> dict[str, dict[str, str]]:
     """name -> {file name: content} for every case (None content: the file is left out)."""
     relu = SOL / "relu.cu"
     torch_cu = SOL / "relu_torch.cu"
-    base = {"relu.cu": learner_copy(relu.read_text()), "relu_torch.cu": learner_copy(torch_cu.read_text())}
+    # relu_torch.cu, left alone by most cases, is handed in byte for byte as the course's solution: the grader
+    # then builds it once per slot into its shared read-only cache (runner._warm_up), as it does for any file
+    # identical to the instructor's. That path is tested here, and the corpus pays one torch-header build per
+    # slot instead of one per case (about 30 s each on a 2-core machine).
+    base = {"relu.cu": learner_copy(relu.read_text()), "relu_torch.cu": torch_cu.read_text()}
     r = base["relu.cu"]
     # Work on the marked solution for body replacement, then drop markers.
     sol = relu.read_text()
