@@ -46,6 +46,9 @@ torch::Tensor relu_nocheck(torch::Tensor x) {
 }
 """
 
+# One xdist worker runs the three tests: the module fixture's build (torch headers, ~40 s) happens once.
+pytestmark = pytest.mark.xdist_group("torch_route")
+
 
 @pytest.fixture(scope="module")
 def ext():
