@@ -724,3 +724,18 @@ def test_torch_answer_guard_refuses_torch_compute_from_the_learners_file(tmp_pat
         out = mod.shaping(x, kernel)
         assert torch.equal(out, x * 2.0 + 1.0)
         assert torch.equal(x @ w.t(), torch.nn.functional.linear(x, w))  # the test's own torch: allowed
+
+
+def test_the_capstone_test_refuses_a_torch_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Task 4.9's graded test runs decoder.py under torch_answer_guard: a decoder_block that keeps every kernel
+    call count but takes the attention output projection from torch (F.linear) fails at the learner's line."""
+    from cudacourse.loader import import_file
+    from tests.attacks.corpus import PLACEHOLDERS, build, load
+
+    t04 = import_file(ROOT / "tests" / "test_04_transformer.py")
+    attack = next(a for a in load() if a.id == "python-answers-with-torch")  # the attack corpus's forgery
+    (text,) = build(attack, course=ROOT, paths=dict.fromkeys(PLACEHOLDERS, str(tmp_path))).values()
+    (tmp_path / "decoder.py").write_text(text)
+    monkeypatch.setattr(t04, "_decoder", lambda: import_file(tmp_path / "decoder.py"))
+    with pytest.raises(RuntimeError, match=r"decoder\.py:\d+: calls torch's \w*linear\w*\(\)"):
+        t04.test_decoder_block_matches_pytorch()

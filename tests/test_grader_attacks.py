@@ -45,7 +45,8 @@ NOT_GRADED = {
 }
 # The Python attacks (decoder.py) are refused by the Python screen before they run
 # (test_grader.py::test_python_exercise_files_are_screened), and a torch answer by screens.torch_answer_guard
-# (test_grader.py::test_torch_answer_guard_refuses_torch_compute_from_the_learners_file). Grading them here
+# (test_grader.py::test_torch_answer_guard_refuses_torch_compute_from_the_learners_file, and
+# ::test_the_capstone_test_refuses_a_torch_answer with this corpus's forgery). Grading them here
 # would build lesson 04's kernels (and lessons 02 and 03 for the capstone) once per submission: minutes each
 # on this machine, for a verdict the screen has already decided.
 NOT_GRADED.update({a.id: "a Python attack: refused by the Python screen or the torch guard (see above)"
