@@ -21,10 +21,12 @@ from pathlib import Path
 
 import filelock
 
+from cudacourse.settings import ENV
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Set by the grader for a submission's workers: a cache of builds of the instructor's own files (identical
 # solution or stub files), looked up first, read-only to them; their own builds go to their own cache.
-SHARED_ENV = "CUDA_COURSE_BUILD_SHARED"
+SHARED_ENV = ENV["build_shared"]
 _DONE = "DONE"
 
 
@@ -64,7 +66,9 @@ def cached(kind: str, key: str, build: Callable[[Path], None], *, wait_s: float 
     a complete build is marked so that a half-written folder is never reused. The lock file itself stays
     (unlocked): deleting it would race with a process already waiting on it.
     """
-    shared = os.environ.get(SHARED_ENV)
+    from cudacourse.settings import current
+
+    shared = current().build_shared
     if shared and (Path(shared) / kind / key / _DONE).exists():
         return Path(shared) / kind / key  # a build of the instructor's own files (read-only to this process)
     d = build_root() / kind / key

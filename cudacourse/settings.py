@@ -12,6 +12,8 @@ Environment variables only carry them across a process boundary (a notebook kern
 ``CUDA_COURSE_SEED``         base seed of every random input (``check.rng``)
 ``CUDA_COURSE_SUBMISSION``   a learner's copy: ``cc.lesson`` loads ``DIR/lessons/NN_topic/`` files
 ``CUDA_COURSE_BUILD``        build cache folder (default ``.cudacourse-build/`` in the checkout)
+``CUDA_COURSE_BUILD_SHARED`` set by the grader for a submission's workers: a cache of its builds of the
+                             instructor's own files, looked up first and read-only to them
 ``CUDA_COURSE_CONFINE``      set by the grader for its task processes: ``strict`` (learner code runs only in
                              OS-confined workers, ``grading/confine.py``) or ``best-effort`` (as confined as
                              this machine allows; the report says "unconfined"); unset: no confinement
@@ -31,7 +33,7 @@ IMPLS = ("student", "solution")
 BACKENDS = ("auto", "cuda", "sim")
 ENV = {"root": "CUDA_COURSE_ROOT", "impl": "CUDA_COURSE_IMPL", "backend": "CUDA_COURSE_BACKEND",
        "seed": "CUDA_COURSE_SEED", "submission": "CUDA_COURSE_SUBMISSION", "build_dir": "CUDA_COURSE_BUILD",
-       "confine": "CUDA_COURSE_CONFINE"}
+       "confine": "CUDA_COURSE_CONFINE", "build_shared": "CUDA_COURSE_BUILD_SHARED"}
 CONFINE = ("strict", "best-effort")
 
 
@@ -45,6 +47,7 @@ class Settings:
     seed: int | None = None
     submission: Path | None = None
     build_dir: Path | None = None
+    build_shared: Path | None = None  # a read-only build cache tried first (the grader's builds of its own files)
     confine: str | None = None  # None: learner code runs unconfined (the course's own tests, notebooks)
 
     def __post_init__(self) -> None:
@@ -70,10 +73,12 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
         seed_val = None if seed is None else int(seed)
     except ValueError:
         raise ValueError(f"CUDA_COURSE_SEED={seed!r}: expected an integer") from None
-    path = {k: (Path(v).expanduser() if (v := get(k)) else None) for k in ("root", "submission", "build_dir")}
+    path = {k: (Path(v).expanduser() if (v := get(k)) else None)
+            for k in ("root", "submission", "build_dir", "build_shared")}
     return Settings(root=path["root"], impl=(get("impl") or "student").lower(),
                     backend=(get("backend") or "auto").lower(), seed=seed_val, submission=path["submission"],
-                    build_dir=path["build_dir"], confine=(get("confine") or "").lower() or None)
+                    build_dir=path["build_dir"], build_shared=path["build_shared"],
+                    confine=(get("confine") or "").lower() or None)
 
 
 def to_env(s: Settings) -> dict[str, str]:
