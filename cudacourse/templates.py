@@ -105,6 +105,17 @@ _GRADE_STEP = """\
 """
 
 
+def _dispatch(c: Course) -> str:
+    """The manual trigger both grading workflows share (a lesson list as input)."""
+    return f"""  workflow_dispatch:
+    inputs:
+      lessons:
+        description: "lessons to grade ({' '.join(c.lessons)}); empty = all"
+        required: false
+        default: ""
+"""
+
+
 def grade_cpu(c: Course) -> str:
     """Batch grading on a GitHub-hosted CPU runner (the simulator runs the kernels)."""
     return f"""{GENERATED}
@@ -120,13 +131,7 @@ def grade_cpu(c: Course) -> str:
 name: grade-submissions
 
 on:
-  workflow_dispatch:
-    inputs:
-      lessons:
-        description: "lessons to grade ({' '.join(c.lessons)}); empty = all"
-        required: false
-        default: ""
-  push:
+{_dispatch(c)}  push:
     paths: ["submissions/**"]
 
 jobs:
@@ -177,13 +182,7 @@ def grade_gpu(c: Course) -> str:
 name: grade-submissions-gpu
 
 on:
-  workflow_dispatch:
-    inputs:
-      lessons:
-        description: "lessons to grade ({' '.join(c.lessons)}); empty = all"
-        required: false
-        default: ""
-
+{_dispatch(c)}
 jobs:
   grade:
     runs-on: [{', '.join(GPU_LABELS)}]
