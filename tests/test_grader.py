@@ -355,7 +355,9 @@ def fake_course(tmp_path: Path) -> Path:
 
 
 def _grade(course: Path, *args: str) -> int:
-    return cli.main(["--course", str(course), "--backend", "sim", "--build-timeout", "2", *args])
+    # The default --build-timeout: with 2 s, a loaded 2-core machine stopped the warm-up (torch import and the
+    # simulator's runtime) and every task failed as unbuildable.
+    return cli.main(["--course", str(course), "--backend", "sim", *args])
 
 
 def test_grader_verdicts_isolation_and_reports(fake_course: Path, tmp_path: Path) -> None:
