@@ -156,9 +156,10 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
     poison = flat_a.isnan() & ~flat_e.isnan() if a.dtype.is_floating_point else (flat_a == INT_POISON)
     if bool(poison.any()):
         first = poison.nonzero().flatten()
-        lines.append(f"  {int(poison.sum())} elements were never written (still poison), first at flat index "
-                     f"{first[0].item()}, last at {first[-1].item()}: does every output element get a thread, "
-                     "and did you implement the TODO?")
+        count = int(poison.sum())
+        lines.append(f"  {count} element{'s were' if count > 1 else ' was'} never written (still poison), first at "
+                     f"flat index {first[0].item()}, last at {first[-1].item()}: does every output element get a "
+                     "thread, and did you implement the TODO?")
         if nbad == total:
             lines.append("  Nothing was written at all: is the kernel body still the stub?")
     elif bool((flat_a == 0).all()) and not bool((flat_e == 0).all()):

@@ -123,6 +123,35 @@ def test_compile_error_shown_once_with_the_tasks_it_blocks() -> None:
     assert "blocks tasks 1.1, 1.2, 1.3" in text and "cc-grade-" not in text
 
 
+def test_a_stopped_build_is_not_called_a_compile_error_and_gets_only_its_own_hint() -> None:
+    """A build the grader stopped (--build-timeout; on a busy machine even an untouched file) has no compiler
+    error and ran no loop: neither hint fits, and the report says "build stopped"."""
+    from cudacourse.errors import build_stopped
+
+    err = str(build_stopped(f"{SLOT}lessons/01_relu/relu_torch.cu", 300))
+    sub = Submission("", None, "student")
+    r = _result("CompileError", err, task="1.6")
+    r.message = feedback(r, sub, root=ROOT)
+    assert HINTS["stopped"] in r.message
+    assert HINTS["compile"] not in r.message and HINTS["timeout"] not in r.message
+    out = io.StringIO()
+    reports.print_report(Report("sim", "CPU simulator", "student", [r]), out=out)
+    assert "build stopped, blocks task 1.6" in out.getvalue() and "compile error" not in out.getvalue()
+
+
+def test_one_unwritten_element_is_said_in_the_singular() -> None:
+    import torch
+
+    from cudacourse import check
+
+    want = torch.ones(5)
+    got = want.clone()
+    got[4] = float("nan")
+    with pytest.raises(AssertionError) as e:
+        check.assert_close(got, want, name="y")
+    assert "1 element was never written" in str(e.value) and "elements were" not in str(e.value)
+
+
 def test_not_started_lessons_summarised_and_the_table_last() -> None:
     started = _result("AssertionError", TAIL)
     idle = [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail", reports.NOT_STARTED)

@@ -47,6 +47,8 @@ HINTS = {
     "timeout": "Hint: check every loop's condition and step (a grid-stride loop must add gridDim.x * blockDim.x) "
                "and that no thread waits for something that never happens.",
     "compile": "Hint: fix the first compiler error; the message names your file and line.",
+    "stopped": "Hint: if this file built before, the machine was probably too busy: grade again (or raise "
+               "--build-timeout); if it never builds, look for template or constexpr recursion or pasted data.",
     "todo": "Hint: this TODO is still the stub; implement it (see the TODO comment for the size and the hint).",
     "mutation": "Hint: inputs are read-only: write only to the output buffer.",
     "hidden": "Hint: the public tests pass but hidden cases fail: your kernel must work for every size and every "
@@ -189,6 +191,8 @@ def choose_hints(recs: list[TestRecord], message: str, bounds_checked: bool = Fa
         if k not in keys:
             keys.append(k)
 
+    if "the build did not finish within" in text:  # errors.build_stopped: no compiler error, no loop ran
+        return [HINTS["stopped"]]
     if "compileerror" in text or "unsupportederror" in text or "rejected before building" in text:
         add("compile")
     if "todo(task" in text or "is the kernel body still the stub" in text:

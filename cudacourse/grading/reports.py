@@ -167,7 +167,8 @@ def print_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
                 continue
             shown.add(key)
             ids = blocked[key]
-            print(f"compile error, blocks task{'s' if len(ids) > 1 else ''} {', '.join(ids)}:", file=out)
+            what = "build stopped" if "the build did not finish within" in t.message else "compile error"
+            print(f"{what}, blocks task{'s' if len(ids) > 1 else ''} {', '.join(ids)}:", file=out)
         body = lines if verbose else lines[:6]
         more = "" if verbose or len(lines) <= 6 else f"\n    ... ({len(lines) - 6} more lines: --verbose)"
         print(f"task {t.id} failed: " + "\n    ".join(body) + more, file=out)
