@@ -41,7 +41,7 @@ else
       pip_install --retries 1 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION:-2.13.0}" || {
       echo "setup: torch did not install${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL}. If the lines above say 'Name or service"
       echo "setup: not known' or 'connection', this machine cannot reach that index: install torch into .venv yourself"
-      echo "setup: (.venv/bin/python -m pip install torch), or set TORCH_INDEX_URL to an index you can reach (empty: pip's"
+      echo "setup: (.venv/bin/python -m pip install torch==${TORCH_VERSION:-2.13.0}), or set TORCH_INDEX_URL to an index you can reach (empty: pip's"
       echo "setup: default index, which on Linux is the multi-GB CUDA build), then run the command again."
       exit 1; }
   fi
