@@ -44,6 +44,7 @@ import pytest
 from cudacourse import settings
 from cudacourse.course import Course, CourseError, Task, hidden_tasks
 from cudacourse.course import course as course_model
+from cudacourse.errors import CompileError
 from cudacourse.grading.results import TestRecord, fold_tasks, points_table, trim_message
 
 NOT_GRADED_PREFIX = "not graded"
@@ -264,6 +265,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     """Fold each phase's report into the test's record (fail beats not-graded beats pass)."""
     report = yield
+    if (report.failed and call.excinfo is not None and call.excinfo.errisinstance(CompileError)
+            and item.config.get_verbosity() < 2):
+        # The compiler's output is the whole story: no Python traceback through the harness (a missing `;`
+        # printed 164 lines in a learner's `make check T=1.1`). `-vv` shows the traceback.
+        report.longrepr = f"{call.excinfo.typename}: {call.excinfo.value}"
     state = item.config.stash.get(_STATE, None)
     if state is None:
         return report
