@@ -439,6 +439,28 @@ def test_grader_grades_the_checkout_and_hidden_tests(fake_course: Path, tmp_path
     assert t12["status"] == "fail" and "hidden case" in t12["message"] and "1234" not in t12["message"]
 
 
+def test_grading_the_checkout_again_reuses_its_builds(fake_course: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15: `make grade` staged into a fresh temporary folder each time, and builds are keyed by the staged
+    path, so every grade rebuilt every file (relu_torch.cu: minutes on a CPU). The checkout's own grade now
+    stages into one stable folder under the build root: the second grade finds every build of the first."""
+    monkeypatch.setenv("CUDA_COURSE_BUILD", str(tmp_path / "builds"))
+
+    def builds() -> set[Path]:
+        return {p.parent for p in (tmp_path / "builds").rglob("DONE")}
+
+    out = tmp_path / "r.json"
+    assert _grade(fake_course, "--impl", "solution", "--json", str(out), "-q") == 0
+    first = builds()
+    assert first, "the first grade built nothing into the build root"
+    (work,) = (tmp_path / "builds").glob("grade-solution-*[!k]")  # the stable staging folder (not its .lock)
+    assert not any(work.iterdir()), "the staging folders are cleared after a grade"
+    assert _grade(fake_course, "--impl", "solution", "--json", str(out), "-q") == 0
+    assert builds() == first
+    rep = json.loads(out.read_text())
+    assert rep["earned"] == rep["possible"] - rep["not_graded"] > 0, rep["tasks"]
+
+
 def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) -> None:
     (fake_course / "tests" / "test_01_relu.py").write_text("this is not python\n")
     out = tmp_path / "r.json"

@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import filelock
+
+from cudacourse.buildcache import build_root
 from cudacourse.checkcmd import lesson_started
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
@@ -232,8 +235,10 @@ def grade(args: argparse.Namespace) -> list[Report]:
     jobs = args.jobs if args.jobs and args.jobs > 0 else min(8, os.cpu_count() or 1)
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="cc-grade-", dir=args.workdir)) if args.workdir else \
-        Path(tempfile.mkdtemp(prefix="cc-grade-"))
+    own = len(subs) == 1 and subs[0].source is None and args.workdir is None  # a learner grading the checkout
+    lock = _own_work_lock(course, impl) if own else None
+    work = Path(lock.lock_file[:-len(".lock")]) if lock else \
+        Path(tempfile.mkdtemp(prefix="cc-grade-", dir=args.workdir or None))
     build_dir = current().build_dir or (work / "build")
     build_dir.mkdir(parents=True, exist_ok=True)
     st = RunSettings(lessons, seed, None if args.backend == "auto" else args.backend, args.timeout,
@@ -331,8 +336,42 @@ def grade(args: argparse.Namespace) -> list[Report]:
     finally:
         for proc in list(LIVE):  # stopped (Ctrl-C, SIGTERM from CI): leave no test process behind
             kill_group(proc)
-        if args.workdir is None:
+        if lock is not None:
+            _clear(work, keep="build")
+            lock.release()
+        elif args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _own_work_lock(course: Course, impl: str) -> filelock.FileLock:
+    """The held lock of the working folder for grading this checkout's own files (``make grade``).
+
+    The folder is stable (in the build cache root, one per checkout and impl), so the staged files keep their
+    paths and their builds, keyed by content and path, are reused by the next grade: an unchanged file is not
+    rebuilt. Its staging folders are cleared before and after each grade; a second grade of the same checkout
+    waits for the first.
+    """
+    key = hashlib.sha256(str(course.root.resolve()).encode()).hexdigest()[:10]
+    work = build_root() / f"grade-{impl}-{key}"
+    lock = filelock.FileLock(str(work) + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        print(f"waiting for another grade of this checkout to finish (lock {lock.lock_file}) ...", flush=True)
+        lock.acquire()
+    work.mkdir(parents=True, exist_ok=True)
+    _clear(work, keep="build")
+    return lock
+
+
+def _clear(work: Path, keep: str) -> None:
+    """Remove everything in ``work`` but the entry ``keep``."""
+    for p in work.iterdir():
+        if p.name != keep:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
 
 
 _STOP_SIGNALS: list[int] = []  # the signals that stopped this grade (SIGTERM from CI, Ctrl-C)
