@@ -983,7 +983,7 @@ inline void prof_access(Fiber* f, uintptr_t a, unsigned size, int op, uintptr_t 
         unsigned total = 0;
         for (unsigned i = 0; i < n; ++i) total += f->psz[i];
         if (n < 4 && f->pop == op && f->pspace == space && f->pbuf == buf && a == f->paddr[n - 1] + f->psz[n - 1] &&
-            pc > last && pc - last <= 64 && total + size <= 16 && size == f->psz[0]) {
+            pc > last && pc - last <= 24 && total + size <= 16 && size == f->psz[0]) {
             f->ppc[n] = pc; f->paddr[n] = a; f->psz[n] = (uint8_t)size; f->pn = (uint8_t)(n + 1);
             return;
         }
