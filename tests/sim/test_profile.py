@@ -23,7 +23,9 @@ __global__ void strided(const T* __restrict__ x, T* __restrict__ y, int stride, 
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = x[(long long)i * stride];
 }
-void run_strided(const float* x, float* y, int stride, int n) { strided<float><<<(n + 63) / 64, 64>>>(x, y, stride, n); }
+void run_strided(const float* x, float* y, int stride, int n) {
+    strided<float><<<(n + 63) / 64, 64>>>(x, y, stride, n);
+}
 
 // 128-bit loads and stores through reinterpret_cast
 __global__ void copy4(const float* x, float* y, int n4) {
