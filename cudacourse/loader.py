@@ -370,7 +370,7 @@ class Module:
     """A loaded kernel file. Attributes are its launchers; ``backend`` and ``device`` say where it runs."""
 
     def __init__(self, source: str, path: str, functions: list[str], *, backend: str = "auto",
-                 check: bool | None = None, timeout_s: float = 10.0, profile: bool = False) -> None:
+                 check: bool | None = None, timeout_s: float = 10.0, profile: bool | str = False) -> None:
         self.backend = backend_name(backend)
         self.profile = profile
         self.device = device_for(self.backend)
@@ -517,13 +517,14 @@ def exposed_functions(text: str) -> list[str]:
 
 
 def load(source: str | os.PathLike, functions: list[str] | str | None = None, *, backend: str = "auto",
-         check: bool | None = None, timeout_s: float = 10.0, profile: bool = False) -> Module:
+         check: bool | None = None, timeout_s: float = 10.0, profile: bool | str = False) -> Module:
     """Build a CUDA file (a path, or the source text itself) and return its launchers as a ``Module``.
 
     ``functions`` names the launchers to expose (default: every launcher in the file). ``check`` selects
     the simulator's flavour (checked by default; ``False`` is the fast mode) and is ignored on cuda.
     ``profile=True`` (simulator only) records memory-traffic counters of every call, read afterwards with
-    ``m.profile_report()`` (see ``cudacourse.profile``); on cuda it raises with the Nsight Compute command.
+    ``m.profile_report()`` (see ``cudacourse.profile``; ``profile="branches"`` also counts active lanes per
+    branch); on cuda it raises with the Nsight Compute command.
     Raises ``CompileError`` for a file that does not build.
     """
     p = Path(source) if isinstance(source, os.PathLike) or (

@@ -20,9 +20,10 @@ Definitions (the simulator's model of the hardware):
   Dao-AILab/flash-attention issue 738 and NVIDIA/cutlass issue 328). In a phase, each bank delivers one
   distinct 4-byte word per wavefront; lanes reading the same word share it (broadcast). Bank conflicts are
   the wavefronts beyond one per phase.
-- **Active lanes.** Lanes taking part in a request (memory) or entering a basic block together
-  (branches: the build adds ``-fsanitize-coverage=trace-pc``); fewer than 32 means divergence or a
-  partial warp.
+- **Active lanes.** Lanes taking part in a memory request, and with ``profile="branches"`` lanes entering
+  a basic block together (that build adds ``-fsanitize-coverage=trace-pc``, a build of its own; code
+  inlined from the runtime's headers counts in the totals but has no line of the learner's file); fewer
+  than 32 means divergence or a partial warp.
 - **Vector accesses.** g++ splits a ``float2``/``float4`` copy into scalar accesses at consecutive
   instructions; adjacent accesses of one thread that form an aligned 8- or 16-byte unit are counted as
   one vector access, as nvcc emits one ``LDG.64``/``LDG.128``. (Two scalar loads of ``x[2*i]`` and
@@ -31,7 +32,8 @@ Definitions (the simulator's model of the hardware):
 Only memory passed to the launcher (tensors) and ``cudaMalloc`` memory count as global memory;
 ``__device__`` variables and local arrays are not counted. Launches with more than
 ``PROFILE_MAX_THREADS`` threads are sampled: every k-th block is counted and the report says so.
-Counting needs checked mode's instrumentation: a profile build is a checked build (every check still runs).
+Counting uses checked mode's instrumentation: ``profile=True`` runs the checked build itself (the same
+cached library; every check still runs) with the counters switched on for each call.
 """
 
 from __future__ import annotations
@@ -77,8 +79,9 @@ SIM_METRICS: dict[str, str] = {
     "sim__sectors_per_request_global_st": "sectors per global store request",
     "sim__global_efficiency_pct": "bytes the lanes asked for / bytes of the sectors moved, in percent",
     "sim__bank_conflicts_per_shared_request": "extra wavefronts per shared-memory request",
-    "sim__active_lanes_per_branch": "lanes active per warp-level basic-block execution (32 = no divergence)",
-    "sim__useful_lanes_pct": "active lanes / 32 over basic-block executions, in percent",
+    "sim__active_lanes_per_request": "lanes taking part per memory request (32 = the whole warp)",
+    "sim__active_lanes_per_branch": "lanes per warp-level basic-block execution (profile='branches'; 32 = none idle)",
+    "sim__useful_lanes_pct": "active lanes / 32 over basic-block executions, in percent (profile='branches')",
     "sim__barriers": "__syncthreads() executed, per block, summed over blocks",
 }
 NCU_LIST = [m for m in METRICS if not m.startswith("launch__") and not m.startswith("sm__")]
@@ -89,6 +92,7 @@ NCU_LIST = [m for m in METRICS if not m.startswith("launch__") and not m.startsw
 H100 = {"warps_per_sm": 64, "blocks_per_sm": 32, "regs_per_sm": 65536, "smem_per_sm": 228 * 1024,
         "smem_reserved_per_block": 1024, "reg_unit": 256}
 _OPS = {0: "ld", 1: "st", 2: "atom"}
+_REGS: dict[str, tuple[str, dict[str, int]]] = {}  # register counts per file, by content
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -141,10 +145,16 @@ class KernelProfile:
     blocks_profiled: int
     barriers: int
     lines: list[LineStat]
-    registers: int | None = None
+    source: str = ""                                   # the kernel file (registers come from nvcc on demand)
     trace: list[tuple] = field(default_factory=list)   # (space, op, size, buffer, block, tid, elem, line)
     trace_full: bool = False
     shared_arrays: list[dict] = field(default_factory=list)
+
+    @property
+    def registers(self) -> int | None:
+        """Registers per thread from ``nvcc --resource-usage`` for sm_90 (None without nvcc); compiled on first use."""
+        base = self.kernel.split("<")[0].split("::")[-1].strip()
+        return register_counts(self.source).get(base) if self.source else None
 
     @property
     def threads_per_block(self) -> int:
@@ -179,23 +189,31 @@ class KernelProfile:
         sreq = self._sum("shared", "", "requests")
         m["sim__bank_conflicts_per_shared_request"] = (
             (self._sum("shared", "", "wavefronts") - self._sum("shared", "", "ideal")) / sreq if sreq else 0.0)
+        mem = [s for s in self.lines if s.space != "branch"]
+        req = sum(s.requests for s in mem)
+        m["sim__active_lanes_per_request"] = sum(s.lanes for s in mem) / req if req else 0.0
         br = self._sum("branch", "", "requests")
-        m["sim__active_lanes_per_branch"] = self._sum("branch", "", "lanes") / br if br else 0.0
-        m["sim__useful_lanes_pct"] = 100.0 * m["sim__active_lanes_per_branch"] / 32
+        if br:  # profile="branches"
+            m["sim__active_lanes_per_branch"] = self._sum("branch", "", "lanes") / br
+            m["sim__useful_lanes_pct"] = 100.0 * m["sim__active_lanes_per_branch"] / 32
         m["sim__barriers"] = self.barriers
-        m.update(occupancy(self.threads_per_block, self.dynamic_smem + self.static_smem, self.registers))
         return m
+
+    def occupancy(self) -> dict[str, float]:
+        """Theoretical occupancy on the H100 under Nsight Compute's ``launch__``/``sm__`` names (runs nvcc once
+        for the register count where it is on the PATH)."""
+        return occupancy(self.threads_per_block, self.dynamic_smem + self.static_smem, self.registers)
 
     def render(self) -> str:
         """The text report of this launch: totals with meanings, then one row per line of the file."""
         g, b = self.grid, self.block
         out = [f"== {self.kernel} <<<({g[0]},{g[1]},{g[2]}), ({b[0]},{b[1]},{b[2]}), {self.dynamic_smem}>>>  "
-               f"static shared {self.static_smem} B" + (f", {self.registers} registers" if self.registers else "")]
+               f"static shared {self.static_smem} B"]
         if self.sampled:
             out.append(f"   SAMPLED: counted {self.blocks_profiled} of {self.blocks} blocks (every "
                        f"{math.ceil(self.blocks / max(self.blocks_profiled, 1))}th; a launch above "
                        f"{PROFILE_MAX_THREADS} threads is sampled): totals cover the counted blocks only.")
-        m = self.metrics
+        m = {**self.metrics, **self.occupancy()}
         for name, meaning in {**METRICS, **SIM_METRICS}.items():
             v = m.get(name)
             if v is None or (not v and name.startswith(("l1tex", "smsp", "sim__sectors", "sim__bank"))):
@@ -278,9 +296,12 @@ def register_counts(source_path: str) -> dict[str, int]:
     nvcc = shutil.which("nvcc")
     if not nvcc or not os.path.isfile(source_path):
         return {}
+    text = Path(source_path).read_text()
+    hit = _REGS.get(source_path)
+    if hit and hit[0] == text:
+        return hit[1]
     from cudacourse.buildcache import cached, content_key, local_headers
 
-    text = Path(source_path).read_text()
     key = content_key("regs-sm90", text, local_headers(source_path))
 
     def build(d: Path) -> None:
@@ -302,6 +323,7 @@ def register_counts(source_path: str) -> dict[str, int]:
         mm = re.search(r"Used (\d+) registers", ln)
         if mm and fn:
             regs[_demangled_base(fn)] = int(mm.group(1))
+    _REGS[source_path] = (text, regs)
     return regs
 
 
@@ -356,7 +378,6 @@ def report(lib: Any, path: str) -> ProfileReport:
     bufs = raw.get("buffers", [])
     pcs = [st[0] for L in raw["launches"] for st in L["stats"]] + [ev[7] for L in raw["launches"] for ev in L["trace"]]
     sym.resolve(pcs)
-    regs = register_counts(path)
     kernels = []
     for L in raw["launches"]:
         merged: dict[tuple, LineStat] = {}
@@ -383,11 +404,11 @@ def report(lib: Any, path: str) -> ProfileReport:
             trace.append((("global", "shared")[space], _OPS[op], size, name, block, tid, elem, _line_of(sym, pc, path)))
         sites = [{"offset": s[0], "bytes": s[1], "elem": s[2], "dims": (s[3], s[4]), "name": s[5]}
                  for s in L.get("sites", []) if s[1]]
-        base = L["kernel"].split("<")[0].split("::")[-1].strip()
         kernels.append(KernelProfile(
             kernel=L["kernel"], grid=tuple(L["grid"]), block=tuple(L["block"]), dynamic_smem=L["dynamic_smem"],
             static_smem=L["static_smem"], blocks=L["blocks"], blocks_profiled=L["blocks_profiled"],
-            barriers=L["barriers"], lines=lines, registers=regs.get(base), trace=trace, trace_full=L["trace_full"],
+            barriers=L["barriers"], lines=lines, source=path if os.path.isfile(path) else "", trace=trace,
+            trace_full=L["trace_full"],
             shared_arrays=sites))
     return ProfileReport(kernels, path)
 
