@@ -441,11 +441,12 @@ class Module:
         self._fns[name] = call
         return call
 
-    def profile_report(self) -> Any:
-        """The profile of the last call (``cc.load(..., profile=True)`` on the simulator): a ``ProfileReport``."""
+    def profile_report(self, trace: bool = False) -> Any:
+        """The profile of the last call (``cc.load(..., profile=True)`` on the simulator): a ``ProfileReport``;
+        ``trace=True`` also keeps the recorded accesses for ``cudacourse.plot``'s pictures."""
         from cudacourse.profile import report
 
-        return report(self.__dict__.get("_lib"), self.path)
+        return report(self.__dict__.get("_lib"), self.path, trace)
 
     def functions(self) -> list[str]:
         """Names this module exposes."""

@@ -38,6 +38,7 @@ cached library; every check still runs) with the counters switched on for each c
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -146,9 +147,18 @@ class KernelProfile:
     barriers: int
     lines: list[LineStat]
     source: str = ""                                   # the kernel file (registers come from nvcc on demand)
-    trace: list[tuple] = field(default_factory=list)   # (space, op, size, buffer, block, tid, elem, line)
     trace_full: bool = False
+    _trace: Any = field(default=None, repr=False)      # the recorded accesses, or a callable fetching them
     shared_arrays: list[dict] = field(default_factory=list)
+
+    @property
+    def trace(self) -> list[tuple]:
+        """Recorded accesses ``(space, op, bytes, buffer, block, thread, element, line)`` in execution order
+        (for the pictures of ``cudacourse.plot``; at most 4096 per instruction and 65536 per call).
+        Fetched from the simulator's worker on first use."""
+        if callable(self._trace):
+            self._trace = self._trace()
+        return self._trace or []
 
     @property
     def registers(self) -> int | None:
@@ -366,8 +376,12 @@ def _line_of(sym: Any, pc: int, path: str) -> int:
     return ln if os.path.basename(f) == os.path.basename(path) else 0
 
 
-def report(lib: Any, path: str) -> ProfileReport:
-    """Build the :class:`ProfileReport` of the last call of a profile-mode ``SimLibrary``."""
+def report(lib: Any, path: str, trace: bool = False) -> ProfileReport:
+    """Build the :class:`ProfileReport` of the last call of a profile-mode ``SimLibrary``.
+
+    ``trace=True`` fetches the recorded accesses now (for pictures drawn after later calls); otherwise
+    ``KernelProfile.trace`` fetches them on first use, which works only until the module's next call.
+    """
     if lib is None or not getattr(lib, "profile", False):
         raise ValueError("this module was not loaded with profile=True (use cc.load(path, profile=True) on the "
                          "simulator, then call a launcher)")
@@ -376,8 +390,7 @@ def report(lib: Any, path: str) -> ProfileReport:
         raise ValueError("no profile yet: call one of the module's launchers first (the report is the last call's)")
     sym = lib._sym
     bufs = raw.get("buffers", [])
-    pcs = [st[0] for L in raw["launches"] for st in L["stats"]] + [ev[7] for L in raw["launches"] for ev in L["trace"]]
-    sym.resolve(pcs)
+    sym.resolve([st[0] for L in raw["launches"] for st in L["stats"]])
     kernels = []
     for L in raw["launches"]:
         merged: dict[tuple, LineStat] = {}
@@ -397,20 +410,37 @@ def report(lib: Any, path: str) -> ProfileReport:
             s.ideal += ideal
             s.size = max(s.size, size)
         lines = _per_line(list(merged.values()))
-        trace = []
-        for space, op, size, buf, block, tid, off, pc in L["trace"]:
-            elem = off // bufs[buf][1] if space == 0 and 0 <= buf < len(bufs) and bufs[buf][1] else off
-            name = bufs[buf][2] if space == 0 and 0 <= buf < len(bufs) else "shared"
-            trace.append((("global", "shared")[space], _OPS[op], size, name, block, tid, elem, _line_of(sym, pc, path)))
         sites = [{"offset": s[0], "bytes": s[1], "elem": s[2], "dims": (s[3], s[4]), "name": s[5]}
                  for s in L.get("sites", []) if s[1]]
         kernels.append(KernelProfile(
             kernel=L["kernel"], grid=tuple(L["grid"]), block=tuple(L["block"]), dynamic_smem=L["dynamic_smem"],
             static_smem=L["static_smem"], blocks=L["blocks"], blocks_profiled=L["blocks_profiled"],
-            barriers=L["barriers"], lines=lines, source=path if os.path.isfile(path) else "", trace=trace,
-            trace_full=L["trace_full"],
+            barriers=L["barriers"], lines=lines, source=path if os.path.isfile(path) else "",
+            _trace=functools.partial(_fetch_trace, lib, lib.calls, len(kernels), path), trace_full=L["trace_full"],
             shared_arrays=sites))
+    if trace:
+        for k in kernels:
+            _ = k.trace
     return ProfileReport(kernels, path)
+
+
+def _fetch_trace(lib: Any, call: int, index: int, path: str) -> list[tuple]:
+    """The recorded accesses of launch ``index`` of the library's call number ``call`` (asked of its worker,
+    which keeps only the last call's)."""
+    raw = lib.profile_trace() if lib.calls == call else None
+    if raw is None or index >= len(raw["launches"]):
+        raise ValueError("the recorded accesses are gone (the module was called again or closed): draw the "
+                         "pictures right after the call")
+    bufs = raw.get("buffers", [])
+    events = raw["launches"][index]["trace"]
+    lib._sym.resolve([ev[7] for ev in events])
+    out = []
+    for space, op, size, buf, block, tid, off, pc in events:
+        known = space == 0 and 0 <= buf < len(bufs)
+        elem = off // bufs[buf][1] if known and bufs[buf][1] else off
+        out.append((("global", "shared")[space], _OPS[op], size, bufs[buf][2] if known else "shared", block, tid, elem,
+                    _line_of(lib._sym, pc, path)))
+    return out
 
 
 def _per_line(stats: list[LineStat]) -> list[LineStat]:
@@ -441,15 +471,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("lesson", help="lesson folder name, e.g. 01_relu")
     ap.add_argument("function", help="launcher name, e.g. relu_grid_stride")
     ap.add_argument("--size", type=int, action="append", default=None,
-                    help="value of an int parameter (in order: n, or M N K); default 4096 / 128")
+                    help="value of the next int parameter (repeat: --size 64 --size 64); default 4096 for n, "
+                         "128 for M, N, K, rows, cols, 0 for others such as blocks")
     ap.add_argument("--impl", choices=["student", "solution"], default=None)
     a = ap.parse_args(argv)
     import cudacourse as cc
     from cudacourse.loader import backend_name, lesson_dir
 
-    if backend_name("auto") == "cuda" and os.environ.get("CUDA_COURSE_BACKEND", "") == "cuda":
-        print("profiling runs on the simulator; on this GPU machine use Nsight Compute:\n  " +
-              ncu_command(f"python -m cudacourse check {a.lesson}", a.function))
+    if backend_name("auto") == "cuda":
+        print("(this counts on the CPU simulator; to measure the same metrics on this GPU with Nsight Compute:\n  " +
+              ncu_command(f"python -m cudacourse check {a.lesson}") + ")")
     folder = lesson_dir(a.lesson, a.impl)
     files = [p for p in sorted(folder.glob("*.cu")) if re.search(rf"\b{re.escape(a.function)}\s*\(", p.read_text())]
     if not files:
@@ -464,24 +495,33 @@ def main(argv: list[str]) -> int:
 
 
 def random_args(la: Any, sizes: list[int] | None) -> list:
-    """Arguments for a launcher: int scalars from ``sizes`` (default 4096, or 128 for names like M/N/K),
-    float scalars 1.0, and random tensors big enough for the largest product of two sizes."""
+    """Arguments for a launcher: its int parameters from ``sizes`` in order (defaults: 128 for matrix
+    dimensions M, N, K, rows, cols; 4096 for the first other one, e.g. n; 0 for the rest, e.g. blocks:
+    the launcher's own choice), float scalars 1.0, and random tensors large enough for every buffer."""
     import torch
 
     from cudacourse.source import SCALAR_KINDS
 
     ints = [p for p in la.params if not p.pointer and SCALAR_KINDS.get(p.base) == "int"]
+    dims = [p.name for p in ints if re.fullmatch(r"[MNK]|rows|cols|height|width", p.name)]
     vals: dict[str, int] = {}
     given = list(sizes or [])
+    first = True
     for p in ints:
-        vals[p.name] = given.pop(0) if given else (128 if len(p.name) == 1 and p.name.isupper() else 4096)
-    nums = sorted(vals.values(), reverse=True) or [4096]
-    numel = nums[0] * (nums[1] if len(nums) > 1 else 1)
+        if given:
+            vals[p.name] = given.pop(0)
+        elif p.name in dims:
+            vals[p.name] = 128
+        else:
+            vals[p.name] = 4096 if first else 0
+        first = first and p.name in dims
+    dv = [vals[d] for d in dims]
+    numel = max([*vals.values(), *(a * b for i, a in enumerate(dv) for b in dv[i + 1:]), 1])
     g = torch.Generator().manual_seed(0)
     out: list = []
     for p in la.params:
         if p.pointer:
-            dt = getattr(torch, p.dtype or "float32") if p.dtype not in (None, "any") else torch.float32
+            dt = getattr(torch, p.dtype) if p.dtype not in (None, "any") else torch.float32
             out.append(torch.randn(numel, generator=g).to(dt) if dt.is_floating_point
                        else torch.randint(0, 100, (numel,), generator=g).to(dt))
         elif p.name in vals:

@@ -254,6 +254,7 @@ class SimLibrary:
         self.lib = lib
         self.profile = profile
         self.last_profile: dict | None = None  # profile mode: the raw counters of the last call
+        self.calls = 0                          # calls so far (the recorded accesses belong to the last one)
         self.path = path
         self.launchers = {la.name: la for la in launchers}
         self.checked = checked
@@ -508,6 +509,7 @@ class SimLibrary:
         err: KernelError | None = None
         self._drain()
         try:
+            self.calls += 1
             self._send({"op": "call", "name": name, "params": params, "profile": bool(self.profile)})
         except OSError:
             self._kill()
@@ -537,6 +539,16 @@ class SimLibrary:
         self._flush_log()
         if err is not None:
             raise err
+
+    def profile_trace(self) -> dict | None:
+        """Profile mode: the last call's counters with the accesses the runtime recorded (for pictures);
+        None when the worker that ran the call is gone."""
+        if not self.profile or self._proc is None or self._proc.poll() is not None:
+            return None
+        self._drain()
+        self._send({"op": "trace"})
+        resp = self._recv(max(self.timeout_s, 30.0))
+        return resp.get("profile") if resp else None
 
     def _timeout(self, name: str) -> KernelTimeout:
         rec: dict = {}

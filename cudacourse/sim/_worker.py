@@ -28,6 +28,7 @@ def main() -> None:
     lib.ccsim_api_install_signals()
     lib.ccsim_api_error.restype = ctypes.c_char_p
     lib.ccsim_api_profile_json.restype = ctypes.c_char_p
+    lib.ccsim_api_profile_json.argtypes = [ctypes.c_int]
     lib.ccsim_rt_register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
     base_addr = 0
     mm = None
@@ -49,6 +50,10 @@ def main() -> None:
             os.close(fd)
             base_addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
             answer({"ok": True})
+            continue
+        if op == "trace":  # the last call's profile with its recorded accesses (pictures)
+            raw = lib.ccsim_api_profile_json(1).decode(errors="replace")
+            os.write(resp_fd_i, ('{"profile": ' + raw + "}\n").encode())
             continue
         if op == "call":
             lib.ccsim_api_begin_call()
@@ -81,9 +86,11 @@ def main() -> None:
             if rc:
                 err = lib.ccsim_api_error()
                 out = {"error": json.loads(err.decode(errors="replace")) if err else {"kind": "crash"}}
-            if profile:  # the counters of this call's launches (pcs for the parent's symboliser)
-                out["profile"] = json.loads(lib.ccsim_api_profile_json().decode(errors="replace"))
-            answer(out)
+            if profile:  # the counters of this call's launches, passed through as the runtime wrote them
+                raw = lib.ccsim_api_profile_json(0).decode(errors="replace")
+                os.write(resp_fd_i, (json.dumps(out)[:-1] + ', "profile": ' + raw + "}\n").encode())
+            else:
+                answer(out)
             continue
         answer({"error": {"kind": "crash", "message": f"unknown request {op!r}"}})
 

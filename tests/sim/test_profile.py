@@ -204,3 +204,22 @@ def test_a_module_loaded_without_profile_says_how_to_get_one():
 
     with pytest.raises(ValueError, match="profile=True"):
         report(None, "k.cu")
+
+
+def test_pictures_draw_from_the_recorded_accesses(m):
+    pytest.importorskip("matplotlib")
+    from cudacourse import plot
+
+    m.run_strided(torch.randn(32 * 64), torch.zeros(64), 32, 64)
+    lazy = m.profile_report()                 # accesses fetched on first use: valid until the next call
+    k = m.profile_report(trace=True).kernel("strided")
+    loads = [t for t in k.trace if t[3] == "x" and t[1] == "ld"]
+    assert sorted(t[6] for t in loads) == [32 * i for i in range(64)]   # element indices of x, stride 32
+    fig = plot.coalescing_map(k, "x", op="ld")
+    assert "32 sectors" in fig.axes[0].get_title()
+    plot.access_map(k, "y", shape=(4, 16))
+    m.run_tile32(torch.zeros(32))
+    fig = plot.bank_map(m.profile_report(trace=True).kernel("tile"), op="st")
+    assert "up to 32 lanes per bank" in fig.axes[0].get_title()
+    with pytest.raises(ValueError, match="called again"):
+        _ = lazy.kernel("strided").trace

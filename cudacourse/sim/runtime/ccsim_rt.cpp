@@ -149,6 +149,9 @@ struct Worker {
     unsigned pos = 0;                // position of the running fiber in the pass order
     void* altstack = nullptr;
     bool prof_on = false;            // profile mode: the running block is counted (sampling may skip it)
+    static constexpr unsigned PCACHE = 64;
+    uintptr_t pcache_key[PCACHE];    // a direct-mapped cache of pc -> its PSlot (cleared per block)
+    struct PSlot* pcache[PCACHE];
     uint64_t prof_barriers = 0;      // __syncthreads() releases in the running block
     std::unordered_map<uintptr_t, PSlot>* prof = nullptr;   // per-pc requests of the running block
 };
@@ -914,17 +917,23 @@ struct LaunchProf {
     std::unordered_map<uintptr_t, PStat> stats;      // key: pc << 4 | space << 2 | op
     std::vector<Site> sites;                         // shared arrays of the first profiled block (arena offsets)
     std::vector<TraceEv> trace; bool trace_full = false;
+    std::unordered_map<uintptr_t, uint32_t> traced;  // events recorded per pc (each pc gets its own budget)
 };
 bool g_profile = false;
 constexpr unsigned long long PROFILE_MAX_THREADS = 1ull << 17;  // threads counted per launch; beyond, blocks are sampled
 constexpr size_t TRACE_CAP = 1 << 16;                           // accesses recorded for pictures, per call
+constexpr uint32_t TRACE_PER_PC = 4096;                         // ... and per instruction (a loop cannot use them all)
 std::mutex g_prof_mu;
 std::vector<std::unique_ptr<LaunchProf>> g_prof_launches;
 std::atomic<size_t> g_trace_n{0};
 
 void prof_emit(Fiber* f, uintptr_t pc, uintptr_t a, unsigned size, int op, int space, int buf) {
     Worker* w = f->w;
-    PSlot& s = (*w->prof)[pc << 4 | (uintptr_t)space << 2 | (uintptr_t)op];
+    uintptr_t key = pc << 4 | (uintptr_t)space << 2 | (uintptr_t)op;
+    unsigned h = (unsigned)((key >> 4) ^ (key >> 12)) & (Worker::PCACHE - 1);
+    PSlot* sp = w->pcache_key[h] == key ? w->pcache[h] : nullptr;
+    if (!sp) { sp = &(*w->prof)[key]; w->pcache_key[h] = key; w->pcache[h] = sp; }   // map nodes never move
+    PSlot& s = *sp;
     unsigned n = w->L->nthreads;
     if (s.cnt.empty()) {
         s.space = (uint8_t)space; s.op = (uint8_t)op; s.buf = (int16_t)buf;
@@ -950,8 +959,13 @@ void prof_emit(Fiber* f, uintptr_t pc, uintptr_t a, unsigned size, int op, int s
         if (i < TRACE_CAP) {
             uintptr_t off = space == SP_SHARED ? a - (uintptr_t)w->arena : a - g_bufs[buf].base;
             std::lock_guard<std::mutex> lk(P->mu);
-            P->trace.push_back(TraceEv{(uint8_t)space, (uint8_t)op, (uint8_t)std::min(size, 255u), (int16_t)buf,
-                                       (uint32_t)w->blin, (uint16_t)f->tid, (uint64_t)off, pc});
+            if (P->traced[pc]++ < TRACE_PER_PC)
+                P->trace.push_back(TraceEv{(uint8_t)space, (uint8_t)op, (uint8_t)std::min(size, 255u), (int16_t)buf,
+                                           (uint32_t)w->blin, (uint16_t)f->tid, (uint64_t)off, pc});
+            else {
+                g_trace_n.fetch_sub(1);   // this pc's budget is spent: leave the slot to other instructions
+                P->trace_full = true;
+            }
         } else {
             P->trace_full = true;
         }
@@ -1070,6 +1084,7 @@ void prof_end_block(Worker* w, Launch* L) {
         t.wavefronts += st.wavefronts; t.ideal += st.ideal; t.size = std::max(t.size, st.size);
     }
     w->prof->clear();
+    w->prof_on = false;
 }
 
 void prof_begin_block(Worker* w, Launch* L, unsigned long long bl) {
@@ -1077,6 +1092,7 @@ void prof_begin_block(Worker* w, Launch* L, unsigned long long bl) {
     w->prof_barriers = 0;
     if (!w->prof) w->prof = new std::unordered_map<uintptr_t, PSlot>();
     w->prof->clear();
+    for (unsigned i = 0; i < Worker::PCACHE; ++i) { w->pcache_key[i] = ~(uintptr_t)0; w->pcache[i] = nullptr; }
     if (w->prof_on) for (unsigned i = 0; i < L->nthreads && i < w->fibers.size(); ++i) w->fibers[i]->pn = 0;
 }
 
@@ -2594,8 +2610,9 @@ API const char* ccsim_api_error(void) { return ccsim_rt_error_json(); }
 // Profile mode (counters per launch and pc; see "Profile mode" above): on for the calls that follow.
 API void ccsim_api_set_profile(int on) { g_profile = on != 0; }
 
-// The counters of the launches of the last call, as JSON (pcs relative to the module's load address).
-API const char* ccsim_api_profile_json(void) {
+// The counters of the launches of the last call, as JSON (pcs relative to the module's load address);
+// with_trace: also the recorded accesses (for pictures; fetched only when asked for).
+API const char* ccsim_api_profile_json(int with_trace) {
     static std::string o;
     std::lock_guard<std::mutex> lk(g_prof_mu);
     o = "[";
@@ -2626,7 +2643,7 @@ API const char* ccsim_api_profile_json(void) {
             o += b; json_str(o, s.name ? s.name : "?"); o += "]";
         }
         o += "],\"trace\":[";
-        for (size_t i = 0; i < P.trace.size(); ++i) {
+        for (size_t i = 0; with_trace && i < P.trace.size(); ++i) {
             const TraceEv& e = P.trace[i];
             snprintf(b, sizeof b, "%s[%d,%d,%d,%d,%u,%u,%llu,%lu]", i ? "," : "", e.space, e.op, e.size, e.buf, e.block,
                      e.tid, (unsigned long long)e.off, (unsigned long)e.pc);
