@@ -105,7 +105,7 @@ def access_map(kp: Any, buffer: str, *, shape: tuple[int, int] | None = None, op
     rows = _trace(kp, buffer, op, line)
     tpb = kp.threads_per_block
     first: dict[int, int] = {}
-    for _space, _op, _size, _buf, block, tid, elem, _ln in rows:
+    for _space, _op, _size, _buf, block, tid, elem, _ln, _off in rows:
         who = block * tpb + tid if by == "thread" else (block * tpb + tid) // 32 if by == "warp" else block
         first.setdefault(int(elem), who)
     n = max(first) + 1
@@ -139,14 +139,13 @@ def coalescing_map(kp: Any, buffer: str, *, op: str | None = None, line: int | N
     rows = _trace(kp, buffer, op, line)
     tpb = kp.threads_per_block
     first: dict[int, tuple[int, int]] = {}
-    elem_bytes = 4
-    for _space, _op, size, _buf, block, tid, elem, _ln in rows:
+    for _space, _op, size, _buf, block, tid, _elem, _ln, off in rows:
         if block == 0 and tid // 32 == warp and tid < tpb:
-            first.setdefault(tid % 32, (int(elem), int(size)))
+            first.setdefault(tid % 32, (int(off), int(size)))
     if not first:
         raise ValueError(f"warp {warp} of block 0 does not access {buffer!r} in the recorded trace")
-    # byte ranges (element index x element size; a vector access covers `size` bytes)
-    spans = {lane: (e * elem_bytes, e * elem_bytes + max(size, elem_bytes)) for lane, (e, size) in first.items()}
+    # byte ranges from the buffer's start; sectors are drawn from there (a fresh tensor starts on a sector)
+    spans = {lane: (off, off + max(size, 1)) for lane, (off, size) in first.items()}
     lo = min(a for a, _ in spans.values()) // 32
     hi = max(b - 1 for _, b in spans.values()) // 32
     sectors = sorted({s for a, b in spans.values() for s in range(a // 32, (b - 1) // 32 + 1)})
@@ -183,7 +182,7 @@ def bank_map(kp: Any, *, line: int | None = None, op: str | None = None, shape: 
     ax.imshow((words + base // 4) % 32, cmap="tab20b", interpolation="nearest")
     seen: set[int] = set()
     banks: dict[int, int] = {}
-    for _space, _op, _size, _buf, block, tid, off, _ln in rows:
+    for _space, _op, _size, _buf, block, tid, off, _ln, _off in rows:
         if block != 0 or tid // 32 != warp or tid % 32 in seen:
             continue
         seen.add(tid % 32)

@@ -153,7 +153,7 @@ class KernelProfile:
 
     @property
     def trace(self) -> list[tuple]:
-        """Recorded accesses ``(space, op, bytes, buffer, block, thread, element, line)`` in execution order
+        """Recorded accesses ``(space, op, bytes, buffer, block, thread, element, line, byte offset)`` in order
         (for the pictures of ``cudacourse.plot``; at most 4096 per instruction and 65536 per call).
         Fetched from the simulator's worker on first use."""
         if callable(self._trace):
@@ -439,7 +439,7 @@ def _fetch_trace(lib: Any, call: int, index: int, path: str) -> list[tuple]:
         known = space == 0 and 0 <= buf < len(bufs)
         elem = off // bufs[buf][1] if known and bufs[buf][1] else off
         out.append((("global", "shared")[space], _OPS[op], size, bufs[buf][2] if known else "shared", block, tid, elem,
-                    _line_of(lib._sym, pc, path)))
+                    _line_of(lib._sym, pc, path), off))
     return out
 
 

@@ -150,6 +150,7 @@ struct Worker {
     void* altstack = nullptr;
     bool prof_on = false;            // profile mode: the running block is counted (sampling may skip it)
     static constexpr unsigned PCACHE = 64;
+    const void* prof_launch = nullptr;   // the launch whose slots `prof` holds
     uintptr_t pcache_key[PCACHE];    // a direct-mapped cache of pc -> its PSlot (cleared per block)
     struct PSlot* pcache[PCACHE];
     uint64_t prof_barriers = 0;      // __syncthreads() releases in the running block
@@ -898,11 +899,12 @@ bool resolve_global_pending(Worker* w) {
 // lanes active per warp-level execution is the divergence measure.
 enum { SP_GLOBAL = 0, SP_SHARED = 1, SP_BRANCH = 2 };
 struct PReq { uint32_t mask; uint32_t size; uintptr_t addr[32]; };
+// One instruction's executions in the running block. Each thread appends to its own list (sequential
+// writes; the requests are assembled from the 32 lists of a warp when the block ends).
 struct PSlot {
-    uint8_t space = 0, op = 0; int16_t buf = -1;
-    std::vector<uint32_t> cnt;                       // executions so far, per thread of the block
-    std::vector<std::vector<PReq>> reqs;             // per warp, per n: memory requests
-    std::vector<std::vector<uint32_t>> masks;        // per warp, per n: basic-block executions (lanes)
+    uint8_t space = 0, op = 0; int16_t buf = -1; uint32_t size = 0; bool used = false;
+    std::vector<uint32_t> cnt;                       // branches: executions per thread
+    std::vector<std::vector<uintptr_t>> addr;        // memory: addresses per thread, in execution order
 };
 struct PStat {
     uintptr_t pc; uint8_t space, op; int16_t buf; uint32_t size;
@@ -934,25 +936,15 @@ void prof_emit(Fiber* f, uintptr_t pc, uintptr_t a, unsigned size, int op, int s
     PSlot* sp = w->pcache_key[h] == key ? w->pcache[h] : nullptr;
     if (!sp) { sp = &(*w->prof)[key]; w->pcache_key[h] = key; w->pcache[h] = sp; }   // map nodes never move
     PSlot& s = *sp;
-    unsigned n = w->L->nthreads;
-    if (s.cnt.empty()) {
-        s.space = (uint8_t)space; s.op = (uint8_t)op; s.buf = (int16_t)buf;
-        s.cnt.assign(n, 0);
-        if (space == SP_BRANCH) s.masks.resize((n + 31) / 32); else s.reqs.resize((n + 31) / 32);
+    if (!s.used) {
+        unsigned n = w->L->nthreads;
+        s.used = true; s.space = (uint8_t)space; s.op = (uint8_t)op; s.buf = (int16_t)buf; s.size = 0;
+        if (space == SP_BRANCH) s.cnt.assign(n, 0);
+        else if (s.addr.size() < n) s.addr.resize(n);
     }
-    uint32_t k = s.cnt[f->tid]++;
-    if (space == SP_BRANCH) {
-        auto& v = s.masks[f->warp];
-        if (v.size() <= k) v.resize(k + 1, 0);
-        v[k] |= 1u << f->lane;
-        return;
-    }
-    auto& v = s.reqs[f->warp];
-    if (v.size() <= k) { size_t old = v.size(); v.resize(k + 1); for (size_t i = old; i <= k; ++i) { v[i].mask = 0; v[i].size = 0; } }
-    PReq& r = v[k];
-    r.mask |= 1u << f->lane;
-    r.addr[f->lane] = a;
-    if (size > r.size) r.size = size;
+    if (space == SP_BRANCH) { s.cnt[f->tid]++; return; }
+    s.addr[f->tid].push_back(a);
+    if (size > s.size) s.size = size;
     LaunchProf* P = w->L->prof;
     if (g_trace_n.load(std::memory_order_relaxed) < TRACE_CAP) {
         size_t i = g_trace_n.fetch_add(1);
@@ -1043,13 +1035,23 @@ void prof_end_block(Worker* w, Launch* L) {
     std::vector<PStat> out;
     for (auto& kv : *w->prof) {
         PSlot& s = kv.second;
-        if (s.cnt.empty()) continue;
+        if (!s.used) continue;
+        s.used = false;
         PStat st; st.pc = kv.first >> 4; st.space = s.space; st.op = s.op; st.buf = s.buf; st.size = 0;
-        if (s.space == SP_BRANCH) {
-            for (auto& v : s.masks) for (uint32_t m : v) { st.requests++; st.lanes += (unsigned)__builtin_popcount(m); }
-        } else {
-            for (auto& v : s.reqs) for (const PReq& r : v) {
-                if (!r.mask) continue;
+        for (unsigned w0 = 0; w0 < n; w0 += 32) {
+            unsigned lanes_in_warp = std::min(32u, n - w0);
+            if (s.space == SP_BRANCH) {   // the k-th executions of the lanes form the warp's k-th execution
+                uint32_t mx = 0;
+                for (unsigned l = 0; l < lanes_in_warp; ++l) { mx = std::max(mx, s.cnt[w0 + l]); st.lanes += s.cnt[w0 + l]; }
+                st.requests += mx;
+                continue;
+            }
+            size_t kmax = 0;
+            for (unsigned l = 0; l < lanes_in_warp; ++l) kmax = std::max(kmax, s.addr[w0 + l].size());
+            for (size_t k = 0; k < kmax; ++k) {
+                PReq r; r.mask = 0; r.size = s.size;
+                for (unsigned l = 0; l < lanes_in_warp; ++l)
+                    if (s.addr[w0 + l].size() > k) { r.mask |= 1u << l; r.addr[l] = s.addr[w0 + l][k]; }
                 st.requests++;
                 unsigned lanes = (unsigned)__builtin_popcount(r.mask);
                 st.lanes += lanes;
@@ -1066,9 +1068,9 @@ void prof_end_block(Worker* w, Launch* L) {
                     shared_wavefronts(r, (uintptr_t)w->arena, &st.wavefronts, &st.ideal);
                 }
             }
+            for (unsigned l = 0; l < lanes_in_warp; ++l) s.addr[w0 + l].clear();   // keeps the capacity
         }
         out.push_back(st);
-        s.cnt.clear(); s.reqs.clear(); s.masks.clear();
     }
     LaunchProf* P = L->prof;
     std::lock_guard<std::mutex> lk(P->mu);
@@ -1083,16 +1085,19 @@ void prof_end_block(Worker* w, Launch* L) {
         t.requests += st.requests; t.lanes += st.lanes; t.bytes += st.bytes; t.sectors += st.sectors;
         t.wavefronts += st.wavefronts; t.ideal += st.ideal; t.size = std::max(t.size, st.size);
     }
-    w->prof->clear();
     w->prof_on = false;
 }
 
 void prof_begin_block(Worker* w, Launch* L, unsigned long long bl) {
-    w->prof_on = L->prof && bl % L->prof->stride == 0;
     w->prof_barriers = 0;
     if (!w->prof) w->prof = new std::unordered_map<uintptr_t, PSlot>();
-    w->prof->clear();
-    for (unsigned i = 0; i < Worker::PCACHE; ++i) { w->pcache_key[i] = ~(uintptr_t)0; w->pcache[i] = nullptr; }
+    // a new launch (or a block that never reached its end): fresh slots; otherwise they are reused
+    if (w->prof_launch != L->prof || w->prof_on) {
+        w->prof_launch = L->prof;
+        w->prof->clear();
+        for (unsigned i = 0; i < Worker::PCACHE; ++i) { w->pcache_key[i] = ~(uintptr_t)0; w->pcache[i] = nullptr; }
+    }
+    w->prof_on = L->prof && bl % L->prof->stride == 0;
     if (w->prof_on) for (unsigned i = 0; i < L->nthreads && i < w->fibers.size(); ++i) w->fibers[i]->pn = 0;
 }
 
