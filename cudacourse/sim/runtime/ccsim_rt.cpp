@@ -903,8 +903,10 @@ struct PReq { uint32_t mask; uint32_t size; uintptr_t addr[32]; };
 // writes; the requests are assembled from the 32 lists of a warp when the block ends).
 struct PSlot {
     uint8_t space = 0, op = 0; int16_t buf = -1; uint32_t size = 0; bool used = false;
+    uint32_t traced = 0;                             // accesses of this pc recorded by this worker in this launch
     std::vector<uint32_t> cnt;                       // branches: executions per thread
-    std::vector<std::vector<uintptr_t>> addr;        // memory: addresses per thread, in execution order
+    uintptr_t base = 0;                              // the buffer's (or the shared arena's) start
+    std::vector<std::vector<uint32_t>> addr;         // memory: offsets from base per thread, in execution order
 };
 struct PStat {
     uintptr_t pc; uint8_t space, op; int16_t buf; uint32_t size;
@@ -916,22 +918,26 @@ struct LaunchProf {
     std::string name; std::string file; int line = 0;
     dim3 g, b; size_t smem = 0, static_smem = 0;
     unsigned long long nblocks = 0, stride = 1, blocks_profiled = 0, barriers = 0;
-    std::unordered_map<uintptr_t, PStat> stats;      // key: pc << 4 | space << 2 | op
+    std::unordered_map<uintptr_t, PStat> stats;      // key: prof_key(pc, buffer, space, op)
     std::vector<Site> sites;                         // shared arrays of the first profiled block (arena offsets)
     std::vector<TraceEv> trace; bool trace_full = false;
-    std::unordered_map<uintptr_t, uint32_t> traced;  // events recorded per pc (each pc gets its own budget)
 };
 bool g_profile = false;
 constexpr unsigned long long PROFILE_MAX_THREADS = 1ull << 17;  // threads counted per launch; beyond, blocks are sampled
 constexpr size_t TRACE_CAP = 1 << 16;                           // accesses recorded for pictures, per call
-constexpr uint32_t TRACE_PER_PC = 4096;                         // ... and per instruction (a loop cannot use them all)
+constexpr uint32_t TRACE_PER_PC = 4096;                         // ... and per instruction and worker thread
 std::mutex g_prof_mu;
 std::vector<std::unique_ptr<LaunchProf>> g_prof_launches;
 std::atomic<size_t> g_trace_n{0};
 
+// One slot per instruction and buffer (a helper's load may serve several buffers).
+inline uintptr_t prof_key(uintptr_t pc, int buf, int space, int op) {
+    return pc << 12 | (uintptr_t)(buf & 0xff) << 4 | (uintptr_t)space << 2 | (uintptr_t)op;
+}
+
 void prof_emit(Fiber* f, uintptr_t pc, uintptr_t a, unsigned size, int op, int space, int buf) {
     Worker* w = f->w;
-    uintptr_t key = pc << 4 | (uintptr_t)space << 2 | (uintptr_t)op;
+    uintptr_t key = prof_key(pc, buf, space, op);
     unsigned h = (unsigned)((key >> 4) ^ (key >> 12)) & (Worker::PCACHE - 1);
     PSlot* sp = w->pcache_key[h] == key ? w->pcache[h] : nullptr;
     if (!sp) { sp = &(*w->prof)[key]; w->pcache_key[h] = key; w->pcache[h] = sp; }   // map nodes never move
@@ -939,29 +945,24 @@ void prof_emit(Fiber* f, uintptr_t pc, uintptr_t a, unsigned size, int op, int s
     if (!s.used) {
         unsigned n = w->L->nthreads;
         s.used = true; s.space = (uint8_t)space; s.op = (uint8_t)op; s.buf = (int16_t)buf; s.size = 0;
+        s.base = space == SP_SHARED ? (uintptr_t)w->arena : space == SP_GLOBAL ? g_bufs[buf].base : 0;
         if (space == SP_BRANCH) s.cnt.assign(n, 0);
         else if (s.addr.size() < n) s.addr.resize(n);
     }
     if (space == SP_BRANCH) { s.cnt[f->tid]++; return; }
-    s.addr[f->tid].push_back(a);
+    s.addr[f->tid].push_back((uint32_t)(a - s.base));
     if (size > s.size) s.size = size;
+    if (s.traced >= TRACE_PER_PC) return;   // this instruction's share of the trace is spent
+    s.traced++;
     LaunchProf* P = w->L->prof;
-    if (g_trace_n.load(std::memory_order_relaxed) < TRACE_CAP) {
-        size_t i = g_trace_n.fetch_add(1);
-        if (i < TRACE_CAP) {
-            uintptr_t off = space == SP_SHARED ? a - (uintptr_t)w->arena : a - g_bufs[buf].base;
-            std::lock_guard<std::mutex> lk(P->mu);
-            if (P->traced[pc]++ < TRACE_PER_PC)
-                P->trace.push_back(TraceEv{(uint8_t)space, (uint8_t)op, (uint8_t)std::min(size, 255u), (int16_t)buf,
-                                           (uint32_t)w->blin, (uint16_t)f->tid, (uint64_t)off, pc});
-            else {
-                g_trace_n.fetch_sub(1);   // this pc's budget is spent: leave the slot to other instructions
-                P->trace_full = true;
-            }
-        } else {
-            P->trace_full = true;
-        }
-    } else if (!P->trace_full) {
+    if (g_trace_n.load(std::memory_order_relaxed) < TRACE_CAP && g_trace_n.fetch_add(1) < TRACE_CAP) {
+        uintptr_t off = space == SP_SHARED ? a - (uintptr_t)w->arena : a - g_bufs[buf].base;
+        std::lock_guard<std::mutex> lk(P->mu);
+        P->trace.push_back(TraceEv{(uint8_t)space, (uint8_t)op, (uint8_t)std::min(size, 255u), (int16_t)buf,
+                                   (uint32_t)w->blin, (uint16_t)f->tid, (uint64_t)off, pc});
+        if (s.traced == TRACE_PER_PC) P->trace_full = true;
+    } else {
+        s.traced = TRACE_PER_PC;
         P->trace_full = true;
     }
 }
@@ -1004,6 +1005,14 @@ inline void prof_access(Fiber* f, uintptr_t a, unsigned size, int op, uintptr_t 
     f->pop = (uint8_t)op; f->pspace = (uint8_t)space; f->pbuf = (int16_t)buf;
 }
 
+// Number of distinct values, left first in v[0..n). Lanes usually ask for ascending addresses: no sort then.
+template <class T> unsigned distinct(T* v, unsigned n) {
+    bool sorted = true;
+    for (unsigned i = 1; i < n && sorted; ++i) sorted = v[i - 1] <= v[i];
+    if (!sorted) std::sort(v, v + n);
+    return (unsigned)(std::unique(v, v + n) - v);
+}
+
 // Wavefronts of one shared-memory request: lanes are served in phases (32 lanes for accesses of up to 4
 // bytes, 16 for 8-byte, 8 for 16-byte accesses); in a phase, every bank delivers one distinct 4-byte word
 // per wavefront (lanes reading the same word share it: broadcast).
@@ -1018,8 +1027,7 @@ void shared_wavefronts(const PReq& r, uintptr_t arena, uint64_t* wf, uint64_t* i
             uintptr_t off = r.addr[p0 + l] - arena;
             for (uintptr_t wd = off / 4; wd <= (off + r.size - 1) / 4 && nw < 32 * 8; ++wd) words[nw++] = (uint32_t)wd;
         }
-        std::sort(words, words + nw);
-        nw = (unsigned)(std::unique(words, words + nw) - words);
+        nw = distinct(words, nw);
         unsigned bank[32] = {0}, mx = 0;
         for (unsigned i = 0; i < nw; ++i) mx = std::max(mx, ++bank[words[i] & 31]);
         *wf += mx; *ideal += 1;
@@ -1037,7 +1045,7 @@ void prof_end_block(Worker* w, Launch* L) {
         PSlot& s = kv.second;
         if (!s.used) continue;
         s.used = false;
-        PStat st; st.pc = kv.first >> 4; st.space = s.space; st.op = s.op; st.buf = s.buf; st.size = 0;
+        PStat st; st.pc = kv.first >> 12; st.space = s.space; st.op = s.op; st.buf = s.buf; st.size = 0;
         for (unsigned w0 = 0; w0 < n; w0 += 32) {
             unsigned lanes_in_warp = std::min(32u, n - w0);
             if (s.space == SP_BRANCH) {   // the k-th executions of the lanes form the warp's k-th execution
@@ -1051,7 +1059,7 @@ void prof_end_block(Worker* w, Launch* L) {
             for (size_t k = 0; k < kmax; ++k) {
                 PReq r; r.mask = 0; r.size = s.size;
                 for (unsigned l = 0; l < lanes_in_warp; ++l)
-                    if (s.addr[w0 + l].size() > k) { r.mask |= 1u << l; r.addr[l] = s.addr[w0 + l][k]; }
+                    if (s.addr[w0 + l].size() > k) { r.mask |= 1u << l; r.addr[l] = s.base + s.addr[w0 + l][k]; }
                 st.requests++;
                 unsigned lanes = (unsigned)__builtin_popcount(r.mask);
                 st.lanes += lanes;
@@ -1062,8 +1070,7 @@ void prof_end_block(Worker* w, Launch* L) {
                     for (unsigned l = 0; l < 32; ++l)
                         if (r.mask >> l & 1u)
                             for (uintptr_t x = r.addr[l] >> 5; x <= (r.addr[l] + r.size - 1) >> 5 && ns < 64; ++x) sec[ns++] = x;
-                    std::sort(sec, sec + ns);
-                    st.sectors += (uint64_t)(std::unique(sec, sec + ns) - sec);
+                    st.sectors += distinct(sec, ns);
                 } else {
                     shared_wavefronts(r, (uintptr_t)w->arena, &st.wavefronts, &st.ideal);
                 }
@@ -1080,7 +1087,7 @@ void prof_end_block(Worker* w, Launch* L) {
     if (P->sites.empty())
         for (const Site& s : w->sites) { Site c = s; c.base -= (uintptr_t)w->arena; P->sites.push_back(c); }
     for (const PStat& st : out) {
-        PStat& t = P->stats[st.pc << 4 | (uintptr_t)st.space << 2 | st.op];
+        PStat& t = P->stats[prof_key(st.pc, st.buf, st.space, st.op)];
         if (!t.requests && !t.lanes) { t = st; continue; }
         t.requests += st.requests; t.lanes += st.lanes; t.bytes += st.bytes; t.sectors += st.sectors;
         t.wavefronts += st.wavefronts; t.ideal += st.ideal; t.size = std::max(t.size, st.size);
