@@ -104,7 +104,8 @@ def run_ncu() -> dict:
     if not ncu:
         raise SystemExit("ncu is not on the PATH (Nsight Compute ships with the CUDA toolkit)")
     kernels = "|".join(k for _f, _fn, k, _s in CASES)
-    cmd = [ncu, "--metrics", ",".join(NCU_LIST), "--csv", "--target-processes", "all", "-k", f"regex:^({kernels})$",
+    cmd = [ncu, "--metrics", ",".join(NCU_LIST), "--csv", "--print-units", "base", "--target-processes", "all",
+           "-k", f"regex:^({kernels})$",
            sys.executable, __file__, "--run-cuda"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     text = r.stdout[r.stdout.find('"ID"'):] if '"ID"' in r.stdout else ""
@@ -201,7 +202,10 @@ def main() -> int:
     from cudacourse import bench
 
     device = torch.cuda.get_device_name()
-    _write("profile_vs_ncu.md", table(sim, run_ncu(), device), bench.slug(device))
+    gpu = run_ncu()
+    if os.environ.get("OUT"):  # the raw numbers of both sides, for a look at any disagreement
+        (Path(os.environ["OUT"]) / "profile_vs_ncu.json").write_text(json.dumps({"sim": sim, "ncu": gpu}, indent=1))
+    _write("profile_vs_ncu.md", table(sim, gpu, device), bench.slug(device))
     return 0
 
 
