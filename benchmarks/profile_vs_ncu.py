@@ -154,7 +154,7 @@ def speed() -> str:
     rows = [f"Profile mode against checked mode on the CPU simulator: median of 3 calls after a warm-up, graded sizes "
             f"({os.cpu_count()} cores, load average {load:.1f} at the start).",
             f"Launches above {PROFILE_MAX_THREADS} threads count a sample of blocks (the 2^20-element relu_v1, relu_v3 "
-            "and reduce launches: every 4th to 9th block); every block still runs in checked mode.", "",
+            "and reduce launches: every 3rd to 9th block); every block still runs in checked mode.", "",
             "case                         checked ms   profile ms   ratio"]
     for file, fn, _kernel, _sizes in CASES:
         sizes = SPEED_SIZES.get(file, SPEED_SIZES.get(file.split("/")[0]))
