@@ -1,6 +1,6 @@
 """``python -m cudacourse <command>`` (or the ``cudacourse`` console command).
 
-Commands: check, grade, doctor, bench, stubs, templates.
+Commands: check, grade, doctor, bench, profile, stubs, templates.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ commands:
   grade    run the graded checks and print the points table (--help for options)
   doctor   show versions, GPU, chosen backend, and how to fix problems
   bench    time the lessons' kernels against PyTorch/cuBLAS on a GPU
+  profile  memory-traffic counters of one lesson function on the simulator (profile 01_relu relu --size 4096)
   stubs    regenerate lessons/ stubs from solutions/ (--check: fail if they drifted)
   templates  regenerate templates/ from the course model (--check: fail if they are stale)
 """
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         from cudacourse.doctor import main as run
     elif cmd == "bench":
         from cudacourse.bench import main as run
+    elif cmd == "profile":
+        from cudacourse.profile import main as run
     elif cmd == "stubs":
         return _stubs(rest)
     elif cmd == "templates":

@@ -370,8 +370,9 @@ class Module:
     """A loaded kernel file. Attributes are its launchers; ``backend`` and ``device`` say where it runs."""
 
     def __init__(self, source: str, path: str, functions: list[str], *, backend: str = "auto",
-                 check: bool | None = None, timeout_s: float = 10.0) -> None:
+                 check: bool | None = None, timeout_s: float = 10.0, profile: bool | str = False) -> None:
         self.backend = backend_name(backend)
+        self.profile = profile
         self.device = device_for(self.backend)
         self.path = path
         self.check = True if check is None else bool(check)
@@ -379,6 +380,10 @@ class Module:
         self.sync = True
         self.torch_route = uses_torch(source)
         self._fns: dict[str, Any] = {}
+        if profile:
+            from cudacourse.profile import require_sim
+
+            require_sim(self.backend, path, functions, self.torch_route)
         if self.torch_route:
             self._load_torch(source, path, functions)
             return
@@ -398,7 +403,7 @@ class Module:
         else:
             from cudacourse.sim import SimLibrary
 
-            self._lib = SimLibrary.build(source, path, las, checked=self.check, timeout_s=timeout_s)
+            self._lib = SimLibrary.build(source, path, las, checked=self.check, timeout_s=timeout_s, profile=profile)
         self.build_s = time.perf_counter() - t0
 
     def _load_torch(self, source: str, path: str, functions: list[str]) -> None:
@@ -435,6 +440,13 @@ class Module:
         call.__doc__ = f"{la.signature()}  [{os.path.basename(self.path)}:{la.line}, backend={self.backend}]"
         self._fns[name] = call
         return call
+
+    def profile_report(self, trace: bool = False) -> Any:
+        """The profile of the last call (``cc.load(..., profile=True)`` on the simulator): a ``ProfileReport``;
+        ``trace=True`` also keeps the recorded accesses for ``cudacourse.plot``'s pictures."""
+        from cudacourse.profile import report
+
+        return report(self.__dict__.get("_lib"), self.path, trace)
 
     def functions(self) -> list[str]:
         """Names this module exposes."""
@@ -506,11 +518,14 @@ def exposed_functions(text: str) -> list[str]:
 
 
 def load(source: str | os.PathLike, functions: list[str] | str | None = None, *, backend: str = "auto",
-         check: bool | None = None, timeout_s: float = 10.0) -> Module:
+         check: bool | None = None, timeout_s: float = 10.0, profile: bool | str = False) -> Module:
     """Build a CUDA file (a path, or the source text itself) and return its launchers as a ``Module``.
 
     ``functions`` names the launchers to expose (default: every launcher in the file). ``check`` selects
     the simulator's flavour (checked by default; ``False`` is the fast mode) and is ignored on cuda.
+    ``profile=True`` (simulator only) records memory-traffic counters of every call, read afterwards with
+    ``m.profile_report()`` (see ``cudacourse.profile``; ``profile="branches"`` also counts active lanes per
+    branch); on cuda it raises with the Nsight Compute command.
     Raises ``CompileError`` for a file that does not build.
     """
     p = Path(source) if isinstance(source, os.PathLike) or (
@@ -525,7 +540,7 @@ def load(source: str | os.PathLike, functions: list[str] | str | None = None, *,
         functions = [functions]
     if functions is None:
         functions = exposed_functions(text)
-    return Module(text, path, list(functions), backend=backend, check=check, timeout_s=timeout_s)
+    return Module(text, path, list(functions), backend=backend, check=check, timeout_s=timeout_s, profile=profile)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""Charts for benchmark results (matplotlib, headless-safe)."""
+"""Charts for benchmark results and access pictures from the simulator's profile (matplotlib, headless-safe)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,3 +75,134 @@ def results_charts(rows: Sequence[Any], copy_gbs: float, out: Path) -> list[Path
                        ceiling_label="copy bandwidth", path=out / name)
         made.append(out / name)
     return made
+
+
+# ----------------------------------------------------------------------------------------------------
+# Access pictures from the simulator's profile (cc.load(..., profile=True); small launches)
+# ----------------------------------------------------------------------------------------------------
+
+
+def _trace(kp: Any, buffer: str, op: str | None, line: int | None) -> list[tuple]:
+    rows = [t for t in kp.trace if t[3] == buffer and (op is None or t[1] == op) and (line is None or t[7] == line)]
+    if not rows:
+        have = sorted({(t[3], t[1], t[7]) for t in kp.trace})
+        raise ValueError(f"no recorded {op or 'access'} of {buffer!r}{f' at line {line}' if line else ''} in "
+                         f"{kp.kernel} (recorded: {', '.join(f'{b} {o} line {ln}' for b, o, ln in have) or 'none'})")
+    return rows
+
+
+def access_map(kp: Any, buffer: str, *, shape: tuple[int, int] | None = None, op: str | None = None,
+               line: int | None = None, by: str = "warp", title: str | None = None,
+               path: str | Path | None = None) -> Any:
+    """Which warp (``by="warp"``) or thread (``by="thread"``) first touches each element of ``buffer``.
+
+    ``kp`` is a ``KernelProfile`` (``m.profile_report().kernel(name)``); ``shape`` lays the elements out as
+    rows x columns (default: one row of up to 64 per row). Untouched elements stay white.
+    """
+    import numpy as np
+
+    plt = _plt()
+    rows = _trace(kp, buffer, op, line)
+    tpb = kp.threads_per_block
+    first: dict[int, int] = {}
+    for _space, _op, _size, _buf, block, tid, elem, _ln, _off in rows:
+        who = block * tpb + tid if by == "thread" else (block * tpb + tid) // 32 if by == "warp" else block
+        first.setdefault(int(elem), who)
+    n = max(first) + 1
+    if shape is None:
+        cols = min(64, n)
+        shape = (math.ceil(n / cols), cols)
+    grid = np.full(shape[0] * shape[1], np.nan)
+    for e, who in first.items():
+        if e < grid.size:
+            grid[e] = who
+    fig, ax = plt.subplots(figsize=(min(12, 0.25 * shape[1] + 2), min(8, 0.25 * shape[0] + 1.5)))
+    im = ax.imshow(grid.reshape(shape), cmap="tab20", interpolation="nearest")
+    fig.colorbar(im, ax=ax, label=by, shrink=0.8)
+    ax.set_title(title or f"{kp.kernel}: {buffer} coloured by the {by} that touches it first", fontsize=9)
+    ax.set_xlabel("column")
+    ax.set_ylabel("row")
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+def coalescing_map(kp: Any, buffer: str, *, op: str | None = None, line: int | None = None, warp: int = 0,
+                   title: str | None = None, path: str | Path | None = None) -> Any:
+    """The 32-byte sectors one warp-level request touches: lanes (rows) against sectors (columns).
+
+    Takes the first access of each lane of warp ``warp`` (of block 0) to ``buffer`` at ``line``. Four
+    sectors for 32 floats is a coalesced request; 32 sectors is one per lane.
+    """
+    import numpy as np
+
+    plt = _plt()
+    rows = _trace(kp, buffer, op, line)
+    tpb = kp.threads_per_block
+    first: dict[int, tuple[int, int]] = {}
+    for _space, _op, size, _buf, block, tid, _elem, _ln, off in rows:
+        if block == 0 and tid // 32 == warp and tid < tpb:
+            first.setdefault(tid % 32, (int(off), int(size)))
+    if not first:
+        raise ValueError(f"warp {warp} of block 0 does not access {buffer!r} in the recorded trace")
+    # byte ranges from the buffer's start; sectors are drawn from there (a fresh tensor starts on a sector)
+    spans = {lane: (off, off + max(size, 1)) for lane, (off, size) in first.items()}
+    lo = min(a for a, _ in spans.values()) // 32
+    hi = max(b - 1 for _, b in spans.values()) // 32
+    sectors = sorted({s for a, b in spans.values() for s in range(a // 32, (b - 1) // 32 + 1)})
+    col = {s: i for i, s in enumerate(sectors)}
+    grid = np.zeros((32, len(sectors)))
+    for lane, (a, b) in spans.items():
+        for s in range(a // 32, (b - 1) // 32 + 1):
+            grid[lane, col[s]] = 1
+    fig, ax = plt.subplots(figsize=(min(12, 0.3 * len(sectors) + 2), 4.5))
+    ax.imshow(grid, cmap="Blues", aspect="auto", interpolation="nearest", vmin=0, vmax=1)
+    ax.set_xlabel(f"32-byte sector touched ({len(sectors)} distinct, spanning sectors {lo}..{hi})")
+    ax.set_ylabel("lane")
+    ax.set_title(title or f"{kp.kernel}: one request of warp {warp} to {buffer}: {len(sectors)} sectors", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+def bank_map(kp: Any, *, line: int | None = None, op: str | None = None, shape: tuple[int, int] = (32, 32),
+             warp: int = 0, title: str | None = None, path: str | Path | None = None) -> Any:
+    """Shared-memory banks of a tile and the lanes of one warp-level request on it.
+
+    Cells are the tile's 4-byte words (``shape`` rows x columns from the first shared array's start)
+    coloured by bank (word % 32); the words lanes 0-31 of warp ``warp`` (block 0) touch in their first
+    access at ``line`` are outlined and labelled with the lane. Lanes whose words share a bank conflict.
+    """
+    import numpy as np
+
+    plt = _plt()
+    rows = _trace(kp, "shared", op, line)
+    base = min((s["offset"] for s in kp.shared_arrays if s["offset"] and "dynamic" not in s["name"]),
+               default=min(int(t[6]) for t in rows))
+    words = np.arange(shape[0] * shape[1]).reshape(shape)
+    fig, ax = plt.subplots(figsize=(min(12, 0.3 * shape[1] + 2), min(10, 0.3 * shape[0] + 1.5)))
+    ax.imshow((words + base // 4) % 32, cmap="tab20b", interpolation="nearest")
+    seen: set[int] = set()
+    banks: dict[int, int] = {}
+    for _space, _op, _size, _buf, block, tid, off, _ln, _off in rows:
+        if block != 0 or tid // 32 != warp or tid % 32 in seen:
+            continue
+        seen.add(tid % 32)
+        w = (int(off) - base) // 4
+        if 0 <= w < words.size:
+            r, c = divmod(w, shape[1])
+            ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, lw=1.5, ec="black"))
+            ax.text(c, r, str(tid % 32), ha="center", va="center", fontsize=6, color="white")
+        banks[(int(off) // 4) % 32] = banks.get((int(off) // 4) % 32, 0) + 1
+    worst = max(banks.values(), default=0)
+    ax.set_title(title or f"{kp.kernel}: banks (colour) and warp {warp}'s lanes; up to {worst} lanes per bank",
+                 fontsize=9)
+    ax.set_xlabel("column (4-byte words)")
+    ax.set_ylabel("row")
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+def _save(fig: Any, plt: Any, path: str | Path | None) -> Any:
+    if path:
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+    return fig

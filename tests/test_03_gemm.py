@@ -331,3 +331,77 @@ def test_speed_coalesced_vs_naive() -> None:
         f"at {n}^3 sgemm_v2_coalesced takes {coalesced:.2f} ms and sgemm_v1_naive {naive:.2f} ms: "
         f"{naive / coalesced:.2f}x faster, target {target}x. In v2 consecutive threadIdx.x must give consecutive "
         "columns (coalesced B loads and C stores); in v1 they must give consecutive rows, as its TODO says.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 3.8 a conflict-free shared-memory transpose (lessons/03_gemm/transpose.cu), judged by the profiler
+# ----------------------------------------------------------------------------------------------------
+
+# (M, N): one element, ragged against the 32x32 tile both ways, exact tiles, a tall thin one
+TRANSPOSE_SHAPES = [(1, 1), (33, 65), (64, 64), (100, 37), (7, 129)]
+HINT_38 = ("stage a 32x32 tile in shared memory as transpose_tiled does, with rows of 33 floats (tile[32][33]) so a "
+           "column of the tile spreads over 32 banks; guard loads with r < M && c < N and stores with "
+           "orow < N && oc < M.")
+
+
+def _check_transpose(fn: str, M: int, N: int, task: str) -> None:
+    m = _m()
+    x = check.randn((M, N), check.rng(f"{fn}-{M}x{N}"), m.device)
+    full, out = _output(N, M, m)
+    with check.unchanged(x, names=["in"]):
+        getattr(m, fn)(x, out, M, N)
+    check.assert_guard(full, M * N, fn, task, hint="Guard every store with orow < N && oc < M.")
+    check.assert_close(out, x.t().contiguous(), name=f"{fn} out[{N}x{M}]", rtol=0, atol=0, task=task, hint=HINT_38)
+
+
+def _transpose_traffic(fn: str, task: str) -> None:
+    """Run ``fn`` at 64x96 under the simulator's profiler: it must use shared memory without a single bank
+    conflict and store coalesced (4 sectors per 32-float request)."""
+    m = _m()
+    mod = cc.load(m.dir / "transpose.cu", [fn], backend="sim", profile=True)
+    try:
+        M, N = 64, 96
+        x = check.randn((M, N), check.rng(f"{fn}-profile"), torch.device("cpu"))
+        out = check.poisoned((N, M), torch.float32, torch.device("cpu"))
+        getattr(mod, fn)(x, out, M, N)
+        assert torch.equal(out, x.t()), f"task {task}: {fn} gives a wrong transpose under the profiler. {HINT_38}"
+        k = mod.profile_report().kernels[0]
+        mm = k.metrics
+        shared = mm["smsp__inst_executed_op_shared_ld.sum"] + mm["smsp__inst_executed_op_shared_st.sum"]
+        conflicts = {op: int(mm[f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum"]) for op in ("ld", "st")}
+        lines = sorted({s.line for s in k.lines if s.space == "shared" and s.conflicts})
+        assert shared > 0, (f"task {task}: {fn} does not use shared memory; stage a tile in __shared__ memory so "
+                            f"both the reads of `in` and the writes of `out` are coalesced. {HINT_38}")
+        assert conflicts == {"ld": 0, "st": 0}, (
+            f"task {task}: {fn} is correct but has shared-memory bank conflicts ({conflicts['ld']} extra load "
+            f"wavefronts, {conflicts['st']} extra store wavefronts) at line(s) {lines} of transpose.cu. Run "
+            f"`python -m cudacourse profile 03_gemm {fn}` to see them. {HINT_38}")
+        spr = mm["sim__sectors_per_request_global_st"]
+        assert spr <= 4, (f"task {task}: {fn} stores to `out` uncoalesced ({spr:.1f} sectors per request, 4 is "
+                          f"coalesced): consecutive threadIdx.x must write consecutive columns of out. {HINT_38}")
+    finally:
+        mod.close()
+
+
+def test_transpose_given_versions() -> None:
+    """The worked example and the given tiled version are correct (not graded)."""
+    for fn in ("transpose_naive", "transpose_tiled"):
+        for shape in TRANSPOSE_SHAPES:
+            _check_transpose(fn, *shape, task="given")
+
+
+def test_transpose_traffic_check_rejects_a_conflicted_tile() -> None:
+    """The graded traffic check fails the given transpose_tiled (32-way conflicts), so it can fail a learner's."""
+    with pytest.raises(AssertionError, match="bank conflicts"):
+        _transpose_traffic("transpose_tiled", "given")
+
+
+@pytest.mark.task("3.8")
+@pytest.mark.parametrize("shape", TRANSPOSE_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_transpose_conflict_free(shape: tuple[int, int]) -> None:
+    _check_transpose("transpose_conflict_free", *shape, task="3.8")
+
+
+@pytest.mark.task("3.8")
+def test_transpose_conflict_free_has_no_bank_conflicts() -> None:
+    _transpose_traffic("transpose_conflict_free", "3.8")

@@ -47,6 +47,7 @@ _COMMON = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fno-strict-ali
            "-w"]
 _LINES = ["-g1"]  # line tables only: crash and timeout reports name the learner's line
 _CHECKED = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0"]
+_BRANCHES = ["-fsanitize-coverage=trace-pc"]  # profile="branches": every basic block a CUDA thread enters
 _GXX_VERSION: str | None = None
 
 
@@ -249,8 +250,11 @@ class SimLibrary:
     """A learner's CUDA file built for the simulator; ``call`` runs its launchers in a worker process."""
 
     def __init__(self, lib: Path, path: str, launchers: list[Launcher], checked: bool, timeout_s: float,
-                 order: tuple[int, int]) -> None:
+                 order: tuple[int, int], profile: bool | str = False) -> None:
         self.lib = lib
+        self.profile = profile
+        self.last_profile: dict | None = None  # profile mode: the raw counters of the last call
+        self.calls = 0                          # calls so far (the recorded accesses belong to the last one)
         self.path = path
         self.launchers = {la.name: la for la in launchers}
         self.checked = checked
@@ -272,15 +276,21 @@ class SimLibrary:
 
     @classmethod
     def build(cls, source: str, path: str | None, launchers: list[Launcher], *, checked: bool = True,
-              timeout_s: float = 10.0, order: str | None = None) -> SimLibrary:
+              timeout_s: float = 10.0, order: str | None = None, profile: bool | str = False) -> SimLibrary:
         """Rewrite and compile ``source`` (cached by content and flags) into a simulator library.
 
+        ``profile=True``: every call records memory-traffic counters (read with ``cudacourse.profile.report``);
+        it is the checked build itself (same cache entry), the counting is switched on per call.
+        ``profile="branches"`` adds basic-block hooks (a build of its own) to count active lanes per branch.
         Raises ``CompileError`` (learner's file and line, compiler's words) or ``UnsupportedError``.
         """
         path = path or "<source>"
         text = rewrite(source, path, list(launchers))
         rt = runtime_object()
-        flags = [*_COMMON, *_LINES, *(_CHECKED if checked else [])]
+        if profile not in (False, True, "branches"):
+            raise ValueError(f"profile must be False, True or 'branches', not {profile!r}")
+        checked = checked or bool(profile)
+        flags = [*_COMMON, *_LINES, *(_CHECKED if checked else []), *(_BRANCHES if profile == "branches" else [])]
         # a learner file may include its own headers next to it (not part of the cache key: keep them stable)
         incs = ["-I", os.path.dirname(os.path.abspath(path))] if os.path.isfile(path) else []
         key = content_key(text, " ".join(flags + incs), _runtime_text(), _gxx_version(), local_headers(path))
@@ -299,7 +309,7 @@ class SimLibrary:
                                    compiler_output=r.stderr)
 
         folder = cached("sim", key, build)
-        return cls(folder / "lib.so", path, list(launchers), checked, timeout_s, _parse_order(order))
+        return cls(folder / "lib.so", path, list(launchers), checked, timeout_s, _parse_order(order), profile)
 
     # ---- the worker -------------------------------------------------------------------------------
 
@@ -499,12 +509,16 @@ class SimLibrary:
         err: KernelError | None = None
         self._drain()
         try:
-            self._send({"op": "call", "name": name, "params": params})
+            self.calls += 1
+            self._send({"op": "call", "name": name, "params": params, "profile": bool(self.profile)})
         except OSError:
             self._kill()
             self._start()
-            self._send({"op": "call", "name": name, "params": params})
+            self._send({"op": "call", "name": name, "params": params, "profile": bool(self.profile)})
+        self.last_profile = None
         resp = self._recv(self.timeout_s)
+        if resp is not None and "profile" in resp:
+            self.last_profile = resp["profile"]
         if resp is None:
             err = self._timeout(name)
         elif resp.get("eof"):
@@ -525,6 +539,16 @@ class SimLibrary:
         self._flush_log()
         if err is not None:
             raise err
+
+    def profile_trace(self) -> dict | None:
+        """Profile mode: the last call's counters with the accesses the runtime recorded (for pictures);
+        None when the worker that ran the call is gone."""
+        if not self.profile or self._proc is None or self._proc.poll() is not None:
+            return None
+        self._drain()
+        self._send({"op": "trace"})
+        resp = self._recv(max(self.timeout_s, 30.0))
+        return resp.get("profile") if resp else None
 
     def _timeout(self, name: str) -> KernelTimeout:
         rec: dict = {}

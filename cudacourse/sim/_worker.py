@@ -27,6 +27,8 @@ def main() -> None:
     lib.ccsim_api_init(int(checked), int(order), int(seed), resp_fd_i)
     lib.ccsim_api_install_signals()
     lib.ccsim_api_error.restype = ctypes.c_char_p
+    lib.ccsim_api_profile_json.restype = ctypes.c_char_p
+    lib.ccsim_api_profile_json.argtypes = [ctypes.c_int]
     lib.ccsim_rt_register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
     base_addr = 0
     mm = None
@@ -49,9 +51,15 @@ def main() -> None:
             base_addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
             answer({"ok": True})
             continue
+        if op == "trace":  # the last call's profile with its recorded accesses (pictures)
+            raw = lib.ccsim_api_profile_json(1).decode(errors="replace")
+            os.write(resp_fd_i, ('{"profile": ' + raw + "}\n").encode())
+            continue
         if op == "call":
             lib.ccsim_api_begin_call()
             lib.ccsim_api_clear_buffers()
+            profile = bool(msg.get("profile"))
+            lib.ccsim_api_set_profile(int(profile))
             n = len(msg["params"])
             argv = (ctypes.c_void_p * max(n, 1))()
             keep = []
@@ -74,11 +82,15 @@ def main() -> None:
             rc = fn(argv)
             sys.stdout.flush()
             libc_fflush()
+            out: dict = {"ok": True}
             if rc:
                 err = lib.ccsim_api_error()
-                answer({"error": json.loads(err.decode(errors="replace")) if err else {"kind": "crash"}})
+                out = {"error": json.loads(err.decode(errors="replace")) if err else {"kind": "crash"}}
+            if profile:  # the counters of this call's launches, passed through as the runtime wrote them
+                raw = lib.ccsim_api_profile_json(0).decode(errors="replace")
+                os.write(resp_fd_i, (json.dumps(out)[:-1] + ', "profile": ' + raw + "}\n").encode())
             else:
-                answer({"ok": True})
+                answer(out)
             continue
         answer({"error": {"kind": "crash", "message": f"unknown request {op!r}"}})
 
