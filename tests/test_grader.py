@@ -453,8 +453,14 @@ def test_grading_the_checkout_again_reuses_its_builds(fake_course: Path, tmp_pat
     assert _grade(fake_course, "--impl", "solution", "--json", str(out), "-q") == 0
     first = builds()
     assert first, "the first grade built nothing into the build root"
-    (work,) = (tmp_path / "builds").glob("grade-solution-*[!k]")  # the stable staging folder (not its .lock)
+    (work,) = (tmp_path / "builds").glob("cc-grade-solution-*[!k]")  # the stable staging folder (not its .lock)
     assert not any(work.iterdir()), "the staging folders are cleared after a grade"
+    from cudacourse.grading.feedback import display_paths
+    from cudacourse.grading.staging import Submission
+
+    staged = f"error at {work}/slot0/lessons/01_relu/relu.cu:5"  # messages name the learner's own file
+    assert display_paths(staged, Submission("", None, "student"), fake_course) == \
+        f"error at {fake_course}/lessons/01_relu/relu.cu:5"
     assert _grade(fake_course, "--impl", "solution", "--json", str(out), "-q") == 0
     assert builds() == first
     rep = json.loads(out.read_text())

@@ -352,7 +352,7 @@ def _own_work_lock(course: Course, impl: str) -> filelock.FileLock:
     waits for the first.
     """
     key = hashlib.sha256(str(course.root.resolve()).encode()).hexdigest()[:10]
-    work = build_root() / f"grade-{impl}-{key}"
+    work = build_root() / f"cc-grade-{impl}-{key}"  # "cc-grade-": feedback.display_paths maps staged paths
     lock = filelock.FileLock(str(work) + ".lock")
     try:
         lock.acquire(timeout=0)
