@@ -150,7 +150,7 @@ def _layernorm_case(rows: int, cols: int, m: cc.Lesson, shift: float = 0.0) -> t
 
 
 @pytest.mark.task("6.2")
-@pytest.mark.parametrize(("rows", "cols"), [(1, 7), (3, 1000), (33, 100), (70, 257), (200, 33)])
+@pytest.mark.parametrize(("rows", "cols"), [(1, 7), (3, 1000), (33, 100), (70, 257), (200, 33), (3, 4500)])
 def test_layernorm_backward(rows: int, cols: int) -> None:
     m = _m()
     (dx, dw, db), (rdx, rdw, rdb) = _layernorm_case(rows, cols, m)
