@@ -696,6 +696,34 @@ def test_linear_function_backward() -> None:
                            hint="TODO(task 6.7, part 1): return dx, dw, None from linear_backward's outputs.")
 
 
+@pytest.mark.task("6.7")
+def test_attention_backward_matches_autograd() -> None:
+    """attention_backward (given; it runs your GEMM kernel of task 6.6 on strided, batched heads and your
+    softmax_backward_kernel) against autograd of causal attention, with N and d not multiples of a tile."""
+    m = _m()
+    g = check.rng("attn-bwd")
+    B, H, N, d = 2, 3, 37, 9
+    q, k, v, do = (check.randn((B, N, H, d), g, m.device) for _ in range(4))
+    scale = 1.0 / math.sqrt(d)
+
+    def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s = torch.einsum("bihc,bjhc->bhij", q, k) * scale
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+        return torch.einsum("bhij,bjhc->bihc", torch.softmax(s, dim=-1), v)
+
+    with torch.no_grad():
+        s = torch.einsum("bihc,bjhc->bhij", q.cpu().double(), k.cpu().double()) * scale
+        p = torch.softmax(s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf")), dim=-1)
+    p = p.float().contiguous().to(m.device)
+    dq, dk, dv = (check.poisoned((B, N, H, d), torch.float32, m.device) for _ in range(3))
+    scratch = check.poisoned(2 * B * H * N * N, torch.float32, m.device)
+    with check.unchanged(q, k, v, p, do, names=["q", "k", "v", "p", "dout"]):
+        m.attention_backward(q, k, v, p, do, dq, dk, dv, scratch, B, H, N, d, scale)
+    for got, want, what in zip((dq, dk, dv), _grads(attn, [q, k, v], do), ("dq", "dk", "dv"), strict=True):
+        check.assert_close(got, want, name=f"attention_backward {what}, B={B} H={H} N={N} d={d}", task="6.7",
+                           rtol=1e-4, atol=1e-5, hint=MM_HINT)
+
+
 # The loss of every step must be within this of PyTorch's (float64, same weights, batches and AdamW
 # settings). Measured on the simulator with the solutions: differences of 1e-8 to 6e-7 over 40 steps
 # (float32 kernels against float64; training does not amplify them at these settings). Planted errors
