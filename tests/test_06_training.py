@@ -12,6 +12,9 @@ Tasks (ids match the TODOs in the kernel files; titles and points live in lesson
   6.8  speed: cross-entropy fwd+bwd at 8192 x 50257 reaches 1.5x PyTorch eager (GPU only)
   6.9  speed: LayerNorm backward at 32768 x 4096 reaches 1.0x PyTorch (GPU only)
   6.10 speed: AdamW over 124M parameters reaches 0.95x torch fused=True (GPU only)
+  6.11 chunked fused linear + cross-entropy: loss, dx, dw, db without the whole logits matrix
+  6.12 speed and memory: the fused linear + cross-entropy at 8192 x 768 x 50257, peak memory <= 0.3x
+       PyTorch's at >= 0.8x its speed (GPU only)
 
 Every gradient is compared with torch.autograd on the same float32 inputs promoted to float64 (the
 reference), with tolerances stated per test. Outputs start as NaN poison, inputs are checked unchanged,
@@ -147,7 +150,7 @@ def _layernorm_case(rows: int, cols: int, m: cc.Lesson, shift: float = 0.0) -> t
 
 
 @pytest.mark.task("6.2")
-@pytest.mark.parametrize(("rows", "cols"), [(1, 7), (3, 1000), (33, 100), (70, 257), (200, 33)])
+@pytest.mark.parametrize(("rows", "cols"), [(1, 7), (3, 1000), (33, 100), (70, 257), (200, 33), (3, 4500)])
 def test_layernorm_backward(rows: int, cols: int) -> None:
     m = _m()
     (dx, dw, db), (rdx, rdw, rdb) = _layernorm_case(rows, cols, m)
@@ -488,6 +491,77 @@ def test_linear_backward_uses_the_same_kernel() -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
+# 6.11 chunked fused linear + cross-entropy (train.fused_linear_cross_entropy)
+# ----------------------------------------------------------------------------------------------------
+
+FLCE_HINT = ("TODO(task 6.11): per chunk, logits = x[r0:r1] @ w^T (+ b); your cross_entropy kernel with the "
+             "inv_count of ALL rows; dx[r0:r1] = dlogits @ w; dw += dlogits^T x[r0:r1]; db += column sums.")
+
+
+def _flce_ref(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, labels: torch.Tensor,
+              ignore_index: int) -> list[torch.Tensor]:
+    """Loss, dx, dw (and db) of F.cross_entropy(F.linear(x, w, b)) by autograd in float64."""
+    xs = [t.detach().cpu().double().requires_grad_(True) for t in ((x, w) if b is None else (x, w, b))]
+    loss = F.cross_entropy(F.linear(*xs), labels.cpu().long(), ignore_index=ignore_index)
+    return [loss.detach().reshape(1).float()] + [g.float() for g in torch.autograd.grad(loss, xs)]
+
+
+@pytest.mark.task("6.11")
+@pytest.mark.parametrize(("rows", "hidden", "vocab", "chunk", "bias"),
+                         [(1, 1, 1, 1, False), (37, 20, 53, 8, True), (50, 33, 130, 16, False),
+                          (5, 7, 1000, 64, True), (23, 17, 40, 1, True)])
+def test_fused_linear_cross_entropy(rows: int, hidden: int, vocab: int, chunk: int, bias: bool) -> None:
+    """Loss and gradients against float64 autograd; the logits are made chunk by chunk by your kernel."""
+    tr, m = _train(), _Counting(_m())
+    g = check.rng(f"flce-{rows}-{hidden}-{vocab}-{chunk}-{bias}")
+    x = check.randn((rows, hidden), g, m.device)
+    w = check.randn((vocab, hidden), g, m.device, scale=hidden ** -0.5 * 3.0)
+    b = check.randn(vocab, g, m.device) if bias else None
+    labels = torch.randint(0, vocab, (rows,), generator=g)
+    if rows > 3:
+        labels[0] = labels[rows // 2] = -100  # ignored rows, in two different chunks
+    with check.unchanged(*(t for t in (x, w, b) if t is not None)):
+        loss, dx, dw, db = tr.fused_linear_cross_entropy(m, x, w, labels.to(m.device), b, chunk=chunk)
+    want = _flce_ref(x, w, b, labels, -100)
+    got = [loss, dx, dw] + ([db] if bias else [])
+    assert bias or db is None, "fused_linear_cross_entropy: db must be None when the linear has no bias"
+    what = f"rows={rows}, hidden={hidden}, vocab={vocab}, chunk={chunk}"
+    for out, ref, name in zip(got, want, ("loss", "dx", "dw", "db")[:len(want)], strict=True):
+        assert tuple(out.shape) == tuple(ref.shape), f"fused_linear_cross_entropy {name}: shape {tuple(out.shape)}, " \
+                                                     f"expected {tuple(ref.shape)}"
+        # float32 products of `hidden` terms and sums over `vocab` (dx) or `rows` (dw, db): relative 1e-4 plus
+        # an absolute floor of 1e-5 of the largest reference entry (an all-zeros gradient is far outside it)
+        check.assert_close(out, ref, name=f"fused_linear_cross_entropy {name}, {what}", rtol=1e-4,
+                           atol=1e-5 * float(ref.abs().max()) + 1e-9, task="6.11", hint=FLCE_HINT)
+    n_chunks = math.ceil(rows / chunk)
+    assert m.counts["cross_entropy"] == n_chunks, (
+        f"fused_linear_cross_entropy (task 6.11) must run your cross_entropy kernel once per chunk of {chunk} rows: "
+        f"{n_chunks} chunks, {m.counts['cross_entropy']} calls")
+
+
+@pytest.mark.task("6.11")
+def test_fused_linear_cross_entropy_all_ignored_and_bad_input() -> None:
+    """Every row ignored: NaN loss (0 / 0, as PyTorch) and zero gradients. A bad label is an IndexError naming
+    it and its position before any launch, as for task 6.3; mismatched shapes a ValueError."""
+    tr, m = _train(), _Counting(_m())
+    g = check.rng("flce-special")
+    x, w, b = check.randn((9, 6), g, m.device), check.randn((11, 6), g, m.device), check.randn(11, g, m.device)
+    loss, dx, dw, db = tr.fused_linear_cross_entropy(m, x, w, torch.full((9,), 5, device=m.device), b, chunk=4,
+                                                     ignore_index=5)
+    assert math.isnan(float(loss)), f"every row ignored: the mean loss must be NaN (as F.cross_entropy), got {loss}"
+    for t, name in ((dx, "dx"), (dw, "dw"), (db, "db")):
+        assert torch.equal(t, torch.zeros_like(t)), f"every row ignored: {name} must be all zeros"
+    m.counts.clear()
+    for bad in (-1, 11):
+        with pytest.raises(IndexError) as e:
+            tr.fused_linear_cross_entropy(m, x, w, torch.tensor([0, 3, -100, bad, 1, 2, 3, 4, 5]), b, chunk=4)
+        assert f"label {bad} at position 3" in str(e.value), f"the error must name the label and where: {e.value}"
+    with pytest.raises(ValueError, match="hidden"):
+        tr.fused_linear_cross_entropy(m, x, w[:, :5].contiguous(), torch.zeros(9, dtype=torch.long), chunk=4)
+    assert sum(m.counts.values()) == 0, "bad input must be refused before any kernel is launched"
+
+
+# ----------------------------------------------------------------------------------------------------
 # 6.7 capstone
 # ----------------------------------------------------------------------------------------------------
 
@@ -622,6 +696,34 @@ def test_linear_function_backward() -> None:
                            hint="TODO(task 6.7, part 1): return dx, dw, None from linear_backward's outputs.")
 
 
+@pytest.mark.task("6.7")
+def test_attention_backward_matches_autograd() -> None:
+    """attention_backward (given; it runs your GEMM kernel of task 6.6 on strided, batched heads and your
+    softmax_backward_kernel) against autograd of causal attention, with N and d not multiples of a tile."""
+    m = _m()
+    g = check.rng("attn-bwd")
+    B, H, N, d = 2, 3, 37, 9
+    q, k, v, do = (check.randn((B, N, H, d), g, m.device) for _ in range(4))
+    scale = 1.0 / math.sqrt(d)
+
+    def attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s = torch.einsum("bihc,bjhc->bhij", q, k) * scale
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+        return torch.einsum("bhij,bjhc->bihc", torch.softmax(s, dim=-1), v)
+
+    with torch.no_grad():
+        s = torch.einsum("bihc,bjhc->bhij", q.cpu().double(), k.cpu().double()) * scale
+        p = torch.softmax(s.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf")), dim=-1)
+    p = p.float().contiguous().to(m.device)
+    dq, dk, dv = (check.poisoned((B, N, H, d), torch.float32, m.device) for _ in range(3))
+    scratch = check.poisoned(2 * B * H * N * N, torch.float32, m.device)
+    with check.unchanged(q, k, v, p, do, names=["q", "k", "v", "p", "dout"]):
+        m.attention_backward(q, k, v, p, do, dq, dk, dv, scratch, B, H, N, d, scale)
+    for got, want, what in zip((dq, dk, dv), _grads(attn, [q, k, v], do), ("dq", "dk", "dv"), strict=True):
+        check.assert_close(got, want, name=f"attention_backward {what}, B={B} H={H} N={N} d={d}", task="6.7",
+                           rtol=1e-4, atol=1e-5, hint=MM_HINT)
+
+
 # The loss of every step must be within this of PyTorch's (float64, same weights, batches and AdamW
 # settings). Measured on the simulator with the solutions: differences of 1e-8 to 6e-7 over 40 steps
 # (float32 kernels against float64; training does not amplify them at these settings). Planted errors
@@ -748,3 +850,32 @@ def test_speed_adamw() -> None:
     assert ref / ms >= target, (f"adamw_flat over {n} parameters: {ms:.3f} ms, torch AdamW(fused=True) {ref:.3f} "
                                 f"ms: {ref / ms:.2f}x, target {target}x. One pass: read p, g, m, v once, write p, "
                                 "m, v once.")
+
+
+# Issue 18: the fused linear + cross-entropy must reach this fraction of PyTorch's peak memory, or less (the
+# speed half of task 6.12 is its lesson.toml target)
+FLCE_MEMORY_TARGET = 0.3
+
+
+@pytest.mark.task("6.12")
+@pytest.mark.gpu
+def test_speed_and_memory_fused_linear_cross_entropy() -> None:
+    m = _m()
+    rows, hidden, vocab, chunk, target = 8192, 768, 50257, 1024, _target("6.12")
+    bench = import_file(course().lessons_dir / LESSON / "bench.py", "cc_bench_06_test")
+    ref_fn, mine_fn = bench.fused_linear_ce_setup(m, rows, hidden, vocab, chunk)
+    loss, dx, dw, _ = mine_fn()
+    ref_loss, ref_dx, ref_dw = ref_fn()
+    for got, want, what in ((loss, ref_loss.reshape(1), "loss"), (dx, ref_dx, "dx"), (dw, ref_dw, "dw")):
+        check.assert_close(got, want, name=f"fused_linear_cross_entropy {what} (checked before timing)", task="6.12",
+                           rtol=1e-3, atol=1e-3 * float(want.abs().max()), hint=FLCE_HINT)
+    del loss, dx, dw, ref_loss, ref_dx, ref_dw
+    peak, ref_peak = bench.peak_memory_bytes(mine_fn), bench.peak_memory_bytes(ref_fn)
+    ms, ref = _time(mine_fn), _time(ref_fn)
+    assert peak <= FLCE_MEMORY_TARGET * ref_peak, (
+        f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}, chunk {chunk}: peak {peak / 2**20:.0f} MiB, PyTorch "
+        f"{ref_peak / 2**20:.0f} MiB: {peak / ref_peak:.2f}x, target <= {FLCE_MEMORY_TARGET}x. Allocate the two "
+        "(chunk, vocab) buffers once, outside the loop, and write into slices of them.")
+    assert ref / ms >= target, (f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}: {ms:.3f} ms, PyTorch {ref:.3f} "
+                                f"ms: {ref / ms:.2f}x, target {target}x. Run the matmuls on cuBLAS (torch.matmul with "
+                                "out=, addmm_) and launch your cross_entropy kernel once per chunk.")

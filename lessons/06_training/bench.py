@@ -7,12 +7,24 @@ Groups compare each kernel with PyTorch in the same run. Targets are the issue's
                                                            >= 2.0x  torch.optim.AdamW(foreach=False)
   capstone training step (capstone.gpu_config())              >= 1.0x  the same model in PyTorch eager
                                                            (torch.compile's figure beside it)
-A time ratio is a tokens/s ratio for the training step (same tokens per step).
+  fused linear + cross-entropy, 8192 rows, vocab 50257,    >= 0.8x  F.linear + F.cross_entropy + backward,
+  hidden 768 and 2048 (train.fused_linear_cross_entropy)            at <= 0.3x its peak memory
+A time ratio is a tokens/s ratio for the training step (same tokens per step). The peak memory of the
+fused linear + cross-entropy rows (``peak_memory_bytes``: torch.cuda.max_memory_allocated above what was
+allocated before the call, outputs included) is measured once when the cases are built and written into
+the row names.
+
+``python lessons/06_training/bench.py`` runs this lesson's bench alone and writes results.md/json under
+$OUT (or results/); ``--profile`` writes the capstone step's per-kernel table instead (profile_step.py).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -61,6 +73,58 @@ def _layernorm_cases(m: Any, rows: int, cols: int) -> list[Case]:
         Case(group, "layernorm_backward (6.2)",
              lambda: m.layernorm_backward(dy, x, w, mean, rstd, dx, dw, db, part, rows, cols), nbytes, target=1.0),
     ]
+
+
+def peak_memory_bytes(fn: Callable[[], object]) -> int:
+    """Peak CUDA memory fn() allocates (torch.cuda.max_memory_allocated above what was allocated before the
+    call; what fn returns or stores, such as gradients, counts). Runs fn once after one warm-up call."""
+    fn()  # warm-up: cuBLAS workspaces and the like are allocated once, for either side
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak
+
+
+def fused_linear_ce_setup(m: Any, rows: int, hidden: int, vocab: int, chunk: int) -> tuple[Callable[[], object],
+                                                                                           Callable[[], object]]:
+    """(PyTorch's F.linear + F.cross_entropy + backward, train.fused_linear_cross_entropy on m's kernels)
+    on the same random inputs, each returning its loss and gradients."""
+    tr = import_file(m.dir / "train.py", "cc_train_bench")
+    dev = m.device
+    g = torch.Generator(device=dev).manual_seed(0)
+    x = torch.randn(rows, hidden, device=dev, generator=g)
+    w = torch.randn(vocab, hidden, device=dev, generator=g) * hidden ** -0.5
+    labels = torch.randint(0, vocab, (rows,), device=dev, generator=g)
+    xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+
+    def torch_fused() -> object:
+        xr.grad = wr.grad = None
+        loss = F.cross_entropy(F.linear(xr, wr), labels)
+        loss.backward()
+        return loss, xr.grad, wr.grad
+
+    return torch_fused, lambda: tr.fused_linear_cross_entropy(m, x, w, labels, chunk=chunk)
+
+
+def _fused_linear_ce_cases(m: Any, rows: int, hidden: int, vocab: int, chunks: tuple[int, ...]) -> list[Case]:
+    group = f"fused linear + cross-entropy {rows}x{hidden}x{vocab} fp32"
+    ref, _ = fused_linear_ce_setup(m, rows, hidden, vocab, chunks[0])
+    ref_peak = peak_memory_bytes(ref)
+    flops = 3 * 2 * rows * hidden * vocab  # logits, dx, dw: three GEMMs of the same size
+    out = [Case(group, f"F.linear + F.cross_entropy + backward, peak {ref_peak / 2**30:.2f} GiB", ref, flops=flops,
+                reference=True)]
+    for chunk in chunks:
+        _, mine = fused_linear_ce_setup(m, rows, hidden, vocab, chunk)
+        peak = peak_memory_bytes(mine)
+        out.append(Case(group, f"fused_linear_cross_entropy (6.11), chunk {chunk}, peak {peak / 2**30:.2f} GiB = "
+                               f"{peak / ref_peak:.2f}x", mine, flops=flops,
+                        task="6.12" if hidden == 768 and chunk == chunks[0] else None,
+                        target=None if hidden == 768 and chunk == chunks[0] else 0.8))
+    return out
 
 
 def gpt2_small_shapes() -> list[tuple[int, ...]]:
@@ -146,6 +210,19 @@ def _capstone_cases(m: Any) -> list[Case]:
 def cases(m: Any, quick: bool = False) -> list[Case]:
     """Benchmark cases for this lesson on module m (m.device is cuda). quick=True: smaller sizes."""
     if quick:
-        return _cross_entropy_cases(m, 1024, 50257) + _layernorm_cases(m, 4096, 4096) + _capstone_cases(m)
+        return (_cross_entropy_cases(m, 1024, 50257) + _layernorm_cases(m, 4096, 4096) + _capstone_cases(m)
+                + _fused_linear_ce_cases(m, 1024, 768, 50257, (256,)))
     return (_cross_entropy_cases(m, 8192, 50257) + _layernorm_cases(m, 32768, 4096) + _adamw_cases(m)
-            + _capstone_cases(m))
+            + _capstone_cases(m) + _fused_linear_ce_cases(m, 8192, 768, 50257, (1024, 2048))
+            + _fused_linear_ce_cases(m, 8192, 2048, 50257, (1024,)))
+
+
+if __name__ == "__main__":
+    # this lesson's bench alone, results under $OUT (a GPU machine's output folder) or results/
+    out_dir = os.environ.get("OUT") or str(Path(__file__).resolve().parents[2] / "results")
+    if "--profile" in sys.argv[1:]:
+        prof = import_file(Path(__file__).with_name("profile_step.py"), "cc_profile_step")
+        sys.exit(prof.main(["--out", out_dir]))
+    from cudacourse.bench import main
+
+    sys.exit(main(["--lessons", "06_training", "--out", out_dir, *sys.argv[1:]]))

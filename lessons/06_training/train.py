@@ -73,6 +73,78 @@ def cross_entropy(m6: Any, logits: torch.Tensor, labels: torch.Tensor,
     return loss, dlogits
 
 
+def _flce_chunk(m6: Any, xc: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, lab: torch.Tensor,
+                losses: torch.Tensor, lg: torch.Tensor, dl: torch.Tensor, part: torch.Tensor, dxc: torch.Tensor,
+                dw: torch.Tensor, db: torch.Tensor | None, db_chunk: torch.Tensor | None, ignore_index: int,
+                inv_count: float) -> None:
+    """One chunk of ``fused_linear_cross_entropy``: the rows xc (n, hidden) with their int32 labels lab.
+
+    Writes lg (n, vocab) = the chunk's logits, dl = their gradient, losses (n,), part (1,) = this chunk's
+    share of the mean loss, dxc (n, hidden) = dl @ w; adds dl^T xc to dw and the column sums of dl to db.
+    """
+    # TODO(task 6.11): one chunk (~9 lines).
+    #   1. lg = xc @ w^T (+ b): torch.matmul(xc, w.T, out=lg), or torch.addmm(b, xc, w.T, out=lg).
+    #   2. your cross_entropy kernel on the chunk: m6.cross_entropy(lg, lab, losses, dl, part, n, vocab,
+    #      ignore_index, inv_count), with n, vocab = lg.shape (dl = d loss / d lg, already scaled).
+    #   3. dxc = dl @ w (torch.matmul(dl, w, out=dxc)); dw += dl^T xc (dw.addmm_(dl.T, xc));
+    #      if b is not None: m6.bias_backward(dl, db_chunk, n, vocab) and db += db_chunk.
+    # Hint: inv_count is 1 / (labels not ignored in ALL rows), not in this chunk: the chunks' shares then add
+    # up to the mean. The matmuls run on cuBLAS through torch (lesson 03's tiled GEMM is several times slower
+    # at these shapes); what this task saves is memory, not FLOPs.
+    raise NotImplementedError("TODO(task 6.11): _flce_chunk in lessons/06_training/train.py")
+
+
+def fused_linear_cross_entropy(m6: Any, x: torch.Tensor, w: torch.Tensor, labels: torch.Tensor,
+                               b: torch.Tensor | None = None, *, ignore_index: int = IGNORE_INDEX,
+                               chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                           torch.Tensor | None]:
+    """Mean cross-entropy of ``x @ w.T (+ b)`` and labels, and its gradients, ``chunk`` rows at a time.
+
+    x (rows, hidden), w (vocab, hidden), b (vocab,) or None, labels (rows,): float32 on one device (labels
+    any integer dtype). Returns (loss (a 1-element tensor), dx, dw, db or None): the values of
+    ``F.cross_entropy(F.linear(x, w, b), labels, ignore_index=ignore_index)`` and its gradients, one chunk of
+    rows at a time through ``_flce_chunk`` (task 6.11). Only
+    two (chunk, vocab) buffers exist at a time, never the whole (rows, vocab) logits. Labels are checked
+    before any launch (IndexError naming the first bad one), shapes too (ValueError).
+    """
+    if x.dim() != 2 or w.dim() != 2 or x.shape[1] != w.shape[1]:
+        raise ValueError(f"fused_linear_cross_entropy: x must be (rows, hidden) and w (vocab, hidden); got x "
+                         f"{tuple(x.shape)} and w {tuple(w.shape)}")
+    rows, vocab = x.shape[0], w.shape[0]
+    if labels.numel() != rows:
+        raise ValueError(f"fused_linear_cross_entropy: labels must hold one label per row of x ({rows}); got "
+                         f"shape {tuple(labels.shape)}")
+    if b is not None and tuple(b.shape) != (vocab,):
+        raise ValueError(f"fused_linear_cross_entropy: b must be (vocab,) = ({vocab},); got {tuple(b.shape)}")
+    for name, t in (("x", x), ("w", w), ("b", b)):
+        if t is not None and (t.dtype != torch.float32 or t.device != x.device):
+            raise ValueError(f"fused_linear_cross_entropy: {name} must be float32 on {x.device}; got {t.dtype} "
+                             f"on {t.device}")
+    if chunk < 1:
+        raise ValueError(f"fused_linear_cross_entropy: chunk must be >= 1 row, got {chunk}")
+    count = check_labels(labels, vocab, ignore_index)  # before anything runs: a kernel cannot raise
+    inv_count = 1.0 / count if count else math.nan  # every chunk scales by the mean over ALL rows
+    x, w = x.contiguous(), w.contiguous()
+    lab = labels.reshape(-1).to(device=x.device, dtype=torch.int32).contiguous()
+    dev, c = x.device, max(1, min(chunk, rows))
+    n_chunks = -(-rows // c)
+    dx = torch.empty_like(x)
+    dw = torch.zeros_like(w)
+    db = None if b is None else torch.zeros(vocab, dtype=torch.float32, device=dev)
+    logits = torch.empty(c, vocab, dtype=torch.float32, device=dev)   # the only (chunk, vocab) buffers
+    dlogits = torch.empty(c, vocab, dtype=torch.float32, device=dev)
+    losses = torch.empty(rows, dtype=torch.float32, device=dev)
+    parts = torch.zeros(n_chunks, dtype=torch.float32, device=dev)   # each chunk's share of the mean
+    db_chunk = None if b is None else torch.empty(vocab, dtype=torch.float32, device=dev)
+    for k in range(n_chunks):
+        r0, r1 = k * c, min((k + 1) * c, rows)
+        _flce_chunk(m6, x[r0:r1], w, b, lab[r0:r1], losses[r0:r1], logits[:r1 - r0], dlogits[:r1 - r0],
+                    parts[k:k + 1], dx[r0:r1], dw, db, db_chunk, ignore_index, inv_count)
+    if n_chunks == 0:  # no rows at all: the mean of nothing, NaN as in PyTorch
+        return torch.full((1,), math.nan, device=dev), dx, dw, db
+    return parts.sum().reshape(1), dx, dw, db
+
+
 def adamw_flat(m6: Any, p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: int, *,
                lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                weight_decay: float = 1e-2) -> None:

@@ -18,11 +18,12 @@
 //   softmax_backward          task 6.3  dx = y * (dy - sum(y * dy)) per row
 //   cross_entropy             task 6.3  per row: log-sum-exp, loss, and d logits in the same kernel;
 //                                       ignore_index and mean reduction as F.cross_entropy
-//   attention_backward        worked    dq, dk, dv of lesson 04's attention_naive, using softmax_backward
 //   embedding_backward_atomic task 6.4  dtable[ids[i]] += dout[i] with atomicAdd (order varies)
 //   embedding_backward_sorted task 6.4  the same sums, one thread per (row, feature), in sorted order
 //   matmul_backward           task 6.6  C = A B: dA = dC B^T, dB = A^T dC, transposes read in place
 //   linear_backward           worked    y = x W^T (+ b): dx = dy W, dW = dy^T x, db = column sums of dy
+//   attention_backward        worked    dq, dk, dv of lesson 04's attention_naive: four batched products on
+//                                       your GEMM kernel and your softmax_backward
 // AdamW is in adamw.cu (task 6.5); the capstone (task 6.7) is train.py.
 // Worked helpers, complete: warp_sum, block_sum, MaxSum and its combine, block_maxsum, fill,
 // column_reduce (stage 2 of the deterministic column sums).
@@ -105,16 +106,52 @@ static void fill(float* y, float value, long long n) {
     fill_kernel<<<blocks, kBlock>>>(y, value, n);
 }
 
-// Stage 2 of a deterministic column reduction: out[c] = sum over p of partial[p, c], p = 0, 1, 2, ...
-// in that order, one thread per column (consecutive threads read consecutive addresses: coalesced).
-// The same inputs always give the same bits, whatever the launch order of stage 1's blocks.
+// Sums of two values over the whole block at once (one pair of barriers for both, half of two block_sum
+// calls); every thread gets both. Same rules as block_sum.
+__device__ inline float2 block_sum2(float2 v, float2* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
+        v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
+    }
+    __syncthreads();  // a previous call may still be reading scratch
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? scratch[lane] : make_float2(0.0f, 0.0f);
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        v.x += __shfl_xor_sync(0xffffffffu, v.x, offset);
+        v.y += __shfl_xor_sync(0xffffffffu, v.y, offset);
+    }
+    return v;
+}
+
+// Stage 2 of a deterministic column reduction: out[c] = sum over p of partial[p, c]. A block owns 32
+// columns (threadIdx.x: consecutive threads read consecutive addresses, coalesced); the kReduceSplit
+// threads of a column (threadIdx.y) add the rows p = y, y + 16, y + 32, ... in that order, then thread
+// y = 0 adds their 16 sums in the order y = 0, 1, 2, .... The order is fixed, so the same inputs give the
+// same bits whatever the launch order of stage 1's blocks, and 16 threads per column keep enough loads in
+// flight (one thread per column, looping over 1024 partial rows, left the GPU waiting on memory).
+constexpr int kReduceSplit = 16;
+
 __global__ void column_reduce_kernel(const float* __restrict__ partial, float* __restrict__ out, int parts,
                                      int cols) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
+    __shared__ float sums[kReduceSplit][33];
+    const int c = blockIdx.x * 32 + threadIdx.x;
     float acc = 0.0f;
-    for (int p = 0; p < parts; ++p) acc += partial[(size_t)p * cols + c];
-    out[c] = acc;
+    if (c < cols)
+        for (int p = threadIdx.y; p < parts; p += kReduceSplit) acc += partial[(size_t)p * cols + c];
+    sums[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float total = 0.0f;
+        for (int i = 0; i < kReduceSplit; ++i) total += sums[i][threadIdx.x];
+        out[c] = total;
+    }
+}
+
+// out (cols floats) = the column sums of partial (parts rows of cols floats).
+static void column_reduce(const float* partial, float* out, int parts, int cols) {
+    column_reduce_kernel<<<ceil_div(cols, 32), dim3(32, kReduceSplit)>>>(partial, out, parts, cols);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -216,7 +253,7 @@ void scale(const float* x, float* y, float alpha, int n) {
 // Why not atomicAdd(&dw[c], ...) from every row? Float addition is not associative: the sum's bits
 // depend on the order the atomics land in, which changes from run to run on a GPU. Instead stage 1
 // gives each block a fixed set of rows and a private row of partial sums (partial[block, c]); stage 2
-// (column_reduce_kernel) adds the partial rows in a fixed order. Same inputs, same bits, every run.
+// (column_reduce) adds the partial rows in a fixed order. Same inputs, same bits, every run.
 
 constexpr int kNormRows = 32;  // rows per block in stage 1: partial holds ceil(rows / 32) * cols floats
 
@@ -255,7 +292,7 @@ void rmsnorm_backward(const float* dy, const float* x, const float* w, float* dx
     if (rows <= 0) { fill(dw, 0.0f, cols); return; }
     const int parts = ceil_div(rows, kNormRows);
     rmsnorm_backward_kernel<<<parts, kBlock>>>(dy, x, w, dx, partial, rows, cols, eps);
-    column_reduce_kernel<<<ceil_div(cols, kBlock), kBlock>>>(partial, dw, parts, cols);
+    column_reduce(partial, dw, parts, cols);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -263,25 +300,42 @@ void rmsnorm_backward(const float* dy, const float* x, const float* w, float* dx
 // ----------------------------------------------------------------------------------------------------
 // y = xhat w + b, xhat = (x - mean) rstd, rstd = 1 / sqrt(var + eps) (the forward saved mean and rstd).
 // With g = dy * w:
-//   dx = rstd (g - mean(g) - xhat mean(g xhat))        (two block-wide sums per row)
+//   dx = rstd (g - mean(g) - xhat mean(g xhat))        (two sums per row, reduced together: block_sum2)
 //   dw[c] = sum over rows of dy[., c] xhat[., c],  db[c] = sum over rows of dy[., c]
 // dw and db: the two-stage reduction of rmsnorm_backward, with two partial rows per block.
+//
+// Speed (32768 x 4096 fp32 on an H100): the kernel must read x and dy once and write dx once, 1.6 GB, 0.54 ms
+// at the 3 TB/s a copy reaches. A version shaped like rmsnorm_backward (256 threads, two block_sum calls
+// per row, x and dy read again from memory for dx, pw[c] += in global memory on every row, one thread per
+// column in stage 2) took 1.93 ms, 0.65x PyTorch. So each thread keeps its columns of the row in registers
+// (at most kLnSlots of them: c = threadIdx.x + k * blockDim.x) between the sums and the dx pass, and its
+// partial sums of dw and db too, stored once at the end; the launcher picks blockDim so that a row fits.
 
-__global__ void layernorm_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+constexpr int kLnSlots = 4;  // columns per thread held in registers: rows up to 4 * 1024 = 4096 columns
+
+__global__ void __launch_bounds__(1024) layernorm_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
                                           const float* __restrict__ w, const float* __restrict__ mean,
                                           const float* __restrict__ rstd, float* __restrict__ dx,
                                           float* __restrict__ partial, int rows, int cols) {
-    __shared__ float scratch[32];
+    __shared__ float2 scratch[32];
     const int r0 = blockIdx.x * kNormRows;
     const int r1 = r0 + kNormRows < rows ? r0 + kNormRows : rows;
     // partial holds 2 * gridDim.x rows of cols floats: rows 0 .. gridDim.x-1 for dw, the rest for db.
     float* pw = partial + (size_t)blockIdx.x * cols;
     float* pb = partial + (size_t)(gridDim.x + blockIdx.x) * cols;
-    // TODO(task 6.2): stage 1, the rows r0 .. r1-1 of this block (~20 lines). Zero pw and pb; then for
-    // each row: sums of g and g * xhat over the row (block_sum), write dx, and add dy * xhat to pw[c] and
-    // dy to pb[c]. Stage 2 (the launcher's column_reduce_kernel calls) is given.
-    // Hint: rmsnorm_backward_kernel above has the same shape. Each thread owns the columns c =
-    // threadIdx.x, += blockDim.x of pw and pb, so no two threads ever add to the same slot: no atomics.
+    // TODO(task 6.2): stage 1, the rows r0 .. r1-1 of this block (~35 lines). Thread t owns the columns
+    // c = t + k * blockDim.x, k = 0 .. kLnSlots-1 (those < cols):
+    //   1. before the rows: zero the partial sums aw[k], ab[k] (register arrays);
+    //   2. per row: xhat and dy of its columns into register arrays, the sums of g = dy * w and g * xhat,
+    //      one block_sum2 for both; then dx[r, c] = rstd (g - mean(g) - xhat mean(g xhat)) from the registers,
+    //      and aw[k] += dy * xhat, ab[k] += dy;
+    //   3. after the rows: pw[c] = aw[k], pb[c] = ab[k] (every column < cols written: stage 2 reads them all).
+    // Rows wider than kLnSlots * blockDim.x (more than 4096 columns) have columns left over: loop over
+    // c = t + kLnSlots * blockDim.x, += blockDim.x for them, reading x and dy again and adding into pw, pb in
+    // memory (zeroed first). Stage 2 (the launcher's column_reduce) is given.
+    // Hint: rmsnorm_backward_kernel above has the same shape (with one block_sum per sum, and sums in memory).
+    // A loop over k with a constant bound (#pragma unroll) keeps the arrays in registers. Each column has one
+    // owner thread, so no two threads ever add to the same slot: no atomics.
 }
 
 // Contract: dy, x, dx hold rows * cols floats; w, dw, db cols floats; mean and rstd rows floats (as
@@ -292,9 +346,12 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
     if (cols <= 0) return;
     if (rows <= 0) { fill(dw, 0.0f, cols); fill(db, 0.0f, cols); return; }
     const int parts = ceil_div(rows, kNormRows);
-    layernorm_backward_kernel<<<parts, kBlock>>>(dy, x, w, mean, rstd, dx, partial, rows, cols);
-    column_reduce_kernel<<<ceil_div(cols, kBlock), kBlock>>>(partial, dw, parts, cols);
-    column_reduce_kernel<<<ceil_div(cols, kBlock), kBlock>>>(partial + (size_t)parts * cols, db, parts, cols);
+    // enough threads that a row fits in kLnSlots registers per thread: whole warps, 32 .. 1024
+    int threads = (ceil_div(cols, kLnSlots) + 31) / 32 * 32;
+    threads = threads < 32 ? 32 : (threads > 1024 ? 1024 : threads);
+    layernorm_backward_kernel<<<parts, threads>>>(dy, x, w, mean, rstd, dx, partial, rows, cols);
+    column_reduce(partial, dw, parts, cols);                        // the first parts rows: dw
+    column_reduce(partial + (size_t)parts * cols, db, parts, cols);  // the next parts rows: db
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -382,65 +439,6 @@ void cross_entropy(const float* logits, const int* labels, float* losses, float*
 }
 
 // ----------------------------------------------------------------------------------------------------
-// Worked example: attention_backward (for lesson 04's attention_naive, which saves P)
-// ----------------------------------------------------------------------------------------------------
-// Forward per (batch b, head h): S = scale Q K^T, P = softmax(S) per row (causal: masked entries 0),
-// O = P V. Backward with dO:
-//   dV = P^T dO      dP = dO V^T      dS = softmax_backward(P, dP)      dQ = scale dS K      dK = scale dS^T Q
-// Layout as in lesson 04: q, k, v, o and their gradients are (B, N, H, d); P is (B, H, N, N).
-// Masked entries have P = 0, so their dS is 0 too: no mask is needed in the backward.
-
-__global__ void attn_dv_kernel(const float* __restrict__ p, const float* __restrict__ dout, float* __restrict__ dv,
-                               int H, int N, int d) {
-    const int c = threadIdx.x + blockIdx.x * blockDim.x, j = blockIdx.y, bh = blockIdx.z;
-    if (c >= d) return;
-    const int b = bh / H, h = bh % H;
-    float acc = 0.0f;
-    for (int i = 0; i < N; ++i) acc += p[((size_t)bh * N + i) * N + j] * dout[(((size_t)b * N + i) * H + h) * d + c];
-    dv[(((size_t)b * N + j) * H + h) * d + c] = acc;
-}
-
-__global__ void attn_dp_kernel(const float* __restrict__ dout, const float* __restrict__ v, float* __restrict__ dp,
-                               int H, int N, int d) {
-    const int j = threadIdx.x + blockIdx.x * blockDim.x, i = blockIdx.y, bh = blockIdx.z;
-    if (j >= N) return;
-    const int b = bh / H, h = bh % H;
-    const float* o = dout + (((size_t)b * N + i) * H + h) * d;
-    const float* vj = v + (((size_t)b * N + j) * H + h) * d;
-    float acc = 0.0f;
-    for (int c = 0; c < d; ++c) acc += o[c] * vj[c];
-    dp[((size_t)bh * N + i) * N + j] = acc;
-}
-
-__global__ void attn_dqk_kernel(const float* __restrict__ ds, const float* __restrict__ q, const float* __restrict__ k,
-                                float* __restrict__ dq, float* __restrict__ dk, int H, int N, int d, float scale) {
-    const int c = threadIdx.x + blockIdx.x * blockDim.x, i = blockIdx.y, bh = blockIdx.z;
-    if (c >= d) return;
-    const int b = bh / H, h = bh % H;
-    float aq = 0.0f, ak = 0.0f;
-    for (int j = 0; j < N; ++j) {
-        aq += ds[((size_t)bh * N + i) * N + j] * k[(((size_t)b * N + j) * H + h) * d + c];  // dQ row i
-        ak += ds[((size_t)bh * N + j) * N + i] * q[(((size_t)b * N + j) * H + h) * d + c];  // dK row i
-    }
-    dq[(((size_t)b * N + i) * H + h) * d + c] = scale * aq;
-    dk[(((size_t)b * N + i) * H + h) * d + c] = scale * ak;
-}
-
-// Contract: q, k, v, dout, dq, dk, dv hold B * N * H * d floats ((B, N, H, d)); p holds the B * H * N * N
-// probabilities that attention_naive left in its s buffer; scratch holds 2 * B * H * N * N floats.
-void attention_backward(const float* q, const float* k, const float* v, const float* p, const float* dout,
-                        float* dq, float* dk, float* dv, float* scratch, int B, int H, int N, int d, float scale) {
-    if (B <= 0 || H <= 0 || N <= 0 || d <= 0) return;
-    const int bh = B * H;
-    float* dp = scratch;
-    float* ds = scratch + (size_t)bh * N * N;
-    attn_dv_kernel<<<dim3(ceil_div(d, 64), N, bh), 64>>>(p, dout, dv, H, N, d);
-    attn_dp_kernel<<<dim3(ceil_div(N, 64), N, bh), 64>>>(dout, v, dp, H, N, d);
-    softmax_backward_kernel<<<bh * N, row_threads(N)>>>(p, dp, ds, bh * N, N);  // your kernel, task 6.3
-    attn_dqk_kernel<<<dim3(ceil_div(d, 64), N, bh), 64>>>(ds, q, k, dq, dk, H, N, d, scale);
-}
-
-// ----------------------------------------------------------------------------------------------------
 // Task 6.4: embedding backward, atomic and deterministic
 // ----------------------------------------------------------------------------------------------------
 // Forward: out[i, :] = table[ids[i], :]. Backward: dtable[v, :] = sum of dout[i, :] over every i with
@@ -498,31 +496,57 @@ void embedding_backward_sorted(const int* order, const int* offsets, const float
 //   op(B)[k, j] = TB ? B[j * K + k] : B[k * N + j]      (B stored (N, K) when TB)
 // No transposed copy is ever written: the tile loads read the stored matrix with swapped indices,
 // arranged so that consecutive threadIdx.x still read consecutive addresses (coalesced).
+//
+// Row strides: a row of a stored matrix starts lda (ldb, ldc) floats after the previous one. For a whole
+// matrix that is its row length (lda = TA ? M : K, ldb = TB ? K : N, ldc = N: what gemm_tiled passes);
+// for a slice, more. And a batch: block z = blockIdx.z multiplies matrix z, with b = z / H, h = z % H,
+// starting b * a_b + h * a_h floats into A (b_b, b_h into B; c_b, c_h into C). attention_backward uses both:
+// the matrices of one head are slices of (B, N, H, d) tensors, rows H * d floats apart.
 
 constexpr int TG = 32;
 
+struct GemmLayout {
+    int lda, ldb, ldc;                   // row strides of the stored A, B, C
+    int H;                               // batch z = (b, h) = (z / H, z % H)
+    long long a_b, a_h, b_b, b_h, c_b, c_h;  // offsets of batch (b, h): b * x_b + h * x_h
+};
+
 template <bool TA, bool TB>
 __global__ void gemm_tiled_kernel(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-                                  int M, int N, int K) {
+                                  int M, int N, int K, GemmLayout L) {
     __shared__ float As[TG][TG + 1];  // As[r][k] = op(A)[rowBase + r, k0 + k]; +1: no bank conflicts
     __shared__ float Bs[TG][TG + 1];  // Bs[k][c] = op(B)[k0 + k, colBase + c]
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int rowBase = blockIdx.y * TG, colBase = blockIdx.x * TG;
     const int row = rowBase + ty, col = colBase + tx;
+    const int zb = blockIdx.z / L.H, zh = blockIdx.z % L.H;  // this block's matrix of a batch (0, 0 without)
+    A += zb * L.a_b + zh * L.a_h;
+    B += zb * L.b_b + zh * L.b_h;
+    C += zb * L.c_b + zh * L.c_h;
+    const int lda = L.lda, ldb = L.ldb, ldc = L.ldc;
     // TODO(task 6.6): lesson 03's v3 loop (k0 += 32, load a tile of op(A) and of op(B), two barriers,
-    // 32 products), with the loads depending on TA and TB (~16 lines). Write C[row, col] inside C.
-    //   not TA: As[ty][tx] = A[row, k0 + tx]             (A stored (M, K))
-    //   TA:     As[tx][ty] = A[k0 + ty, rowBase + tx]   (A stored (K, M): tx runs along its rows)
-    //   not TB: Bs[ty][tx] = B[k0 + ty, col]            (B stored (K, N))
-    //   TB:     Bs[tx][ty] = B[colBase + ty, k0 + tx]   (B stored (N, K))
-    // Hint: `if constexpr (TA)` picks the load at compile time. Store 0.0f outside the matrix.
+    // 32 products), with the loads depending on TA and TB (~16 lines). Write C[row, col] = C[row * ldc + col].
+    //   not TA: As[ty][tx] = A[row, k0 + tx]             = A[row * lda + k0 + tx]          (A stored (M, K))
+    //   TA:     As[tx][ty] = A[k0 + ty, rowBase + tx]   = A[(k0 + ty) * lda + rowBase + tx] (A stored (K, M))
+    //   not TB: Bs[ty][tx] = B[k0 + ty, col]            = B[(k0 + ty) * ldb + col]        (B stored (K, N))
+    //   TB:     Bs[tx][ty] = B[colBase + ty, k0 + tx]   = B[(colBase + ty) * ldb + k0 + tx] (B stored (N, K))
+    // Hint: `if constexpr (TA)` picks the load at compile time; in the TA load tx runs along A's stored rows.
+    // Store 0.0f outside the matrix. Index in size_t: row * lda can overflow int.
 }
 
+// `batches` products C = op(A) op(B) laid out as L says (K > 0).
+template <bool TA, bool TB>
+static void gemm_batched(const float* A, const float* B, float* C, int M, int N, int K, GemmLayout L, int batches) {
+    if (M <= 0 || N <= 0 || batches <= 0) return;
+    gemm_tiled_kernel<TA, TB><<<dim3(ceil_div(N, TG), ceil_div(M, TG), batches), dim3(TG, TG)>>>(A, B, C, M, N, K, L);
+}
+
+// One product of whole matrices: C (M, N) = op(A) op(B).
 template <bool TA, bool TB>
 static void gemm_tiled(const float* A, const float* B, float* C, int M, int N, int K) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) { fill(C, 0.0f, (long long)M * N); return; }
-    gemm_tiled_kernel<TA, TB><<<dim3(ceil_div(N, TG), ceil_div(M, TG)), dim3(TG, TG)>>>(A, B, C, M, N, K);
+    gemm_batched<TA, TB>(A, B, C, M, N, K, GemmLayout{TA ? M : K, TB ? K : N, N, 1, 0, 0, 0, 0, 0, 0}, 1);
 }
 
 // Contract: C = A B with A (M, K), B (K, N), dC (M, N); writes dA (M, K) = dC B^T and dB (K, N) = A^T dC.
@@ -538,4 +562,37 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
     gemm_tiled<false, false>(dy, W, dx, batch, in_features, out_features);
     gemm_tiled<true, false>(dy, x, dW, out_features, in_features, batch);
     bias_backward(dy, db, batch, out_features);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Worked example: attention_backward (for lesson 04's attention_naive, which saves P)
+// ----------------------------------------------------------------------------------------------------
+// Forward per (batch b, head h): S = scale Q K^T, P = softmax(S) per row (causal: masked entries 0),
+// O = P V. Backward with dO:
+//   dV = P^T dO      dP = dO V^T      dS = softmax_backward(P, dP)      dQ = scale dS K      dK = scale dS^T Q
+// Four matrix products per head, all on your gemm_tiled_kernel (task 6.6) as batched calls, one launch each
+// for all B * H heads; the transposes are read in place, as in matmul_backward. Layout as in lesson 04:
+// q, k, v, o and their gradients are (B, N, H, d), so a head's N x d matrix starts at b * N * H * d + h * d
+// with rows H * d floats apart; P is (B, H, N, N). Masked entries have P = 0, so their dS is 0 too: no mask
+// is needed in the backward. (A first version with one thread per output looping over N read V with a
+// stride of H * d floats between neighbouring threads: 32 memory transactions per warp load.)
+
+// Contract: q, k, v, dout, dq, dk, dv hold B * N * H * d floats ((B, N, H, d)); p holds the B * H * N * N
+// probabilities that attention_naive left in its s buffer; scratch holds 2 * B * H * N * N floats.
+void attention_backward(const float* q, const float* k, const float* v, const float* p, const float* dout,
+                        float* dq, float* dk, float* dv, float* scratch, int B, int H, int N, int d, float scale) {
+    if (B <= 0 || H <= 0 || N <= 0 || d <= 0) return;
+    const int bh = B * H, hd = H * d;
+    const long long nn = (long long)N * N, seq = (long long)N * hd;  // one (N, N) matrix; one batch of (N, H, d)
+    float* dp = scratch;
+    float* ds = scratch + (size_t)bh * nn;
+    // operands: an (N, N) matrix of (B, H, N, N) is at b * H * nn + h * nn, rows N apart; an (N, d) head of
+    // (B, N, H, d) at b * seq + h * d, rows hd apart
+    gemm_batched<true, false>(p, dout, dv, N, d, N, GemmLayout{N, hd, hd, H, H * nn, nn, seq, d, seq, d}, bh);
+    gemm_batched<false, true>(dout, v, dp, N, N, d, GemmLayout{hd, hd, N, H, seq, d, seq, d, H * nn, nn}, bh);
+    softmax_backward_kernel<<<bh * N, row_threads(N)>>>(p, dp, ds, bh * N, N);  // your kernel, task 6.3
+    const int n_s = (int)(bh * nn);
+    scale_kernel<<<ceil_div(n_s, kBlock), kBlock>>>(ds, dp, scale, n_s);         // dS * scale, into dp's space
+    gemm_batched<false, false>(dp, k, dq, N, d, N, GemmLayout{N, hd, hd, H, H * nn, nn, seq, d, seq, d}, bh);
+    gemm_batched<true, false>(dp, q, dk, N, d, N, GemmLayout{N, hd, hd, H, H * nn, nn, seq, d, seq, d}, bh);
 }
