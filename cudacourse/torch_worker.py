@@ -50,14 +50,17 @@ This file is also the worker's program (``python -I torch_worker.py SOCKET_FD``)
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -146,10 +149,11 @@ def _span(shape: list[int], strides: list[int]) -> int:
 class Encoder:
     """Turns Python values into JSON-able descriptions plus payload blobs; remembers the tensors it sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, export: Any = None) -> None:
         self.blobs: list[Any] = []
         self.size = 0
         self.tensors: list[Any] = []  # in the order they were encoded (mutations and aliases refer to them)
+        self.export = export  # called with an object no description fits: its handle (objects called back)
 
     def value(self, v: Any, where: str = "value", depth: int = 0) -> Any:
         """The description of ``v``; ``TypeError`` for a value that cannot cross (naming ``where``)."""
@@ -163,11 +167,17 @@ class Encoder:
             return {"tensor": self.tensor(v, where)}
         if isinstance(v, torch.dtype):
             return {"dtype": str(v).removeprefix("torch.")}
+        if isinstance(v, torch.device):
+            return {"device": str(v)}
         if isinstance(v, (list, tuple)):
             items = [self.value(x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v)]
             return items if isinstance(v, list) else {"tuple": items}
         if isinstance(v, dict) and all(isinstance(k, str) for k in v):
             return {"dict": [[k, self.value(x, f"{where}[{k!r}]", depth + 1)] for k, x in v.items()]}
+        if isinstance(v, _Remote):  # an object of the other side, handed back
+            return {"remote": v._handle}
+        if self.export is not None:
+            return {"remote": self.export(v)}
         raise TypeError(f"{where}: a {type(v).__name__} cannot be passed to code running in the worker; pass "
                         "tensors, numbers, bools, None, strings, dtypes, or lists, tuples and dicts of those")
 
@@ -199,9 +209,10 @@ class Encoder:
 class Decoder:
     """Rebuilds values from descriptions and a payload, checking every field (the sender may be hostile)."""
 
-    def __init__(self, payload: bytearray, sent: list[Any] = ()) -> None:  # type: ignore[assignment]
+    def __init__(self, payload: bytearray, sent: list[Any] = (), remote: Any = None) -> None:  # type: ignore[assignment]
         self.payload = payload
         self.sent = list(sent)  # tensors this side encoded in the request (targets of aliases)
+        self.remote = remote  # makes the proxy of an object the other side exported (the worker's side only)
         self.tensors: list[tuple[Any, Any, int, int]] = []  # (tensor, base, pad, span) of each decoded tensor
 
     def value(self, d: Any, depth: int = 0) -> Any:
@@ -223,6 +234,10 @@ class Decoder:
                 return {k: self.value(x, depth + 1) for k, x in body}
             if kind == "dtype" and body in _dtypes():
                 return _dtypes()[body]
+            if kind == "device" and isinstance(body, str) and re.fullmatch(r"(cpu|meta|cuda)(:\d{1,2})?", body):
+                return torch.device(body)
+            if kind == "remote" and isinstance(body, int) and self.remote is not None:
+                return self.remote(body)
             if kind == "tensor" and isinstance(body, dict):
                 return self.tensor(body)
             if kind == "alias" and isinstance(body, dict):
@@ -296,15 +311,65 @@ def _error_record(e: BaseException) -> dict:
     return rec
 
 
-def _call(fn: Any, header: dict, payload: bytearray) -> tuple[dict, list[Any]]:
-    """Run one call: decode the arguments, call, encode the result, mutated arguments and aliases."""
+class _Channel:
+    """The worker's end of the socket while a call runs: requests about objects the checking process exported."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def request(self, header: dict, blobs: list[Any] = ()) -> Any:  # type: ignore[assignment]
+        send_message(self.sock, header, blobs)
+        reply, payload = recv_message(self.sock)
+        if reply.get("ok") is not True:
+            raise rebuild_error(reply.get("error"), str(header.get("name") or "a call back"))
+        return Decoder(payload, remote=self.proxy).value(reply.get("result"))
+
+    def proxy(self, handle: int) -> _Remote:
+        return _Remote(self, handle)
+
+
+class _Remote:
+    """An object of the checking process (the test's kernels object, a config): reading a public attribute
+    asks for its value, a method comes back as another ``_Remote`` and calling it runs it there."""
+
+    def __init__(self, chan: _Channel, handle: int) -> None:
+        self._chan, self._handle, self._methods = chan, handle, {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._methods:
+            return self._methods[name]
+        v = self._chan.request({"req": "getattr", "handle": self._handle, "name": name})
+        if isinstance(v, _Remote):
+            self._methods[name] = v
+        return v
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        enc = Encoder()
+        return self._chan.request({"req": "invoke", "handle": self._handle, "args": enc.value(list(args), "argument"),
+                                   "kwargs": enc.value(dict(kwargs), "keyword argument")}, enc.blobs)
+
+
+def _call(fn: Any, header: dict, payload: bytearray, chan: _Channel, guard: str | None) -> tuple[dict, list[Any]]:
+    """Run one call: decode the arguments, call (under the torch guard for a Python exercise file), encode the
+    result, the arguments it changed, and results that are views of arguments."""
+    import contextlib
+
     import torch
 
-    dec = Decoder(payload)
+    dec = Decoder(payload, remote=chan.proxy)
     args = dec.value(header.get("args", []))
     kwargs = dec.value(header.get("kwargs", {"dict": []}))
     before = [base.view(torch.uint8).clone() if base is not None else None for _t, base, _p, _s in dec.tensors]
-    result = fn(*args, **kwargs)
+    if guard:
+        from cudacourse.grading.screens import torch_answer_guard
+
+        ctx: Any = torch_answer_guard([guard])
+    else:
+        ctx = contextlib.nullcontext()
+    with ctx:
+        result = fn(*args, **kwargs)
     enc = Encoder()
     mutated = []
     for i, ((_t, base, pad, span), old) in enumerate(zip(dec.tensors, before, strict=True)):
@@ -333,6 +398,7 @@ def _call(fn: Any, header: dict, payload: bytearray) -> tuple[dict, list[Any]]:
 def _serve(sock: socket.socket) -> None:
     """Answer requests until the checking process closes the socket."""
     mod: Any = None
+    chan, guard = _Channel(sock), None
     while True:
         try:
             header, payload = recv_message(sock)
@@ -351,12 +417,13 @@ def _serve(sock: socket.socket) -> None:
                 from cudacourse.loader import import_file
 
                 mod = import_file(header["path"], header.get("name"))
+                guard = header["path"] if header.get("guard") else None
                 reply = {"ok": True}
             elif op == "call":
                 fn = getattr(mod, header["name"], None)
                 if not callable(fn):
                     raise AttributeError(f"the loaded module has no function {header['name']!r}")
-                reply, blobs = _call(fn, header, payload)
+                reply, blobs = _call(fn, header, payload, chan, guard)
             else:
                 raise ValueError(f"unknown request {op!r}")
         except Exception as e:  # noqa: BLE001 - every error goes back to the caller, by name
@@ -428,6 +495,7 @@ class TorchWorker:
         self._reads = [Path(p) for p in reads]
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
+        self._handles: dict[int, tuple[Any, bool]] = {}  # objects exported for the call running now: (obj, method)
         self._private = Path(tempfile.mkdtemp(prefix="cctorch-"))
         self._log = self._private / "output.log"
         self._log_pos = 0
@@ -443,11 +511,17 @@ class TorchWorker:
                    reads=[Path(path).parent] if os.path.isfile(path) else [])
 
     @classmethod
-    def python(cls, path: str | os.PathLike[str], *, timeout_s: float = 10.0, confine: str = "strict") -> TorchWorker:
-        """A Python file imported in the worker (its folder readable there)."""
+    def python(cls, path: str | os.PathLike[str], *, timeout_s: float = 10.0, confine: str = "strict",
+               guard: bool = False) -> TorchWorker:
+        """A Python file imported in the worker (its folder readable there). ``guard``: every call runs under
+        ``screens.torch_answer_guard`` for this file (a lesson's Python exercise file)."""
         p = Path(path).resolve()
-        return cls({"op": "load-python", "path": str(p)}, str(p), timeout_s=timeout_s, confine=confine,
-                   reads=[p.parent])
+        return cls({"op": "load-python", "path": str(p), "guard": guard}, str(p), timeout_s=timeout_s,
+                   confine=confine, reads=[p.parent])
+
+    def module(self) -> RemoteModule:
+        """The loaded module as seen from here: ``mod.name(...)`` calls ``name`` in the worker."""
+        return RemoteModule(self)
 
     # ---- the process ------------------------------------------------------------------------------
 
@@ -507,11 +581,18 @@ class TorchWorker:
         __tracebackhide__ = True
         assert self._sock is not None
         name = os.path.basename(self.path)
-        deadline = time.monotonic() + timeout
         try:
             self._sock.settimeout(timeout)
             send_message(self._sock, header, blobs)
-            reply, payload = recv_message(self._sock, deadline)
+            while True:
+                reply, payload = recv_message(self._sock, time.monotonic() + timeout)
+                if "req" not in reply:
+                    break
+                # the learner's code calls back an object we exported (the test's kernels): run it here,
+                # answer, and wait again (the time limit applies to the worker's own share)
+                answer, extra = self._serve_request(reply, payload)
+                self._sock.settimeout(timeout)
+                send_message(self._sock, answer, extra)
         except TimeoutError:
             self._kill()
             self._flush_log()
@@ -535,6 +616,52 @@ class TorchWorker:
             raise rebuild_error(reply.get("error"), f"{header.get('name') or what}()")
         return reply, payload
 
+    # ---- objects the worker calls back ------------------------------------------------------------
+
+    def _export(self, obj: Any, method: bool = False) -> int:
+        h = len(self._handles) + 1
+        self._handles[h] = (obj, method)
+        return h
+
+    def _exported(self, h: int) -> Any:
+        """An object this process exported, handed back by the worker."""
+        if h not in self._handles:
+            raise ProtocolError(f"no exported object {h}")
+        return self._handles[h][0]
+
+    def _serve_request(self, req: dict, payload: bytearray) -> tuple[dict, list[Any]]:
+        """Answer the worker about an exported object: a public attribute's value (a method comes back as a
+        handle), or a call of an exported callable. Nothing else of this process can be reached."""
+        h = req.get("handle")
+        obj, method = self._handles.get(h, (None, False)) if isinstance(h, int) else (None, False)
+        try:
+            if obj is None:
+                raise ProtocolError(f"no exported object {str(h)[:20]}")
+            if req.get("req") == "getattr":
+                name = req.get("name")
+                if not isinstance(name, str) or name.startswith("_") or method:
+                    raise AttributeError(f"{str(name)[:100]!r} cannot be read from the worker (public attributes "
+                                         "of the objects passed to the call only)")
+                v = getattr(obj, name)
+                if inspect.ismethod(v) and v.__self__ is obj:
+                    return {"ok": True, "result": {"remote": self._export(v, method=True)}}, []
+                enc = Encoder()
+                return {"ok": True, "result": enc.value(v, f"attribute {name}")}, enc.blobs
+            if req.get("req") == "invoke":
+                if not callable(obj):
+                    raise TypeError(f"a {type(obj).__name__} is not callable")
+                dec = Decoder(payload)
+                args, kwargs = dec.value(req.get("args", [])), dec.value(req.get("kwargs", {"dict": []}))
+                if not isinstance(args, list) or not isinstance(kwargs, dict):
+                    raise ProtocolError("bad arguments of a call back")
+                enc = Encoder()
+                return {"ok": True, "result": enc.value(obj(*args, **kwargs), "the result")}, enc.blobs
+            raise ProtocolError(f"unknown request {str(req.get('req'))[:50]}")
+        except ProtocolError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the learner's code sees the error (a kernel bug, a bad argument)
+            return {"ok": False, "error": _error_record(e)}, []
+
     # ---- calls ------------------------------------------------------------------------------------
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -544,7 +671,8 @@ class TorchWorker:
         from cudacourse.errors import KernelError
 
         __tracebackhide__ = True
-        enc = Encoder()
+        self._handles.clear()
+        enc = Encoder(export=self._export)
         header = {"op": "call", "name": name, "args": enc.value(list(args), f"{name}() argument"),
                   "kwargs": enc.value(dict(kwargs), f"{name}() keyword argument")}
         if self._proc is None or self._proc.poll() is not None:
@@ -552,7 +680,7 @@ class TorchWorker:
             self._start()
         reply, payload = self._ask(header, enc.blobs, f"{name}()", self.timeout_s)
         try:
-            dec = Decoder(payload, enc.tensors)
+            dec = Decoder(payload, enc.tensors, remote=self._exported)
             mutated = reply.get("mutated", [])
             for item in mutated if isinstance(mutated, list) else [None]:
                 if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, int) for x in item)):
@@ -595,6 +723,20 @@ class TorchWorker:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+class RemoteModule(types.ModuleType):
+    """A module loaded in a :class:`TorchWorker`: its public names are functions that run there."""
+
+    def __init__(self, worker: TorchWorker) -> None:
+        super().__init__(Path(worker.path).stem)
+        self.__file__ = worker.path
+        self.worker = worker
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.worker.function(name)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,20 @@ def key_error():
     raise KeyError("nope")
 
 
+def a_set():
+    return {1, 2}
+
+
+def peek(obj, name):
+    return obj._chan.request({"req": "getattr", "handle": obj._handle, "name": name})
+
+
+def use_kernels(k, x, cfg):
+    """What decoder.py does: call methods of the test's kernels object, read a config."""
+    y = k.scale(x, cfg.factor)
+    return k.scale(y, 1.0 + cfg.twice), k.calls
+
+
 def abort():
     os.abort()
 
@@ -136,11 +150,13 @@ def test_changed_arguments_are_copied_back_and_views_stay_views(py_worker: Any) 
     assert torch.equal(y, torch.arange(5.0))
 
 
-def test_unsupported_arguments_are_refused_before_the_call(py_worker: Any) -> None:
-    with pytest.raises(TypeError, match=r"echo\(\) argument\[0\]: a object cannot be passed"):
-        py_worker.call("echo", object())
-    with pytest.raises(TypeError, match="set"):
-        py_worker.call("echo", {1, 2})
+def test_values_that_cannot_cross_are_refused(py_worker: Any) -> None:
+    with pytest.raises(TypeError, match=r"the return value: a set cannot be passed"):
+        py_worker.call("a_set")
+    thing = object()  # an object of this process crosses as a handle, and comes back as itself
+    assert py_worker.call("echo", thing)[0][0] is thing
+    with pytest.raises(KernelError, match="raised AttributeError: '__class__' cannot be read from the worker"):
+        py_worker.call("peek", thing, "__class__")
 
 
 def test_errors_keep_their_type_and_message(py_worker: Any) -> None:
@@ -301,3 +317,141 @@ def test_static_constructor_cannot_write_outside_and_a_crash_costs_one_call() ->
         assert m.ctor_ran().item() == 1.0  # a fresh worker
     finally:
         m.close()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Python exercise files: the learner's module in the worker, the test's kernels object called back
+# ----------------------------------------------------------------------------------------------------
+
+
+class _Scaler:
+    """A stand-in for a test's kernels object: it counts its calls, and what it computes is checked."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.hidden = "not for the worker"
+
+    def scale(self, x: torch.Tensor, a: float) -> torch.Tensor:
+        self.calls += 1
+        if a < 0:
+            raise OutOfBoundsError("scale: a kernel bug, seen by the learner's code", kernel="scale_kernel", line=7)
+        return x * a
+
+
+class _ScaleCfg:
+    factor = 2.0
+
+    @property
+    def twice(self) -> float:
+        return 2 * self.factor
+
+
+def test_the_learners_code_calls_the_tests_objects_back(py_worker: Any) -> None:
+    k, x = _Scaler(), torch.arange(4.0)
+    y, calls = py_worker.call("use_kernels", k, x, _ScaleCfg())
+    assert torch.equal(y, x * 2.0 * 5.0) and calls == 2 and k.calls == 2  # ran here, counted here
+    with pytest.raises(OutOfBoundsError, match="a kernel bug") as ei:  # a kernel error crosses twice, intact
+        py_worker.call("use_kernels", k, x, type("Neg", (), {"factor": -1.0, "twice": 0.0})())
+    assert ei.value.kernel == "scale_kernel" and ei.value.line == 7
+    with pytest.raises(KernelError, match="'_Scaler' object has no attribute 'missing'"):
+        py_worker.call("peek", k, "missing")
+    with pytest.raises(KernelError, match="cannot be read from the worker"):
+        py_worker.call("peek", k, "_Scaler__x")
+
+
+class _TorchKernels:
+    """Kernels of lesson 04 computed with torch (rope and attention as identities): decoder.py's plumbing only."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.device = torch.device("cpu")
+
+    def _n(self, op: str) -> None:
+        self.counts[op] = self.counts.get(op, 0) + 1
+
+    def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        self._n("rmsnorm")
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        self._n("linear")
+        return x @ w.T
+
+    def rope(self, q: torch.Tensor, k: torch.Tensor, *_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        self._n("rope")
+        return q, k
+
+    def attention(self, q: torch.Tensor, *_: Any) -> torch.Tensor:
+        self._n("attention")
+        return q
+
+    def swiglu(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        self._n("swiglu")
+        return torch.nn.functional.silu(gate) * up
+
+    def add(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        self._n("add")
+        return a + b
+
+    def block(self, x: torch.Tensor, w: dict, eps: float) -> torch.Tensor:
+        """The same composition, computed here (decoder.py's solution with these kernels)."""
+        h = self.rmsnorm(x, w["attn_norm"], eps)
+        x = self.add(x, self.linear(self.linear(h, w["wq"]), w["wo"]))
+        h = self.rmsnorm(x, w["mlp_norm"], eps)
+        return self.add(x, self.linear(self.swiglu(self.linear(h, w["w_gate"]), self.linear(h, w["w_up"])),
+                                       w["w_down"]))
+
+
+def _decoder_in_worker(tmp: Path, attack_id: str | None) -> Any:
+    """lesson 04's solution decoder.py (or a corpus attack built from it), imported in a worker under the guard."""
+    from tests.attacks.corpus import build, load
+
+    d = tmp / (attack_id or "solution")
+    d.mkdir()
+    if attack_id is None:
+        text = (ROOT / "solutions" / "04_transformer" / "decoder.py").read_text()
+    else:
+        attack = next(a for a in load() if a.id == attack_id)
+        text = next(iter(build(attack, course=ROOT, paths={}).values()))
+        # the payloads reach modules through sys.modules: give them what the test process would have loaded
+        text = text.replace("from __future__ import annotations\n", "from __future__ import annotations\n\n"
+                            "import cudacourse.check  # noqa: F401\n", 1)
+    (d / "decoder.py").write_text(text)
+    with using(confine=CONFINE):
+        return TorchWorker.python(d / "decoder.py", confine=CONFINE, guard=True, timeout_s=60.0).module()
+
+
+def test_decoder_runs_in_the_worker_and_its_attacks_stay_there(tmp_path: Path) -> None:
+    """The capstone's decoder.py as test_04 hosts it while grading: the solution's block through the test's kernels
+    object; the corpus's torch answer refused by the guard in the worker; its monkeypatch of cudacourse.check
+    confined to the worker (python-sys-modules-monkeypatch, graded with the checks of test_04)."""
+    from cudacourse import check
+    from tests.test_04_transformer import BLOCK_CALLS, SIM_CFG, _init_weights
+
+    cfg, B, T = SIM_CFG, 2, 3
+    w = _init_weights(cfg, 1, "cpu")["layers"][0]
+    x = torch.randn(B * T, cfg.dim)
+    cos = sin = torch.zeros(T, cfg.head_dim // 2)
+    dec = _decoder_in_worker(tmp_path, None)
+    k = _TorchKernels()
+    try:
+        y = dec.decoder_block(k, x, w, cfg, B, T, cos, sin)
+        assert k.counts == BLOCK_CALLS
+        torch.testing.assert_close(y, _TorchKernels().block(x, w, cfg.eps))
+    finally:
+        dec.worker.close()
+    dec = _decoder_in_worker(tmp_path, "python-answers-with-torch")
+    try:
+        with pytest.raises(RuntimeError, match=r"decoder\.py:\d+: calls torch's linear\(\), which computes part"):
+            dec.decoder_block(_TorchKernels(), x, w, cfg, B, T, cos, sin)
+    finally:
+        dec.worker.close()
+    real = check.assert_close
+    dec = _decoder_in_worker(tmp_path, "python-sys-modules-monkeypatch")  # its payload runs as it is imported
+    try:
+        assert dec.generate(_TorchKernels(), {}, cfg, [1, 2], 3) == [0, 0, 0]  # its sabotaged generate
+        assert check.assert_close is real  # the patch stayed in the worker: the comparison still fails here
+        with pytest.raises(AssertionError):
+            check.assert_close(torch.zeros(2), torch.ones(2), name="y")
+    finally:
+        dec.worker.close()
