@@ -59,9 +59,6 @@ KNOWN_HOLES = {
     "cpu-answer-no-launch": "on the simulator host code can write the output buffer: a launcher that computes the "
                             "answer on the CPU and launches nothing passes; needs the simulator to fail a launcher "
                             "call that launched no kernel, or to protect buffers outside launches (cudacourse/sim)",
-    "torch-ctor-appends-pass-records": "load_inline dlopens a torch-route file into the pytest process that writes the "
-                                       "records: its atexit handler appends 'passed' for task 1.6 (graded 2026-11-23: "
-                                       "1.6 pass)",
 }
 ATTACKS = tuple(a.id for a in load() if a.id not in NOT_GRADED)
 SAME_MEANING = {"timed out": ("timed out", "KernelTimeout")}
