@@ -14,7 +14,8 @@ Backends
   ``auto``  cuda when torch sees a GPU and nvcc is usable, else sim; ``CUDA_COURSE_BACKEND`` overrides it.
 
 Files that include torch headers (the classic ``torch::Tensor`` route of lesson 01) are built with
-``load_inline`` and a pybind11 binding on cuda, or by the simulator's torch route on the CPU.
+``load_inline`` and a pybind11 binding on cuda, or by the simulator's torch route on the CPU; while
+grading, the simulator's is built and loaded in a confined worker (``cudacourse/torch_worker.py``).
 """
 
 from __future__ import annotations
