@@ -8,7 +8,11 @@ the two kinds of learner code that need torch itself:
 - a torch-route file (a lesson's ``torch_files``, e.g. ``lessons/01_relu/relu_torch.cu``), which
   ``load_inline`` would otherwise build and ``dlopen`` into the checking process, where a static
   constructor or an ``atexit`` handler in it could append "passed" records to the grader's results;
-- a plain Python file (:meth:`TorchWorker.python`), imported in the worker instead of the checker.
+- a Python exercise file (:meth:`TorchWorker.python`, lesson 04's ``decoder.py`` while grading), imported
+  in the worker instead of the checker and run under ``screens.torch_answer_guard`` there. Objects its
+  functions are given that cannot be copied (the test's kernels object, a config) cross as handles: the
+  learner's code may read their public attributes (the values are copied to it) and call their methods,
+  which run in the checking process while the call waits (``k.linear(...)`` is a request it serves).
 
 :class:`TorchWorker` starts ``python -I torch_worker.py SOCKET_FD`` through
 :func:`cudacourse.grading.confine.confined_popen` (nested inside the task process when that is confined
@@ -19,8 +23,8 @@ loads the file there (``sim.build_torch_extension`` for a torch-route file), the
 The channel is a UNIX socket pair. Every message, both ways, is a 12-byte frame head (header length,
 payload length), a JSON header, and raw payload bytes: tensors travel as dtype, shape, strides and the raw
 bytes of the storage span they cover (so a transposed view stays non-contiguous on the other side and
-``TORCH_CHECK(x.is_contiguous())`` behaves as in-process); ints, floats, bools, None, strings, dtypes, and
-lists, tuples and string-keyed dicts of those travel in the header. Nothing from the worker is unpickled or
+``TORCH_CHECK(x.is_contiguous())`` behaves as in-process); ints, floats, bools, None, strings, dtypes,
+devices, and lists, tuples and string-keyed dicts of those travel in the header. Nothing from the worker is unpickled or
 executed: the checking process parses JSON and copies bytes into tensors it allocates itself, after
 checking every length, shape and dtype (a worker that answers nonsense is stopped). Arguments the call
 changed are copied back into the caller's tensors, and a returned tensor that is a view of an argument
