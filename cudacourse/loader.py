@@ -14,7 +14,8 @@ Backends
   ``auto``  cuda when torch sees a GPU and nvcc is usable, else sim; ``CUDA_COURSE_BACKEND`` overrides it.
 
 Files that include torch headers (the classic ``torch::Tensor`` route of lesson 01) are built with
-``load_inline`` and a pybind11 binding on cuda, or by the simulator's torch route on the CPU.
+``load_inline`` and a pybind11 binding on cuda, or by the simulator's torch route on the CPU; while
+grading, the simulator's is built and loaded in a confined worker (``cudacourse/torch_worker.py``).
 """
 
 from __future__ import annotations
@@ -408,8 +409,17 @@ class Module:
 
     def _load_torch(self, source: str, path: str, functions: list[str]) -> None:
         t0 = time.perf_counter()
-        if self.backend == "cuda":
+        confine = settings.current().confine
+        if self.backend == "cuda":  # (in-process while grading too: torch_worker.py says how it would move)
             mod = _build_torch_cuda(source, path, functions)
+        elif confine is not None:  # grading: built and loaded in a confined worker, never in this process
+            from cudacourse.torch_worker import TorchWorker
+
+            self._lib = TorchWorker.extension(source, path, functions, checked=self.check, timeout_s=self.timeout_s,
+                                              confine=confine)
+            self.build_s = time.perf_counter() - t0
+            self._fns.update({f: self._lib.function(f) for f in functions})
+            return
         else:
             from cudacourse.sim import build_torch_extension
 

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 import cudacourse as cc
-from cudacourse import check
+from cudacourse import check, settings
 from cudacourse.grading.screens import torch_answer_guard
 from cudacourse.loader import import_file
 
@@ -65,12 +65,26 @@ def _decoder() -> ModuleType:
 
     Only the capstone tests import it: everything they compare with (weights, kernel wrappers, the
     PyTorch reference) is defined in this file, so an edited decoder.py cannot change the verdict.
+    While grading (settings ``confine``) it is imported in a confined worker (cudacourse/torch_worker.py)
+    under the torch guard, never in this process: its functions run there and call this file's kernels
+    object back over the worker's channel.
     """
     path = _m().dir / "decoder.py"
     if not path.exists():
         raise AssertionError(f"task 4.9: {path} not found. The capstone is written in decoder.py, next to the "
                              "kernel files of lesson 04.")
+    confine = settings.current().confine
+    if confine is not None:
+        from cudacourse.torch_worker import TorchWorker
+
+        key = str(path.resolve())
+        if key not in _HOSTED:
+            _HOSTED[key] = TorchWorker.python(path, confine=confine, guard=True, timeout_s=60.0).module()
+        return _HOSTED[key]
     return import_file(path)
+
+
+_HOSTED: dict[str, ModuleType] = {}  # decoder.py files imported in a worker (one worker per file and process)
 
 
 def _rope_tables(T: int, d: int, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:

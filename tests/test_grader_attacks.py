@@ -49,6 +49,9 @@ NOT_GRADED = {
 # ::test_the_capstone_test_refuses_a_torch_answer with this corpus's forgery). Grading them here
 # would build lesson 04's kernels (and lessons 02 and 03 for the capstone) once per submission: minutes each
 # on this machine, for a verdict the screen has already decided.
+# While grading, decoder.py runs in a torch worker (cudacourse/torch_worker.py), where the guard and the confinement
+# hold as well: tests/test_torch_worker.py::test_decoder_runs_in_the_worker_and_its_attacks_stay_there runs the
+# torch answer and python-sys-modules-monkeypatch there, without building lesson 04's kernels.
 NOT_GRADED.update({a.id: "a Python attack: refused by the Python screen or the torch guard (see above)"
                    for a in load() if a.base.endswith(".py")})
 # Attacks graded but not stopped today: the test fails as long as the grader gives the wrong verdict.

@@ -1,0 +1,750 @@
+"""The torch worker: where a learner's ``torch::Tensor`` extension (or Python module) runs while grading.
+
+While grading (``settings.confine`` set) the process that compares outputs and records verdicts never loads
+learner code (DESIGN.md "Trust boundary", docs/CONFINEMENT.md). Kernel-only files already run in the
+simulator's worker (``sim.SimLibrary``) or the GPU worker (``gpu_worker.py``); this module does the same for
+the two kinds of learner code that need torch itself:
+
+- a torch-route file (a lesson's ``torch_files``, e.g. ``lessons/01_relu/relu_torch.cu``), which
+  ``load_inline`` would otherwise build and ``dlopen`` into the checking process, where a static
+  constructor or an ``atexit`` handler in it could append "passed" records to the grader's results;
+- a Python exercise file (:meth:`TorchWorker.python`, lesson 04's ``decoder.py`` while grading), imported
+  in the worker instead of the checker and run under ``screens.torch_answer_guard`` there. Objects its
+  functions are given that cannot be copied (the test's kernels object, a config) cross as handles: the
+  learner's code may read their public attributes (the values are copied to it) and call their methods,
+  which run in the checking process while the call waits (``k.linear(...)`` is a request it serves).
+
+:class:`TorchWorker` starts ``python -I torch_worker.py SOCKET_FD`` through
+:func:`cudacourse.grading.confine.confined_popen` (nested inside the task process when that is confined
+itself). The worker reads the Python installation, the course package, the file's own folder and the build
+caches; it writes only its scratch folder and the build cache (``buildcache.build_root()``). It builds and
+loads the file there (``sim.build_torch_extension`` for a torch-route file), then serves calls.
+
+The channel is a UNIX socket pair. Every message, both ways, is a 12-byte frame head (header length,
+payload length), a JSON header, and raw payload bytes: tensors travel as dtype, shape, strides and the raw
+bytes of the storage span they cover (so a transposed view stays non-contiguous on the other side and
+``TORCH_CHECK(x.is_contiguous())`` behaves as in-process); ints, floats, bools, None, strings, dtypes,
+devices, and lists, tuples and string-keyed dicts of those travel in the header. Nothing from the worker is unpickled or
+executed: the checking process parses JSON and copies bytes into tensors it allocates itself, after
+checking every length, shape and dtype (a worker that answers nonsense is stopped). Arguments the call
+changed are copied back into the caller's tensors, and a returned tensor that is a view of an argument
+comes back as the same view of the caller's tensor (``return x`` stays detectable).
+
+Errors come back as (type name, message, fields): ``RuntimeError``, ``TypeError``, ``ValueError``,
+``IndexError`` and ``NotImplementedError`` (``TORCH_CHECK`` and its variants, pybind11's argument errors)
+keep their type; the course's own errors (``CompileError``, ``KernelError`` and its subclasses such as
+``OutOfBoundsError``) keep their class and fields, looked up by name in a fixed table; anything else becomes
+a ``KernelError`` naming the type. A worker that crashes, exits or hangs (past the module's ``timeout_s``)
+costs that call only: a ``KernelError`` (``KernelTimeout``) names the file, and the next call starts a fresh
+worker, which loads the cached build again.
+
+Outside grading nothing changes: the loader builds the file in-process, as before (fast, no worker).
+
+The cuda backend keeps torch-route files in-process today. Doing the same there would start this worker
+with ``gpu=True`` (its own CUDA context) and pass tensors as the GPU worker does (``gpu_worker.py``): one
+VMM allocation per tensor argument, exported as a file descriptor and sent with the JSON header
+(``socket.send_fds``); the worker imports each into its context and wraps it with ``torch.as_tensor``
+through ``__cuda_array_interface__`` (``gpu_worker._as_bytes``), with the argument's dtype, shape and
+strides, so the learner's function sees a CUDA tensor; results allocated by the learner's function would
+be copied into allocations the worker exports back. Until then the loader's cuda path is unchanged.
+
+This file is also the worker's program (``python -I torch_worker.py SOCKET_FD``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+_THIS = Path(__file__).resolve()
+_HEAD = struct.Struct("!IQ")  # header bytes, payload bytes
+_MAX_HEADER = 64 << 20
+_MAX_PAYLOAD = 8 << 30
+_MAX_DEPTH = 32
+LOAD_TIMEOUT_S = 900.0  # building a torch-route file: ~30-70 s on a 2-core machine, minutes when it is busy
+_BUILTIN_ERRORS: dict[str, type[Exception]] = {
+    e.__name__: e for e in (RuntimeError, TypeError, ValueError, IndexError, NotImplementedError)}
+
+
+class ProtocolError(Exception):
+    """A message that does not follow the protocol (from a broken or hostile worker)."""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Frames: head, JSON header, payload
+# ----------------------------------------------------------------------------------------------------
+
+
+def send_message(sock: socket.socket, header: dict, blobs: list[Any] = ()) -> None:  # type: ignore[assignment]
+    """Send one frame: ``header`` (JSON) then the concatenated ``blobs`` (objects with the buffer protocol)."""
+    views = [memoryview(b).cast("B") for b in blobs]
+    head = json.dumps(header).encode()
+    sock.sendall(_HEAD.pack(len(head), sum(v.nbytes for v in views)) + head)
+    for v in views:
+        if v.nbytes:
+            sock.sendall(v)
+
+
+def _read_exact(sock: socket.socket, n: int, deadline: float | None) -> bytearray:
+    buf = bytearray()
+    while len(buf) < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            sock.settimeout(left)
+        else:
+            sock.settimeout(None)
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+
+
+def recv_message(sock: socket.socket, deadline: float | None = None) -> tuple[dict, bytearray]:
+    """One frame: (header, payload). Raises ``EOFError`` (peer gone), ``TimeoutError`` (past ``deadline``,
+    a ``time.monotonic()`` value) or ``ProtocolError``."""
+    hlen, plen = _HEAD.unpack(bytes(_read_exact(sock, _HEAD.size, deadline)))
+    if hlen > _MAX_HEADER or plen > _MAX_PAYLOAD:
+        raise ProtocolError(f"a message of {hlen} + {plen} bytes is over the limits")
+    try:
+        header = json.loads(bytes(_read_exact(sock, hlen, deadline)))
+    except ValueError as e:
+        raise ProtocolError(f"the header is not JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("the header is not a JSON object")
+    return header, _read_exact(sock, plen, deadline)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Values: what crosses the channel (tensors as dtype/shape/strides + raw bytes, never pickle)
+# ----------------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _dtypes() -> dict[str, Any]:
+    import torch
+
+    return {str(d).removeprefix("torch."): d for d in (
+        torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8, torch.int16,
+        torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
+
+
+def _span(shape: list[int], strides: list[int]) -> int:
+    """Elements of storage a tensor of this shape and these strides covers, from its first element."""
+    if any(s == 0 for s in shape):
+        return 0
+    return 1 + sum((s - 1) * st for s, st in zip(shape, strides, strict=True))
+
+
+class Encoder:
+    """Turns Python values into JSON-able descriptions plus payload blobs; remembers the tensors it sent."""
+
+    def __init__(self, export: Any = None) -> None:
+        self.blobs: list[Any] = []
+        self.size = 0
+        self.tensors: list[Any] = []  # in the order they were encoded (mutations and aliases refer to them)
+        self.export = export  # called with an object no description fits: its handle (objects called back)
+
+    def value(self, v: Any, where: str = "value", depth: int = 0) -> Any:
+        """The description of ``v``; ``TypeError`` for a value that cannot cross (naming ``where``)."""
+        import torch
+
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"{where}: nested more than {_MAX_DEPTH} levels deep")
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, torch.Tensor):
+            return {"tensor": self.tensor(v, where)}
+        if isinstance(v, torch.dtype):
+            return {"dtype": str(v).removeprefix("torch.")}
+        if isinstance(v, torch.device):
+            return {"device": str(v)}
+        if isinstance(v, (list, tuple)):
+            items = [self.value(x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v)]
+            return items if isinstance(v, list) else {"tuple": items}
+        if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+            return {"dict": [[k, self.value(x, f"{where}[{k!r}]", depth + 1)] for k, x in v.items()]}
+        if isinstance(v, _Remote):  # an object of the other side, handed back
+            return {"remote": v._handle}
+        if self.export is not None:
+            return {"remote": self.export(v)}
+        raise TypeError(f"{where}: a {type(v).__name__} cannot be passed to code running in the worker; pass "
+                        "tensors, numbers, bools, None, strings, dtypes, or lists, tuples and dicts of those")
+
+    def tensor(self, t: Any, where: str) -> dict:
+        """A tensor's description: its storage span's bytes go to the payload (meta tensors carry none)."""
+        import torch
+
+        t = t.detach()
+        name = str(t.dtype).removeprefix("torch.")
+        if name not in _dtypes():
+            raise TypeError(f"{where}: tensors of dtype {t.dtype} cannot be passed to the worker")
+        if t.device.type not in ("cpu", "meta"):
+            raise ValueError(f"{where}: a tensor on '{t.device.type}' cannot be passed to the worker (CPU tensors "
+                             "only on the simulator)")
+        es = t.element_size()
+        d = {"dtype": name, "shape": list(t.shape), "strides": list(t.stride()), "device": t.device.type,
+             "off": self.size, "n": 0, "pad": (t.data_ptr() % 64) // es if t.device.type == "cpu" else 0,
+             "grad": bool(t.requires_grad)}
+        span = _span(d["shape"], d["strides"])
+        if t.device.type == "cpu" and span:
+            raw = t.as_strided((span,), (1,), t.storage_offset()).view(torch.uint8).numpy()
+            self.blobs.append(raw)
+            d["n"] = raw.nbytes
+            self.size += raw.nbytes
+        self.tensors.append(t)
+        return d
+
+
+class Decoder:
+    """Rebuilds values from descriptions and a payload, checking every field (the sender may be hostile)."""
+
+    def __init__(self, payload: bytearray, sent: list[Any] = (), remote: Any = None) -> None:  # type: ignore[assignment]
+        self.payload = payload
+        self.sent = list(sent)  # tensors this side encoded in the request (targets of aliases)
+        self.remote = remote  # makes the proxy of an object the other side exported (the worker's side only)
+        self.tensors: list[tuple[Any, Any, int, int]] = []  # (tensor, base, pad, span) of each decoded tensor
+
+    def value(self, d: Any, depth: int = 0) -> Any:
+        """The value ``d`` describes; ``ProtocolError`` for anything malformed."""
+        import torch
+
+        if depth > _MAX_DEPTH:
+            raise ProtocolError("values nested too deep")
+        if d is None or isinstance(d, (bool, int, float, str)):
+            return d
+        if isinstance(d, list):
+            return [self.value(x, depth + 1) for x in d]
+        if isinstance(d, dict) and len(d) == 1:
+            (kind, body), = d.items()
+            if kind == "tuple" and isinstance(body, list):
+                return tuple(self.value(x, depth + 1) for x in body)
+            if kind == "dict" and isinstance(body, list) and all(
+                    isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in body):
+                return {k: self.value(x, depth + 1) for k, x in body}
+            if kind == "dtype" and body in _dtypes():
+                return _dtypes()[body]
+            if kind == "device" and isinstance(body, str) and re.fullmatch(r"(cpu|meta|cuda)(:\d{1,2})?", body):
+                return torch.device(body)
+            if kind == "remote" and isinstance(body, int) and self.remote is not None:
+                return self.remote(body)
+            if kind == "tensor" and isinstance(body, dict):
+                return self.tensor(body)
+            if kind == "alias" and isinstance(body, dict):
+                return self.alias(body)
+        raise ProtocolError(f"not a value: {str(d)[:100]}")
+
+    @staticmethod
+    def _ints(v: Any, what: str) -> list[int]:
+        if not isinstance(v, list) or len(v) > 16 or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                              and 0 <= x < 1 << 40 for x in v):
+            raise ProtocolError(f"bad {what}: {str(v)[:100]}")
+        return v
+
+    def tensor(self, d: dict) -> Any:
+        import torch
+
+        dtype = _dtypes().get(d.get("dtype"))  # type: ignore[arg-type]
+        shape, strides = self._ints(d.get("shape"), "shape"), self._ints(d.get("strides"), "strides")
+        if dtype is None or len(shape) != len(strides) or d.get("device") not in ("cpu", "meta"):
+            raise ProtocolError(f"bad tensor description: {str(d)[:200]}")
+        if d["device"] == "meta":
+            t = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+            self.tensors.append((t, None, 0, 0))
+            return t
+        span, pad = _span(shape, strides), d.get("pad", 0)
+        es = torch.empty(0, dtype=dtype).element_size()
+        off, n = d.get("off"), d.get("n")
+        if not (isinstance(pad, int) and 0 <= pad < 64 and isinstance(off, int) and isinstance(n, int)
+                and n == span * es and 0 <= off and off + n <= len(self.payload)):
+            raise ProtocolError(f"tensor bytes do not match its description: {str(d)[:200]}")
+        base = torch.empty(pad + span, dtype=dtype)
+        if n:
+            base.view(torch.uint8)[pad * es:].copy_(torch.frombuffer(self.payload, dtype=torch.uint8, count=n,
+                                                                    offset=off))
+        t = base.as_strided(shape, strides, pad)
+        if d.get("grad") is True and dtype.is_floating_point:
+            t.requires_grad_(True)
+        self.tensors.append((t, base, pad, span))
+        return t
+
+    def alias(self, d: dict) -> Any:
+        """A view of a tensor this side sent (the callee returned a view of its argument)."""
+        idx = d.get("arg")
+        shape, strides = self._ints(d.get("shape"), "shape"), self._ints(d.get("strides"), "strides")
+        off = d.get("offset")
+        if not (isinstance(idx, int) and 0 <= idx < len(self.sent) and isinstance(off, int)
+                and len(shape) == len(strides)):
+            raise ProtocolError(f"bad alias: {str(d)[:200]}")
+        t = self.sent[idx]
+        try:
+            return t.as_strided(shape, strides, t.storage_offset() + off)
+        except RuntimeError as e:  # out of the argument's storage
+            raise ProtocolError(f"bad alias: {e}") from None
+
+
+# ----------------------------------------------------------------------------------------------------
+# The worker's side (runs in the confined process)
+# ----------------------------------------------------------------------------------------------------
+
+
+def _error_record(e: BaseException) -> dict:
+    rec: dict[str, Any] = {"type": type(e).__name__, "message": str(e)[:20000]}
+    for k in ("kernel", "file", "line", "compiler_output", "kind"):
+        v = getattr(e, k, None)
+        if isinstance(v, (str, int)) and not isinstance(v, bool):
+            rec[k] = v if not isinstance(v, str) else v[:20000]
+    for k in ("block", "thread"):
+        v = getattr(e, k, None)
+        if isinstance(v, tuple) and all(isinstance(x, int) for x in v):
+            rec[k] = list(v)
+    return rec
+
+
+class _Channel:
+    """The worker's end of the socket while a call runs: requests about objects the checking process exported."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def request(self, header: dict, blobs: list[Any] = ()) -> Any:  # type: ignore[assignment]
+        send_message(self.sock, header, blobs)
+        reply, payload = recv_message(self.sock)
+        if reply.get("ok") is not True:
+            raise rebuild_error(reply.get("error"), str(header.get("name") or "a call back"))
+        return Decoder(payload, remote=self.proxy).value(reply.get("result"))
+
+    def proxy(self, handle: int) -> _Remote:
+        return _Remote(self, handle)
+
+
+class _Remote:
+    """An object of the checking process (the test's kernels object, a config): reading a public attribute
+    asks for its value, a method comes back as another ``_Remote`` and calling it runs it there."""
+
+    def __init__(self, chan: _Channel, handle: int) -> None:
+        self._chan, self._handle, self._methods = chan, handle, {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._methods:
+            return self._methods[name]
+        v = self._chan.request({"req": "getattr", "handle": self._handle, "name": name})
+        if isinstance(v, _Remote):
+            self._methods[name] = v
+        return v
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        enc = Encoder()
+        return self._chan.request({"req": "invoke", "handle": self._handle, "args": enc.value(list(args), "argument"),
+                                   "kwargs": enc.value(dict(kwargs), "keyword argument")}, enc.blobs)
+
+
+def _call(fn: Any, header: dict, payload: bytearray, chan: _Channel, guard: str | None) -> tuple[dict, list[Any]]:
+    """Run one call: decode the arguments, call (under the torch guard for a Python exercise file), encode the
+    result, the arguments it changed, and results that are views of arguments."""
+    import contextlib
+
+    import torch
+
+    dec = Decoder(payload, remote=chan.proxy)
+    args = dec.value(header.get("args", []))
+    kwargs = dec.value(header.get("kwargs", {"dict": []}))
+    before = [base.view(torch.uint8).clone() if base is not None else None for _t, base, _p, _s in dec.tensors]
+    if guard:
+        from cudacourse.grading.screens import torch_answer_guard
+
+        ctx: Any = torch_answer_guard([guard])
+    else:
+        ctx = contextlib.nullcontext()
+    with ctx:
+        result = fn(*args, **kwargs)
+    enc = Encoder()
+    mutated = []
+    for i, ((_t, base, pad, span), old) in enumerate(zip(dec.tensors, before, strict=True)):
+        if base is not None and not torch.equal(base.view(torch.uint8), old):
+            raw = base[pad:pad + span].view(torch.uint8).numpy()
+            enc.blobs.append(raw)
+            mutated.append([i, enc.size, raw.nbytes])
+            enc.size += raw.nbytes
+    storages = {base.untyped_storage().data_ptr(): (i, pad, t) for i, (t, base, pad, _s) in enumerate(dec.tensors)
+                if base is not None and base.numel()}
+
+    def out(v: Any, depth: int = 0) -> Any:
+        if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.numel():
+            hit = storages.get(v.untyped_storage().data_ptr())
+            if hit is not None and hit[2].dtype == v.dtype:
+                return {"alias": {"arg": hit[0], "shape": list(v.shape), "strides": list(v.stride()),
+                                  "offset": v.storage_offset() - hit[1]}}
+        if isinstance(v, (list, tuple)) and depth < _MAX_DEPTH:
+            items = [out(x, depth + 1) for x in v]
+            return items if isinstance(v, list) else {"tuple": items}
+        return enc.value(v, "the return value")
+
+    return {"ok": True, "result": out(result), "mutated": mutated}, enc.blobs
+
+
+def _serve(sock: socket.socket) -> None:
+    """Answer requests until the checking process closes the socket."""
+    mod: Any = None
+    chan, guard = _Channel(sock), None
+    while True:
+        try:
+            header, payload = recv_message(sock)
+        except EOFError:
+            return
+        blobs: list[Any] = []
+        try:
+            op = header.get("op")
+            if op == "load-torch":
+                from cudacourse.sim import build_torch_extension
+
+                mod = build_torch_extension(header["source"], header["path"], header["functions"],
+                                            checked=header["checked"])
+                reply: dict = {"ok": True}
+            elif op == "load-python":
+                from cudacourse.loader import import_file
+
+                mod = import_file(header["path"], header.get("name"))
+                guard = header["path"] if header.get("guard") else None
+                reply = {"ok": True}
+            elif op == "call":
+                fn = getattr(mod, header["name"], None)
+                if not callable(fn):
+                    raise AttributeError(f"the loaded module has no function {header['name']!r}")
+                reply, blobs = _call(fn, header, payload, chan, guard)
+            else:
+                raise ValueError(f"unknown request {op!r}")
+        except Exception as e:  # noqa: BLE001 - every error goes back to the caller, by name
+            reply, blobs = {"ok": False, "error": _error_record(e)}, []
+        sys.stdout.flush()
+        sys.stderr.flush()
+        send_message(sock, reply, blobs)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The checking process's side
+# ----------------------------------------------------------------------------------------------------
+
+
+def _course_errors() -> dict[str, type[Exception]]:
+    from cudacourse import errors
+
+    return {c.__name__: c for c in (errors.CompileError, errors.UnsupportedError, errors.KernelError,
+                                    errors.RaceError, errors.OutOfBoundsError, errors.UninitializedReadError,
+                                    errors.BarrierError, errors.KernelTimeout, errors.LaunchError)}
+
+
+def _int_tuple(v: Any) -> tuple[int, ...] | None:
+    if isinstance(v, list) and len(v) <= 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return tuple(v)
+    return None
+
+
+def rebuild_error(rec: Any, name: str) -> Exception:
+    """The exception a worker's error record stands for (a fixed table of types; ``name`` for the rest)."""
+    from cudacourse.errors import CompileError, KernelError
+
+    if not isinstance(rec, dict) or not isinstance(rec.get("type"), str) or not isinstance(rec.get("message"), str):
+        return KernelError(f"{name}: the worker reported an error it could not describe", kernel=name)
+    kind, msg = rec["type"], rec["message"]
+    text = {k: rec[k] if isinstance(rec.get(k), str) else None for k in ("kernel", "file", "compiler_output")}
+    line = rec.get("line") if isinstance(rec.get("line"), int) and not isinstance(rec.get("line"), bool) else None
+    cls = _course_errors().get(kind)
+    if cls is not None and issubclass(cls, CompileError):
+        return cls(msg, file=text["file"], line=line, compiler_output=text["compiler_output"] or "")
+    if cls is not None:
+        err = cls(msg, kernel=text["kernel"], block=_int_tuple(rec.get("block")),
+                  thread=_int_tuple(rec.get("thread")), file=text["file"], line=line)
+        if cls is KernelError and isinstance(rec.get("kind"), str):
+            err.kind = rec["kind"]
+        return err
+    if kind in _BUILTIN_ERRORS:
+        return _BUILTIN_ERRORS[kind](msg)
+    err = KernelError(f"{name} raised {kind}: {msg}", kernel=name)
+    err.kind = "exception"
+    return err
+
+
+class TorchWorker:
+    """A learner's torch-route file (or Python module) loaded in a confined worker; calls go over a socket.
+
+    ``TorchWorker.extension(source, path, functions)`` builds and loads a ``torch::Tensor`` file for the
+    simulator; ``TorchWorker.python(path)`` imports a Python file. ``function(name)`` is a callable that
+    runs ``name`` in the worker. Raises what loading raises there (``CompileError`` for a file that does
+    not build) at creation.
+    """
+
+    def __init__(self, load: dict, path: str, *, timeout_s: float = 10.0, confine: str = "strict",
+                 reads: list[Path] = ()) -> None:  # type: ignore[assignment]
+        self._load = load
+        self.path = path
+        self.timeout_s = timeout_s
+        self.confine = confine
+        self._reads = [Path(p) for p in reads]
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._handles: dict[int, tuple[Any, bool]] = {}  # objects exported for the call running now: (obj, method)
+        self._private = Path(tempfile.mkdtemp(prefix="cctorch-"))
+        self._log = self._private / "output.log"
+        self._log_pos = 0
+        self._start()
+
+    @classmethod
+    def extension(cls, source: str, path: str, functions: list[str], *, checked: bool = True,
+                  timeout_s: float = 10.0, confine: str = "strict") -> TorchWorker:
+        """A torch-route file built for the simulator (``sim.build_torch_extension``) in the worker."""
+        load = {"op": "load-torch", "source": source, "path": path, "functions": list(functions),
+                "checked": bool(checked)}
+        return cls(load, path, timeout_s=timeout_s, confine=confine,
+                   reads=[Path(path).parent] if os.path.isfile(path) else [])
+
+    @classmethod
+    def python(cls, path: str | os.PathLike[str], *, timeout_s: float = 10.0, confine: str = "strict",
+               guard: bool = False) -> TorchWorker:
+        """A Python file imported in the worker (its folder readable there). ``guard``: every call runs under
+        ``screens.torch_answer_guard`` for this file (a lesson's Python exercise file)."""
+        p = Path(path).resolve()
+        return cls({"op": "load-python", "path": str(p), "guard": guard}, str(p), timeout_s=timeout_s,
+                   confine=confine, reads=[p.parent])
+
+    def module(self) -> RemoteModule:
+        """The loaded module as seen from here: ``mod.name(...)`` calls ``name`` in the worker."""
+        return RemoteModule(self)
+
+    # ---- the process ------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        from cudacourse import buildcache, settings
+        from cudacourse.grading.confine import Limits, confined_popen
+
+        st = settings.current()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        keep = ("PATH", "LANG", "LC_ALL", "CXX", "CC", "CUDA_HOME", "MAX_JOBS", "OMP_NUM_THREADS", "LD_LIBRARY_PATH",
+                "CUDA_COURSE_SIM_ORDER")
+        env = {k: v for k, v in os.environ.items() if k in keep}
+        env.update(settings.to_env(st))
+        reads = [*self._reads, _THIS.parent.parent, *([st.build_shared] if st.build_shared else [])]
+        with open(self._log, "ab") as log:
+            try:
+                self._proc = confined_popen(
+                    [sys.executable, "-I", str(_THIS), str(theirs.fileno())], scratch=self._private / "scratch",
+                    env=env, read_only=[p for p in reads if p.exists()], read_write=[buildcache.build_root()],
+                    limits=Limits(memory=None, cpu_s=None), allow_unconfined=self.confine != "strict",
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),))
+            finally:
+                theirs.close()
+        self._sock = ours
+        try:
+            self._ask(self._load, [], "loading", LOAD_TIMEOUT_S)
+        except BaseException:
+            self._kill()
+            raise
+
+    def _kill(self) -> None:
+        from cudacourse.grading.confine import stop_group
+
+        if self._proc is not None:
+            stop_group(self._proc)
+        if self._sock is not None:
+            self._sock.close()
+        self._proc = self._sock = None
+
+    def _flush_log(self) -> None:
+        """What the learner's code printed (kernel printf included) goes to this process's stdout."""
+        try:
+            with open(self._log, "rb") as f:
+                f.seek(self._log_pos)
+                data = f.read()
+        except OSError:
+            return
+        if data:
+            self._log_pos += len(data)
+            sys.stdout.write(data.decode(errors="replace"))
+            sys.stdout.flush()
+
+    def _ask(self, header: dict, blobs: list[Any], what: str, timeout: float) -> tuple[dict, bytearray]:
+        """Send a request and wait for its answer; a dead, silent or nonsensical worker is a course error."""
+        from cudacourse.errors import KernelError, KernelTimeout
+
+        __tracebackhide__ = True
+        assert self._sock is not None
+        name = os.path.basename(self.path)
+        try:
+            self._sock.settimeout(timeout)
+            send_message(self._sock, header, blobs)
+            while True:
+                reply, payload = recv_message(self._sock, time.monotonic() + timeout)
+                if "req" not in reply:
+                    break
+                # the learner's code calls back an object we exported (the test's kernels): run it here,
+                # answer, and wait again (the time limit applies to the worker's own share)
+                answer, extra = self._serve_request(reply, payload)
+                self._sock.settimeout(timeout)
+                send_message(self._sock, answer, extra)
+        except TimeoutError:
+            self._kill()
+            self._flush_log()
+            raise KernelTimeout(f"{what} ({name}): the worker running your code was still busy after {timeout:g} s "
+                                "(an endless loop?); it was stopped, and the next call starts a fresh one.",
+                                kernel=header.get("name")) from None
+        except (EOFError, OSError):
+            rc = self._proc.wait() if self._proc is not None else None
+            self._kill()
+            self._flush_log()
+            how = f"was killed by signal {-rc}" if isinstance(rc, int) and rc < 0 else f"ended (exit status {rc})"
+            raise KernelError(f"{what} ({name}): the process running your code {how} before answering: a crash "
+                              "(e.g. abort(), a wild pointer) or an exit(). The next call starts a fresh one.",
+                              kernel=header.get("name")) from None
+        except ProtocolError as e:
+            self._kill()
+            raise KernelError(f"{what} ({name}): the worker answered nonsense ({e}); it was stopped.",
+                              kernel=header.get("name")) from None
+        self._flush_log()
+        if reply.get("ok") is not True:
+            raise rebuild_error(reply.get("error"), f"{header.get('name') or what}()")
+        return reply, payload
+
+    # ---- objects the worker calls back ------------------------------------------------------------
+
+    def _export(self, obj: Any, method: bool = False) -> int:
+        h = len(self._handles) + 1
+        self._handles[h] = (obj, method)
+        return h
+
+    def _exported(self, h: int) -> Any:
+        """An object this process exported, handed back by the worker."""
+        if h not in self._handles:
+            raise ProtocolError(f"no exported object {h}")
+        return self._handles[h][0]
+
+    def _serve_request(self, req: dict, payload: bytearray) -> tuple[dict, list[Any]]:
+        """Answer the worker about an exported object: a public attribute's value (a method comes back as a
+        handle), or a call of an exported callable. Nothing else of this process can be reached."""
+        h = req.get("handle")
+        obj, method = self._handles.get(h, (None, False)) if isinstance(h, int) else (None, False)
+        try:
+            if obj is None:
+                raise ProtocolError(f"no exported object {str(h)[:20]}")
+            if req.get("req") == "getattr":
+                name = req.get("name")
+                if not isinstance(name, str) or name.startswith("_") or method:
+                    raise AttributeError(f"{str(name)[:100]!r} cannot be read from the worker (public attributes "
+                                         "of the objects passed to the call only)")
+                v = getattr(obj, name)
+                if inspect.ismethod(v) and v.__self__ is obj:
+                    return {"ok": True, "result": {"remote": self._export(v, method=True)}}, []
+                enc = Encoder()
+                return {"ok": True, "result": enc.value(v, f"attribute {name}")}, enc.blobs
+            if req.get("req") == "invoke":
+                if not callable(obj):
+                    raise TypeError(f"a {type(obj).__name__} is not callable")
+                dec = Decoder(payload)
+                args, kwargs = dec.value(req.get("args", [])), dec.value(req.get("kwargs", {"dict": []}))
+                if not isinstance(args, list) or not isinstance(kwargs, dict):
+                    raise ProtocolError("bad arguments of a call back")
+                enc = Encoder()
+                return {"ok": True, "result": enc.value(obj(*args, **kwargs), "the result")}, enc.blobs
+            raise ProtocolError(f"unknown request {str(req.get('req'))[:50]}")
+        except ProtocolError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the learner's code sees the error (a kernel bug, a bad argument)
+            return {"ok": False, "error": _error_record(e)}, []
+
+    # ---- calls ------------------------------------------------------------------------------------
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Run function ``name`` of the loaded module in the worker and return its result here."""
+        import torch
+
+        from cudacourse.errors import KernelError
+
+        __tracebackhide__ = True
+        self._handles.clear()
+        enc = Encoder(export=self._export)
+        header = {"op": "call", "name": name, "args": enc.value(list(args), f"{name}() argument"),
+                  "kwargs": enc.value(dict(kwargs), f"{name}() keyword argument")}
+        if self._proc is None or self._proc.poll() is not None:
+            self._kill()
+            self._start()
+        reply, payload = self._ask(header, enc.blobs, f"{name}()", self.timeout_s)
+        try:
+            dec = Decoder(payload, enc.tensors, remote=self._exported)
+            mutated = reply.get("mutated", [])
+            for item in mutated if isinstance(mutated, list) else [None]:
+                if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, int) for x in item)):
+                    raise ProtocolError("bad list of changed arguments")
+                i, off, n = item
+                if not 0 <= i < len(enc.tensors) or enc.tensors[i].device.type != "cpu":
+                    raise ProtocolError("a changed argument that was not sent")
+                t = enc.tensors[i]
+                span = _span(list(t.shape), list(t.stride()))
+                if n != span * t.element_size() or off < 0 or off + n > len(payload):
+                    raise ProtocolError("a changed argument of the wrong size")
+                t.as_strided((span,), (1,), t.storage_offset()).view(torch.uint8).copy_(
+                    torch.frombuffer(payload, dtype=torch.uint8, count=n, offset=off))
+            return dec.value(reply.get("result"))
+        except ProtocolError as e:
+            self._kill()
+            raise KernelError(f"{name}() ({os.path.basename(self.path)}): the worker answered nonsense ({e}); it "
+                              "was stopped.", kernel=name) from None
+
+    def function(self, name: str) -> Any:
+        """A callable that runs ``name`` in the worker (what the loader's module exposes)."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            return self.call(name, *args, **kwargs)
+
+        call.__name__ = name
+        call.__doc__ = f"{name}(...)  [{os.path.basename(self.path)}, run in a confined worker]"
+        return call
+
+    def close(self) -> None:
+        """Stop the worker and remove its folder."""
+        import shutil
+
+        self._kill()
+        shutil.rmtree(self._private, ignore_errors=True)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class RemoteModule(types.ModuleType):
+    """A module loaded in a :class:`TorchWorker`: its public names are functions that run there."""
+
+    def __init__(self, worker: TorchWorker) -> None:
+        super().__init__(Path(worker.path).stem)
+        self.__file__ = worker.path
+        self.worker = worker
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.worker.function(name)
+
+
+if __name__ == "__main__":
+    sys.path[0] = str(_THIS.parent.parent)  # the course package this file belongs to, not its folder
+    _serve(socket.socket(fileno=int(sys.argv[1])))
+    sys.stdout.flush()
+    os._exit(0)  # no interpreter teardown: torch's and the simulator's threads may hold it up
