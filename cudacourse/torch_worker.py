@@ -567,16 +567,9 @@ class TorchWorker:
 
     def _flush_log(self) -> None:
         """What the learner's code printed (kernel printf included) goes to this process's stdout."""
-        try:
-            with open(self._log, "rb") as f:
-                f.seek(self._log_pos)
-                data = f.read()
-        except OSError:
-            return
-        if data:
-            self._log_pos += len(data)
-            sys.stdout.write(data.decode(errors="replace"))
-            sys.stdout.flush()
+        from cudacourse.sim import forward_output
+
+        self._log_pos = forward_output(self._log, self._log_pos)
 
     def _ask(self, header: dict, blobs: list[Any], what: str, timeout: float) -> tuple[dict, bytearray]:
         """Send a request and wait for its answer; a dead, silent or nonsensical worker is a course error."""

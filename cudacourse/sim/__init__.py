@@ -246,6 +246,21 @@ def _t(v: tuple | None) -> str:
 # ----------------------------------------------------------------------------------------------------
 
 
+def forward_output(log: str | Path, pos: int) -> int:
+    """Copy what a worker printed to ``log`` since byte ``pos`` (kernel printf included) to this process's stdout;
+    returns the new position. Shared by the simulator's worker and the torch worker."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(pos)
+            data = f.read()
+    except OSError:
+        return pos
+    if data:
+        sys.stdout.write(data.decode(errors="replace"))
+        sys.stdout.flush()
+    return pos + len(data)
+
+
 class SimLibrary:
     """A learner's CUDA file built for the simulator; ``call`` runs its launchers in a worker process."""
 
@@ -436,18 +451,8 @@ class SimLibrary:
                 self._kill()
 
     def _flush_log(self) -> None:
-        if not self._log_path:
-            return
-        try:
-            with open(self._log_path, "rb") as f:
-                f.seek(self._log_pos)
-                data = f.read()
-        except OSError:
-            return
-        if data:
-            self._log_pos += len(data)
-            sys.stdout.write(data.decode(errors="replace"))
-            sys.stdout.flush()
+        if self._log_path:
+            self._log_pos = forward_output(self._log_path, self._log_pos)
 
     # ---- calling ----------------------------------------------------------------------------------
 
