@@ -85,6 +85,18 @@ def sum_tolerance(n: int, dtype: torch.dtype = torch.float32, magnitude: float =
     return 1e-5 if dtype == torch.float32 else 10 * eps, 8.0 * math.sqrt(max(n, 1)) * eps * magnitude
 
 
+def softmax_rtol(logits: torch.Tensor, floor: float = 1e-4) -> float:
+    """Relative tolerance for ``exp(x - lse)`` (softmax, cross-entropy gradients) computed in float32.
+
+    ``lse`` rounded to float32 carries an absolute error of about ``eps * |lse|``, which ``exp()`` turns into a
+    relative error of the same size: with logits of size 1e4 that is about 1e-3, and the exact value depends on
+    the machine's ``expf``. The tolerance therefore grows with the largest finite logit (``2 * eps * max|x|``)
+    and never drops below ``floor``.
+    """
+    big = float(torch.nan_to_num(logits, 0.0, 0.0, 0.0).abs().max()) if logits.numel() else 0.0
+    return max(floor, 2 * torch.finfo(torch.float32).eps * big)
+
+
 @contextmanager
 def unchanged(*tensors: torch.Tensor, names: Sequence[str] | None = None) -> Iterator[None]:
     """Assert the given input tensors hold the same values after the block as before it."""
