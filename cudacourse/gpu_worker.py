@@ -237,7 +237,7 @@ class GpuWorker:
         from cudacourse.source import SCALAR_CTYPES
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = [sys.executable, "-I", "-S", str(_THIS), str(self.so), str(theirs.fileno())]
+        argv = [sys.executable, "-I", "-B", "-S", str(_THIS), str(self.so), str(theirs.fileno())]
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
                                                               "CUDA_DEVICE_ORDER", "LANG")}
         with open(self._log, "ab") as log:

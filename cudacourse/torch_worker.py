@@ -543,7 +543,8 @@ class TorchWorker:
         with open(self._log, "ab") as log:
             try:
                 self._proc = confined_popen(
-                    [sys.executable, "-I", str(_THIS), str(theirs.fileno())], scratch=self._private / "scratch",
+                    # -B: -I ignores PYTHONDONTWRITEBYTECODE, and a .pyc written into the staged harness fails the task
+                    [sys.executable, "-I", "-B", str(_THIS), str(theirs.fileno())], scratch=self._private / "scratch",
                     env=env, read_only=[p for p in reads if p.exists()], read_write=[buildcache.build_root()],
                     limits=Limits(memory=None, cpu_s=None), allow_unconfined=self.confine != "strict",
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),))

@@ -441,9 +441,10 @@ def test_grader_grades_the_checkout_and_hidden_tests(fake_course: Path, tmp_path
 
 def test_grading_the_checkout_again_reuses_its_builds(fake_course: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 15: `make grade` staged into a fresh temporary folder each time, and builds are keyed by the staged
+    """Issue 15: `make grade` staged into a fresh temporary folder each time, and builds were keyed by the staged
     path, so every grade rebuilt every file (relu_torch.cu: minutes on a CPU). The checkout's own grade now
-    stages into one stable folder under the build root: the second grade finds every build of the first."""
+    stages into one stable folder under the build root, its builds in a folder beside the staged files (never
+    around them: workers may write there): the second grade finds every build of the first."""
     monkeypatch.setenv("CUDA_COURSE_BUILD", str(tmp_path / "builds"))
 
     def builds() -> set[Path]:
@@ -454,7 +455,7 @@ def test_grading_the_checkout_again_reuses_its_builds(fake_course: Path, tmp_pat
     first = builds()
     assert first, "the first grade built nothing into the build root"
     (work,) = (tmp_path / "builds").glob("cc-grade-solution-*[!k]")  # the stable staging folder (not its .lock)
-    assert not any(work.iterdir()), "the staging folders are cleared after a grade"
+    assert [p.name for p in work.iterdir()] == ["build"], "the staging folders are cleared after a grade"
     from cudacourse.grading.feedback import display_paths
     from cudacourse.grading.staging import Submission
 

@@ -89,6 +89,11 @@ def write(path):
     with open(path, "w") as f:
         f.write("written")
     return "done"
+
+
+def writes_bytecode():
+    import sys
+    return not sys.flags.dont_write_bytecode
 '''
 
 
@@ -194,6 +199,13 @@ def test_python_module_cannot_write_outside_its_scratch(py_worker: Any, tmp_path
         py_worker.call("write", str(target))
     assert not target.exists()
     assert py_worker.call("write", "inside.txt") == "done"  # its own scratch (the working directory) is writable
+
+
+def test_the_worker_writes_no_bytecode(py_worker: Any) -> None:
+    """While grading, the worker imports the course from the staged folder: a .pyc written there changes the
+    harness, and the grader failed task 1.6 of the solution for it ("your code changed files of the grading
+    harness"). ``-I`` ignores PYTHONDONTWRITEBYTECODE, so the worker is started with ``-B``."""
+    assert py_worker.call("writes_bytecode") is False
 
 
 def test_nonsense_from_the_worker_is_refused() -> None:

@@ -239,7 +239,9 @@ def grade(args: argparse.Namespace) -> list[Report]:
     lock = _own_work_lock(course, impl) if own else None
     work = Path(lock.lock_file[:-len(".lock")]) if lock else \
         Path(tempfile.mkdtemp(prefix="cc-grade-", dir=args.workdir or None))
-    build_dir = current().build_dir or (work / "build")
+    # Grading the checkout builds next to its stable staged folder (kept between grades), never into a cache
+    # folder that holds the staged harness: workers may write their build folder, and only that.
+    build_dir = work / "build" if own else (current().build_dir or work / "build")
     build_dir.mkdir(parents=True, exist_ok=True)
     st = RunSettings(lessons, seed, None if args.backend == "auto" else args.backend, args.timeout,
                      args.build_timeout, build_dir, args.hidden_feedback, args.sanitize, backend,

@@ -541,7 +541,7 @@ def _launcher(*args: str) -> list[str]:
     """The command that runs this file as the launcher: no site (fast start), landlockpy's folder passed."""
     spec = importlib.util.find_spec("landlockpy")
     where = ["--path", str(Path(spec.origin).parent.parent)] if spec and spec.origin else []
-    return [sys.executable, "-I", "-S", str(_THIS), *where, *args]
+    return [sys.executable, "-I", "-B", "-S", str(_THIS), *where, *args]
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -239,7 +239,9 @@ class RunSettings:
     progress: Callable[[str], None] | None = None  # prints a progress line (None: quiet, ``grade -q``)
     many: bool = False  # several submissions: progress lines name the submission
     instructor: dict[str, set[str]] = field(default_factory=dict)  # "lesson/file" -> sha256 of solution, stub
-    shared_built: set[tuple[str, str, tuple[tuple[str, str], ...]]] = field(default_factory=set)
+    # (lesson, instructor files) -> set once their shared build is done (a second submission waits for it)
+    shared_built: dict[tuple[str, tuple[tuple[str, str], ...]], threading.Event] = field(default_factory=dict)
+    shared_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def say(self, sub: Submission, line: str) -> None:
         """Print one progress line (thread-safe; nothing when quiet)."""
@@ -297,8 +299,9 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     report.unlink(missing_ok=True)
     log = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.log"
     for lesson in sorted({t.lesson for t in tasks}):
-        if (slot.name, lesson) not in sub.warm:
-            _warm_up(sub, slot, lesson, st)
+        with sub.warm_lock:  # builds are shared by every slot (their keys leave out the folder): build once
+            if lesson not in sub.warm:
+                _warm_up(sub, slot, lesson, st)
     files = sorted({f for t in tasks for f in t.files})
     cmd = [_python(), "-m", "pytest", "-q", "-c", str(slot / "pytest.ini"), "--rootdir", str(slot),
            "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), "--tb=short", "-p", "no:randomly"]
@@ -392,14 +395,24 @@ def _warm_up(sub: Submission, slot: Path, lesson: str, st: RunSettings) -> None:
     instead of building it again. Prints a line as each file's build starts and ends (``st.progress``).
     """
     assert sub.pristine is not None
-    sub.warm.add((slot.name, lesson))
+    sub.warm.add(lesson)
     if sub.build_dir is not None:
         mine = _instructor_files(sub, lesson, st)
-        done_key = (slot.name, lesson, tuple(mine))
-        if done_key not in st.shared_built:  # (with no file of the instructor's: the simulator's runtime alone)
-            st.shared_built.add(done_key)
-            _build(sub, slot, lesson, st, [n for n, _ in mine] or ["-"], st.build_dir, shared=None,
-                   label="the course's copy")
+        done_key = (lesson, tuple(mine))
+        with st.shared_lock:
+            done = st.shared_built.get(done_key)
+            first = done is None
+            if first:
+                done = st.shared_built[done_key] = threading.Event()
+        assert done is not None
+        if first:  # (with no file of the instructor's: the simulator's runtime alone)
+            try:
+                _build(sub, slot, lesson, st, [n for n, _ in mine] or ["-"], st.build_dir, shared=None,
+                       label="the course's copy")
+            finally:
+                done.set()
+        else:
+            done.wait()
     _build(sub, slot, lesson, st, [], build_dir_of(sub, st), shared=st.build_dir if sub.build_dir else None)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,7 +75,8 @@ class Submission:
     missing: list[str] = field(default_factory=list)
     pristine: Path | None = None
     manifest: dict[str, str] = field(default_factory=dict)
-    warm: set[tuple[str, str]] = field(default_factory=set)  # (slot, lesson) pairs built for this submission
+    warm: set[str] = field(default_factory=set)  # lessons whose kernel files were built for this submission
+    warm_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one warm-up at a time
     build_dir: Path | None = None  # its own build cache (None: the run's, for this checkout's own kernels)
     unbuildable: dict[str, float] = field(default_factory=dict)  # "lesson/file" -> build seconds when stopped
 

@@ -114,9 +114,25 @@ def _compile(cmd: list[str], d: Path, reads: list[Path], path: str) -> subproces
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+# Every learner file is compiled as if it lay in this folder (the ``#line`` directives name it), so one build
+# serves every folder that holds the same file: the grader's slots and submissions identical to the course's
+# files build it once per run, not once per slot. The real path is put back into every message.
+SRC_DIR = "/ccsim-src"
+
+
+def _line_path(path: str) -> str:
+    """The name ``path`` is compiled under (``#line``): the same for every folder."""
+    return path if path.startswith("<") else f"{SRC_DIR}/{os.path.basename(path)}"
+
+
+def _real_paths(text: str, path: str) -> str:
+    """``text`` (compiler output, a runtime message) with the compiled-under name replaced by ``path``."""
+    return text if path.startswith("<") else text.replace(_line_path(path), path)
+
+
 def _compile_error(stderr: str, path: str) -> CompileError:
     """A CompileError at the learner's first error line, the runtime's folder hidden from the output."""
-    return compile_error(stderr, path, hide=str(RUNTIME_DIR) + "/")
+    return compile_error(_real_paths(stderr, path), path, hide=str(RUNTIME_DIR) + "/")
 
 
 def _parse_order(order: str | None) -> tuple[int, int]:
@@ -164,7 +180,7 @@ class _Symbolizer:
                     frames[cur].append((f, int(num.group(0))))
         for p in todo:
             fr = frames.get(p, [])
-            mine = [x for x in fr if x[0] == self.path or os.path.basename(x[0]) == os.path.basename(self.path)]
+            mine = [(self.path, ln) for f, ln in fr if os.path.basename(f) == os.path.basename(self.path)]
             self.cache[p] = (mine or fr or [None])[0]
 
     def where(self, pc: int) -> tuple[str, int] | None:
@@ -186,11 +202,12 @@ _SIGNALS = {4: "SIGILL (illegal instruction)", 5: "SIGTRAP", 6: "SIGABRT (abort)
 def make_error(rec: dict, sym: _Symbolizer | None, launcher: str, path: str) -> KernelError:
     """Turn a runtime error record into the matching KernelError subclass with all fields set."""
     kind = rec.get("kind", "crash")
-    msg = rec.get("message", "")
+    msg = _real_paths(rec.get("message", ""), path)
     if sym is not None:
         sym.resolve([int(h, 16) for h in _PC_TOKEN.findall(msg)] + [int(rec.get("pc") or 0)])
         msg = _PC_TOKEN.sub(lambda mm: sym.text(int(mm.group(1), 16)), msg)
     file, line = rec.get("file") or None, int(rec.get("line") or 0) or None
+    file = _real_paths(file, path) if file else file
     if line is None and rec.get("pc") and sym is not None:
         w = sym.where(int(rec["pc"]))
         if w:
@@ -300,15 +317,16 @@ class SimLibrary:
         Raises ``CompileError`` (learner's file and line, compiler's words) or ``UnsupportedError``.
         """
         path = path or "<source>"
-        text = rewrite(source, path, list(launchers))
+        text = rewrite(source, path, list(launchers), line_path=_line_path(path))
         rt = runtime_object()
         if profile not in (False, True, "branches"):
             raise ValueError(f"profile must be False, True or 'branches', not {profile!r}")
         checked = checked or bool(profile)
         flags = [*_COMMON, *_LINES, *(_CHECKED if checked else []), *(_BRANCHES if profile == "branches" else [])]
-        # a learner file may include its own headers next to it (not part of the cache key: keep them stable)
+        # a learner file may include its own headers next to it: their contents are in the key, their folder
+        # is not (so that copies of the folder share the build; see SRC_DIR)
         incs = ["-I", os.path.dirname(os.path.abspath(path))] if os.path.isfile(path) else []
-        key = content_key(text, " ".join(flags + incs), _runtime_text(), _gxx_version(), local_headers(path))
+        key = content_key(text, " ".join(flags), _runtime_text(), _gxx_version(), local_headers(path))
 
         def build(d: Path) -> None:
             (d / "src.cpp").write_text(text)
@@ -642,7 +660,7 @@ def build_torch_extension(source: str, path: str | None, functions: list[str], *
     from torch.utils.cpp_extension import load_inline
 
     path = path or "<source>"
-    text = rewrite(source, path, [], torch=True, entries=False)
+    text = rewrite(source, path, [], torch=True, entries=False, line_path=_line_path(path))
     rt = runtime_object()
     cflags = ["-O2", "-w", "-fno-strict-aliasing", "-fno-finite-loops", *_LINES, *(_CHECKED if checked else [])]
     key = content_key(text, " ".join(cflags), _runtime_text(), _gxx_version(), ",".join(functions))

@@ -238,19 +238,20 @@ def _torch_prepass(source: str) -> str:
 
 
 def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Launcher, ...] = (), *,
-            torch: bool = False, entries: bool = True) -> str:
+            torch: bool = False, entries: bool = True, line_path: str | None = None) -> str:
     """Rewrite learner CUDA C++ ``source`` into C++ for the simulator runtime.
 
     ``launchers`` get C entry points ``ccsim_entry_<name>(void** argv)`` appended (unless ``entries`` is
-    False). ``torch`` selects the classic ``torch::Tensor`` route. Raises ``UnsupportedError`` or
-    ``CompileError`` naming the learner's line.
+    False). ``torch`` selects the classic ``torch::Tensor`` route. ``line_path`` is the file name the
+    ``#line`` directives give the compiler (default ``path``). Raises ``UnsupportedError`` or
+    ``CompileError`` naming the learner's line (``path``).
     """
     path = path or "<source>"
     if torch:
         source = _torch_prepass(source)
     m = mask(source)
     edits: list[_Edit] = []
-    qpath = path.replace("\\", "\\\\").replace('"', '\\"')
+    qpath = (line_path or path).replace("\\", "\\\\").replace('"', '\\"')
 
     # --- refused constructs -------------------------------------------------------------------------
     for mm in re.finditer(r"\b(asm|__asm__|__asm)\b\s*(volatile\b|__volatile__\b)?\s*\(", m):
