@@ -173,14 +173,21 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
                      f"flat index {first[0].item()}, last at {first[-1].item()}: does every output element get a "
                      "thread, and did you implement the TODO?")
         if nbad == total:
-            lines.append("  Nothing was written at all: is the kernel body still the stub?")
+            small = f" If it is written: no thread stored anything for this small size ({total})." if total < 32 else ""
+            lines.append("  Nothing was written at all: is the kernel body still the stub?" + small)
     elif bool((flat_a == 0).all()) and not bool((flat_e == 0).all()):
         lines.append("  Your output is all zeros.")
     if 0 < nbad < total:
         first, last = bad[0].item(), bad[-1].item()
         if first > 0 and last == total - 1 and nbad == total - first and nbad <= max(64, total // 4):
-            lines.append(f"  Only the tail is wrong (flat indices {first}..{last} of {total}): check the bounds or "
-                         "tail handling for sizes that are not a multiple of your block or vector width.")
+            tail = f"  Only the tail is wrong (flat indices {first}..{last} of {total})"
+            if bool(poison[first:].all()) and not bool(poison[:first].any()):
+                lines.append(f"{tail}, and it was never written: no thread reached it. Check how many threads the "
+                             "launcher starts (a block count that rounds down leaves the tail without threads), and "
+                             "the kernel's loop bound or tail handling.")
+            else:
+                lines.append(f"{tail}: check the bounds or tail handling for sizes that are not a multiple of your "
+                             "block or vector width.")
         elif first == 0 and nbad == last + 1 and nbad <= total // 4:
             lines.append("  Only the start is wrong: check the index arithmetic of the first block.")
     if hint:

@@ -17,6 +17,8 @@ a float64 reference under written-down tolerances.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -160,13 +162,42 @@ def test_relu_grid_stride(n: int, blocks: int) -> None:
                        **EXACT)
 
 
+@pytest.mark.task("1.2")
+def test_relu_grid_stride_writes_each_element_once() -> None:
+    """A loop that steps by one block's threads instead of the whole grid's gives the right values (every block
+    covers the whole array), at gridDim.x times the work. The simulator's profile mode counts the stores."""
+    m = _m()
+    if m.backend != "sim":
+        pytest.skip("counting stores needs the simulator's profile mode (on a GPU the benchmark shows the time)")
+    n, blocks = 20_000, 7
+    prof = cc.load(m.dir / "relu.cu", backend="sim", profile=True)
+    try:
+        x = _input("1.2-once", n, m)
+        y = check.poisoned(n, torch.float32, "cpu")
+        prof.relu_v2_grid_stride(x, y, n, blocks)
+        check.assert_close(y, torch.relu(x), name=f"relu_v2_grid_stride y (n={n}, {blocks} blocks)", task="1.2",
+                           hint=HINT_12, **EXACT)
+        kernels = prof.profile_report().kernels
+    finally:
+        prof.close()
+    stored = sum(k.metrics["l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"] for k in kernels)
+    need = math.ceil(n * 4 / 32)
+    assert kernels and not any(k.sampled for k in kernels), "the profile of this small launch should count every block"
+    if stored > need + 2 * len(kernels):  # (a sector or two more where y does not start on a sector)
+        raise AssertionError(
+            f"relu_v2_grid_stride (task 1.2, n={n}, {blocks} blocks): the values are right, but the kernel stored "
+            f"{stored:.0f} 32-byte sectors where one store per element needs {need} ({stored / need:.1f}x): several "
+            "threads write each element. After its first element, a thread must step past every thread of the "
+            "grid, not only those of its block.")
+
+
 # ----------------------------------------------------------------------------------------------------
 # Task 1.3: float4 ReLU with a tail
 # ----------------------------------------------------------------------------------------------------
 
 HINT_13 = ("relu_v3_float4_kernel (TODO task 1.3): thread i loads reinterpret_cast<const float4*>(x)[i] when "
            "i < n / 4, applies fmaxf to .x .y .z .w and stores the float4 to y; threads i < n % 4 also handle "
-           "the leftover float at index (n / 4) * 4 + i.")
+           "one leftover float each, counted from where the last whole float4 ends.")
 
 
 @pytest.mark.task("1.3")

@@ -100,6 +100,16 @@ def test_untouched_stub_gets_no_answer_giving_hint() -> None:
     assert "blockIdx.x * blockDim.x" not in msg
 
 
+def test_nothing_written_at_one_small_size_is_not_called_a_stub() -> None:
+    """A float4 kernel without its tail writes nothing at n = 3 and only the tail is wrong at n = 1000: a
+    learner's report had "is the kernel body still the stub?" for it. Only when every case says so is it one."""
+    small = _result("AssertionError", STUB.replace("1000", "3"), n=3)
+    tail = _result("AssertionError", TAIL)
+    both = TaskResult("1.1", "01_relu", "relu", 2.0, 0.0, "fail", small.message, [*small.tests, *tail.tests])
+    msg = feedback(both, Submission("", None, "student"), root=ROOT)
+    assert HINTS["todo"] not in msg and HINTS["grid"] in msg
+
+
 def test_checkout_paths_name_lessons_or_solutions() -> None:
     msg = feedback(_result("LaunchError", ZERO_GRID, n=31), Submission("", None, "student"), root=ROOT)
     assert f"{ROOT}/lessons/01_relu/relu.cu:63" in msg

@@ -161,6 +161,19 @@ def test_assert_close_reports_unwritten_tail():
     msg = str(e.value)
     assert "3 of 100 elements differ" in msg and "never written" in msg and "Only the tail" in msg
     assert "task 1.1" in msg
+    # a tail that was never written points at the threads the launcher starts, not at a bounds check
+    assert "no thread reached it" in msg and "launcher" in msg, msg
+    y[97:] = 5.0  # written, wrong: the tail handling
+    with pytest.raises(AssertionError) as e:
+        check.assert_close(y, torch.relu(x), name="y")
+    assert "Only the tail" in str(e.value) and "tail handling" in str(e.value) and "launcher" not in str(e.value)
+
+
+def test_assert_close_nothing_written_at_a_small_size_is_not_only_the_stub():
+    """A float4 kernel without its tail writes nothing at n = 3: the message must not say only "stub"."""
+    with pytest.raises(AssertionError) as e:
+        check.assert_close(check.poisoned(3), torch.ones(3), name="y")
+    assert "Nothing was written at all" in str(e.value) and "small size (3)" in str(e.value)
 
 
 def test_assert_close_rejects_zeros_and_nan_mismatch():

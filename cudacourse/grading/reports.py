@@ -145,7 +145,9 @@ def print_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
     out = out or sys.stdout
     head = f"== {rep.name} ==" if rep.name else "== grade =="
     print(f"{head} backend={rep.backend} impl={rep.impl} seed={rep.seed} ({rep.seconds:.0f} s)", file=out)
-    print(f"confinement: {rep.confinement}", file=out)
+    if verbose or rep.confinement.startswith("unconfined"):
+        # a learner needs no sandbox details; an instructor must see when workers were not (fully) confined
+        print(f"confinement: {rep.confinement}", file=out)
     idle: dict[str, float] = {}
     for t in rep.tasks:
         if t.message == NOT_STARTED:

@@ -766,14 +766,32 @@ void global_bad(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
         long long idx = a >= b->base ? (long long)((a - b->base) / el) : -(long long)((b->base - a + el - 1) / el);
         size_t n = b->bytes / el;
         bool past = a >= b->base;
-        char m[700];
+        // Which mistake it is, where the launch is 1-D: a thread whose own grid position (counted in units of
+        // this access, so a float4 thread counts float4s) is past the end has no bounds check; one inside the
+        // data that still reached past it computed its index wrongly (i + 1, a loop bound that lets i reach n).
+        const Launch* L = w->L;
+        std::string why = "A thread reached past the end of the data: either a thread beyond the end has no bounds "
+                          "check, or the index arithmetic is off (an access such as i + 1); check both.";
+        if (past && L->g.y == 1 && L->g.z == 1 && L->b.y == 1 && L->b.z == 1) {
+            unsigned long long gid = (unsigned long long)w->bidx.x * L->b.x + f->v.ti.x;
+            size_t unit = size > el ? size : el;
+            unsigned long long inside = b->bytes / unit;
+            char t[400];
+            if (gid >= inside)
+                snprintf(t, sizeof t, "This thread's position in the grid (blockIdx.x * blockDim.x + threadIdx.x = "
+                         "%llu) is itself past the end: it needs a bounds check that stops it before the access.", gid);
+            else
+                snprintf(t, sizeof t, "This thread's position in the grid (blockIdx.x * blockDim.x + threadIdx.x = "
+                         "%llu) is inside the data, but the index it used is not: the index arithmetic is off (an "
+                         "access such as i + 1, or a loop that lets the index reach the end).", gid);
+            why = t;
+        }
+        char m[900];
         snprintf(m, sizeof m,
                  "OutOfBoundsError %s: %s %s %s[%lld] at %s, %s %s (%zu element%s). %s",
                  where(w->L, w->bidx).c_str(), thr(f).c_str(), verb, b->name, idx, pctok(pc).c_str(),
                  past ? "past the end of" : "before the start of", b->name, n, n == 1 ? "" : "s",
-                 past ? "A thread reached past the end of the data: either a thread beyond the end has no bounds "
-                        "check, or the index arithmetic is off (an access such as i + 1); check both."
-                      : "Check the index arithmetic (a negative index or offset).");
+                 past ? why.c_str() : "Check the index arithmetic (a negative index or offset).");
         fail_here("out-of-bounds", m, nullptr, 0, pc);
     }
     char m[600];
