@@ -9,7 +9,11 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 .PHONY: setup check grade test lab bench doctor stubs templates clean
 
 setup:
-	@./setup.sh
+	@./setup.sh $(EXTRAS)
+
+# Tools only some verbs need are installed by those verbs, the first time (the learner's first command is quicker).
+test: EXTRAS := dev,notebooks
+lab: EXTRAS := notebooks
 
 check: setup  ## check one task with full messages: make check T=1.1 (a lesson: T=01_relu; nothing: lessons started)
 	@$(PY) -m cudacourse check $(T)

@@ -5,22 +5,35 @@
 # the system site-packages. Otherwise installs torch ${TORCH_VERSION:-2.13.0}: on a machine without an
 # NVIDIA GPU the small CPU build from TORCH_INDEX_URL (default https://download.pytorch.org/whl/cpu; set
 # TORCH_INDEX_URL= empty for pip's own index, which on Linux serves the multi-GB CUDA build).
+#
+# Usage: ./setup.sh [EXTRAS]   EXTRAS: pyproject extras to add, comma-separated. The learner's verbs (grade,
+# check, doctor) need none; `make lab` asks for "notebooks", `make test` for "dev,notebooks". Extras installed
+# once stay installed.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 VENV=.venv
-STAMP=$VENV/.cudacourse-setup
+STAMP=$VENV/.cudacourse-setup  # "<hash of pyproject.toml and setup.sh> <extras installed>"
+LOG=$VENV/setup.log            # pip's whole output (the terminal gets one line per package)
 want="$(cat pyproject.toml setup.sh | sha256sum | cut -c1-16)"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then exit 0; fi
+read -r have_hash have_extras < "$STAMP" 2>/dev/null || { have_hash=; have_extras=; }
+[ "$have_hash" = "$want" ] || have_extras=
+# the extras wanted now: those asked for plus those already installed, sorted, no duplicates
+extras=$(echo "${1:-},$have_extras" | tr ',' '\n' | sed '/^$/d' | sort -u | paste -sd, -)
+if [ "$have_hash" = "$want" ] && [ "$extras" = "$have_extras" ]; then exit 0; fi
 
 # step NAME CMD...: say what is installed, run it showing each package pip fetches, then say how long it took.
 step() {
   local name=$1 t0=$SECONDS rc=0
   shift
   echo "setup: $name ..."
-  "$@" 2>&1 | { grep -E --line-buffered '^(Collecting|Successfully installed|ERROR|error)|Name or service not known|Failed to establish' \
+  local log=/dev/null
+  [ -d "$VENV" ] && log=$LOG
+  "$@" 2>&1 | tee -a "$log" | { grep -E --line-buffered '^(Collecting|Successfully installed|ERROR|error)' \
                  | sed 's/^/setup:   /' || true; } || rc=$?
-  if [ "$rc" = 0 ]; then echo "setup: $name: done in $((SECONDS - t0)) s"; else echo "setup: $name: FAILED (exit $rc)"; fi
+  if [ "$rc" = 0 ]; then echo "setup: $name: done in $((SECONDS - t0)) s"; return 0; fi
+  echo "setup: $name: FAILED (exit $rc); pip's last network complaints (all of its output is in $LOG):"
+  grep -E 'Name or service not known|Failed to establish|Could not fetch|connection' "$LOG" 2>/dev/null | tail -n 3 | sed 's/^/setup:   /' || true
   return "$rc"
 }
 pip_install() { "$VENV/bin/python" -m pip install --progress-bar off "$@"; }
@@ -38,7 +51,7 @@ else
   [ -d "$VENV" ] || step "creating $VENV" "$PY" -m venv "$VENV"
   if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     step "installing torch==${TORCH_VERSION:-2.13.0}${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL}${cpu_default:+ (no NVIDIA GPU here: the CPU build)} (the largest download)" \
-      pip_install --retries 1 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION:-2.13.0}" || {
+      pip_install --retries 0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION:-2.13.0}" || {
       echo "setup: torch did not install${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL}. If the lines above say 'Name or service"
       echo "setup: not known' or 'connection', this machine cannot reach that index: install torch into .venv yourself"
       echo "setup: (.venv/bin/python -m pip install torch==${TORCH_VERSION:-2.13.0}), or set TORCH_INDEX_URL to an index you can reach (empty: pip's"
@@ -46,9 +59,11 @@ else
       exit 1; }
   fi
 fi
-step "installing the course package (editable) with its dependencies and the [dev,notebooks] tools (pyproject.toml)" \
-  pip_install -e ".[dev,notebooks]"
-step "registering the notebook kernel" "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 || true
+step "installing the course package (editable) with its dependencies${extras:+ and the [$extras] tools} (pyproject.toml)" \
+  pip_install -e ".${extras:+[$extras]}"
+if "$VENV/bin/python" -c "import ipykernel" 2>/dev/null; then
+  step "registering the notebook kernel" "$VENV/bin/python" -m ipykernel install --sys-prefix --name python3 || true
+fi
 "$VENV/bin/python" -c "import cudacourse, torch" || { echo "setup: the install did not work (see above)"; exit 1; }
-echo "$want" > "$STAMP"
+echo "$want $extras" > "$STAMP"
 echo "setup: done ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
