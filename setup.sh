@@ -16,7 +16,8 @@ VENV=.venv
 STAMP=$VENV/.cudacourse-setup  # "<hash of pyproject.toml and setup.sh> <extras installed>"
 LOG=$VENV/setup.log            # pip's whole output (the terminal gets one line per package)
 want="$(cat pyproject.toml setup.sh | sha256sum | cut -c1-16)"
-read -r have_hash have_extras < "$STAMP" 2>/dev/null || { have_hash=; have_extras=; }
+have_hash= have_extras=
+if [ -f "$STAMP" ]; then read -r have_hash have_extras < "$STAMP" || true; fi
 [ "$have_hash" = "$want" ] || have_extras=
 # the extras wanted now: those asked for plus those already installed, sorted, no duplicates
 extras=$(echo "${1:-},$have_extras" | tr ',' '\n' | sed '/^$/d' | sort -u | paste -sd, -)
