@@ -114,15 +114,23 @@ def _compile(cmd: list[str], d: Path, reads: list[Path], path: str) -> subproces
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-# Every learner file is compiled as if it lay in this folder (the ``#line`` directives name it), so one build
+# Every learner file is compiled under a name relative to its build folder (the ``#line`` directives name it;
+# a copy of the file lies there, so the compiler can quote the learner's line under its message), so one build
 # serves every folder that holds the same file: the grader's slots and submissions identical to the course's
 # files build it once per run, not once per slot. The real path is put back into every message.
-SRC_DIR = "/ccsim-src"
+SRC_DIR = "ccsim-src"
 
 
 def _line_path(path: str) -> str:
-    """The name ``path`` is compiled under (``#line``): the same for every folder."""
+    """The name ``path`` is compiled under (``#line``, relative to the build folder): the same for every folder."""
     return path if path.startswith("<") else f"{SRC_DIR}/{os.path.basename(path)}"
+
+
+def _copy_for_compiler(d: Path, source: str, path: str) -> None:
+    """Put the learner's ``source`` where ``#line`` says it is, in build folder ``d``, for the compiler's quotes."""
+    if not path.startswith("<"):
+        (d / SRC_DIR).mkdir(exist_ok=True)
+        (d / _line_path(path)).write_text(source)
 
 
 def _real_paths(text: str, path: str) -> str:
@@ -330,6 +338,7 @@ class SimLibrary:
 
         def build(d: Path) -> None:
             (d / "src.cpp").write_text(text)
+            _copy_for_compiler(d, source, path)
             reads = [RUNTIME_DIR, rt, *([Path(incs[1])] if incs else [])]
             r = _compile(["g++", *flags, "-I", str(RUNTIME_DIR), *incs, "-c", "src.cpp", "-o", "src.o"], d, reads,
                          path)
@@ -669,6 +678,7 @@ def build_torch_extension(source: str, path: str | None, functions: list[str], *
     built: dict = {}
 
     def build(d: Path) -> None:
+        _copy_for_compiler(d, source, path)  # (ninja compiles in d)
         try:
             built["mod"] = load_inline(name=name, cpp_sources=[text], functions=list(functions), extra_cflags=cflags,
                                        extra_ldflags=[str(rt)], extra_include_paths=[str(RUNTIME_DIR)],
