@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--check" in argv:
         bad = stale()
         for p in bad:
-            print(f"stale: {p} (run `python -m cudacourse templates`)")
+            print(f"stale: {p} (run `make templates`)")
         return 1 if bad else 0
     for p in write_all():
         print(f"wrote {p}")
