@@ -26,7 +26,7 @@ def _stubs(argv: list[str]) -> int:
     if "--check" in argv:
         bad = stubs.drifted()
         for p in bad:
-            print(f"drifted: {p} (run `python -m cudacourse stubs`)")
+            print(f"drifted: {p} (run `make stubs`)")
         return 1 if bad else 0
     for p in stubs.write_all():
         print(f"wrote {p}")

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not lessons:
         print("cudacourse check: no lesson started yet (every exercise file is still its stub). Start with task "
-              "1.1 in lessons/01_relu/relu.cu, then run `cudacourse check 1.1` (or `make check T=1.1`).")
+              "1.1 in lessons/01_relu/relu.cu, then run `make check T=1.1`.")
         return 0
     if args.solution:
         extra = ["--impl=solution", *extra]

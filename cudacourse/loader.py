@@ -129,7 +129,7 @@ def backend_name(requested: str = "auto") -> str:
     if requested == "cuda" and not gpu_usable():
         raise RuntimeError("backend 'cuda' was asked for, but torch sees no CUDA GPU "
                            "(torch.cuda.is_available() is False). Use backend='sim' for the CPU simulator, "
-                           "or run `python -m cudacourse doctor` to see why.")
+                           "or run `make doctor` to see why.")
     return requested
 
 

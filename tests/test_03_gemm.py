@@ -375,7 +375,7 @@ def _transpose_traffic(fn: str, task: str) -> None:
         assert conflicts == {"ld": 0, "st": 0}, (
             f"task {task}: {fn} is correct but has shared-memory bank conflicts ({conflicts['ld']} extra load "
             f"wavefronts, {conflicts['st']} extra store wavefronts) at line(s) {lines} of transpose.cu. Run "
-            f"`python -m cudacourse profile 03_gemm {fn}` to see them. {HINT_38}")
+            f"`.venv/bin/python -m cudacourse profile 03_gemm {fn}` to see them. {HINT_38}")
         spr = mm["sim__sectors_per_request_global_st"]
         assert spr <= 4, (f"task {task}: {fn} stores to `out` uncoalesced ({spr:.1f} sectors per request, 4 is "
                           f"coalesced): consecutive threadIdx.x must write consecutive columns of out. {HINT_38}")

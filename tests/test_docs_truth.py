@@ -14,6 +14,9 @@ Conventions checked here (docs/CONTRIBUTING.md states them for authors):
   a committed file.
 - ``environment.yml`` parses, names what the course needs, and agrees with ``setup.sh`` and
   ``pyproject.toml`` (see ``test_environment_yml``).
+- A command shown to learners (READMEs, ``docs/``, the files of ``lessons/`` and ``solutions/``, notebooks) is
+  its ``make`` form: ``cudacourse <verb>`` and ``python -m cudacourse`` only where the same line or paragraph
+  mentions ``.venv``, and never ``jupyter lab`` (``make lab``).
 """
 
 from __future__ import annotations
@@ -309,3 +312,69 @@ def test_version_spec_helper() -> None:
     """The small spec parser used above."""
     assert _in_range("2.13.0", ">=2.11,<2.14") and not _in_range("2.14.0", ">=2.11,<2.14")
     assert _in_range("2.13.0", "=2.13") and not _in_range("2.12.1", ">=2.13")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Commands shown to learners
+# ----------------------------------------------------------------------------------------------------
+
+# One way to type a command, everywhere: `make <verb>` in the course's top folder (README, "Quick start"),
+# which uses .venv by itself. `cudacourse check 1.1` and `python -m cudacourse ...` work only inside the
+# activated .venv (in a plain shell: "command not found", or the system python's ModuleNotFoundError), so
+# they may appear only where the same line or paragraph says so by mentioning `.venv`. Notebooks open
+# with `make lab`. The workflows in templates/*.yml are left out: a CI runner pip-installs the course into
+# its own python and has no .venv.
+LEARNER_FILE = re.compile(r"README\.md|docs/[^/]+\.md|templates/.+\.py"
+                          r"|(lessons|solutions)/.+\.(md|cu|cuh|h|cpp|py|sh|ipynb)")
+VENV_ONLY = re.compile(r"\bcudacourse (check|grade|doctor|bench|profile|stubs|templates)\b|\bpython3? -m cudacourse\b")
+JUPYTER = re.compile(r"\bjupyter[- ](lab|notebook)\b")
+# A paragraph ends at a blank line (or an empty // or # comment line); a list item is a paragraph of its own.
+PARAGRAPH_BREAK = re.compile(r"\n(?:[ \t]*(?://|#)?[ \t]*\n)+|\n(?=[ \t]*(?:[-*]|\d+\.) )")
+
+
+def learner_texts() -> list[tuple[str, str]]:
+    """(path, text) of every committed learner-facing file; a notebook's text is its cells' sources."""
+    docs = []
+    for p in sorted(COMMITTED):
+        if LEARNER_FILE.fullmatch(p) and (ROOT / p).exists():
+            text = (ROOT / p).read_text()
+            if p.endswith(".ipynb"):
+                text = "\n\n".join("".join(c["source"]) for c in json.loads(text)["cells"])
+            docs.append((p, text))
+    return docs
+
+
+def venv_only_commands(doc: str, text: str) -> list[str]:
+    """Lines of ``text`` that show a command which fails when typed in a plain shell as shown."""
+    bad = []
+    for paragraph in PARAGRAPH_BREAK.split(text):
+        for line in paragraph.splitlines():
+            if JUPYTER.search(line) or (VENV_ONLY.search(line) and ".venv" not in paragraph):
+                bad.append(f"{doc}: {line.strip()}")
+    return bad
+
+
+def test_learner_commands_are_make_commands() -> None:
+    """READMEs, docs, kernel and script headers and notebooks show `make ...`, not commands that need .venv."""
+    bad = [b for doc, text in learner_texts() for b in venv_only_commands(doc, text)]
+    assert not bad, ("these lines show a command that fails outside the activated .venv; write its make form "
+                     "(make check T=1.1, make grade, make doctor, make bench, make lab), or say in the same "
+                     "paragraph that it runs inside `.venv` (source .venv/bin/activate):\n  " + "\n  ".join(bad))
+
+
+def test_command_check_catches_venv_only_commands() -> None:
+    """The command check is not a no-op: it reads the files it should and flags what it should."""
+    docs = {doc for doc, _ in learner_texts()}
+    assert {"README.md", "lessons/01_relu/README.md", "lessons/01_relu/relu.cu", "solutions/01_relu/relu.cu",
+            "lessons/01_relu/relu.ipynb", "lessons/06_training/train.py", "docs/INSTRUCTORS.md"} <= docs
+    text = ("Check it with `cudacourse check 1.1`.\n\n"
+            "Inside the activated `.venv` (source .venv/bin/activate):\n`cudacourse check 1.1`.\n\n"
+            "//   python -m cudacourse bench --lessons 01_relu\n//\n// .venv is in the next paragraph\n\n"
+            "jupyter lab lessons/01_relu/relu.ipynb\n\n"
+            "- `make check T=1.1` (`cudacourse check 1.1` inside `.venv`)\n- `make grade` (`cudacourse grade`)\n\n"
+            "import cudacourse as cc; .venv/bin/python -m cudacourse profile 01_relu relu; make check T=1.1\n")
+    assert venv_only_commands("x.md", text) == [
+        "x.md: Check it with `cudacourse check 1.1`.",
+        "x.md: //   python -m cudacourse bench --lessons 01_relu",
+        "x.md: jupyter lab lessons/01_relu/relu.ipynb",
+        "x.md: - `make grade` (`cudacourse grade`)"]  # a list item is a paragraph of its own

@@ -235,7 +235,7 @@ def test_stub_derivation():
 
 
 def test_lessons_are_derived_from_solutions():
-    assert stubs.drifted() == [], "run `python -m cudacourse stubs` and commit lessons/"
+    assert stubs.drifted() == [], "run `make stubs` and commit lessons/"
 
 
 def test_every_lesson_solution_file_has_a_stub_with_todos():
@@ -410,7 +410,7 @@ def test_readme_lesson_table_matches_the_model():
 def test_templates_are_generated_from_the_model():
     from cudacourse import templates
 
-    assert templates.stale() == [], "stale templates: run `python -m cudacourse templates`"
+    assert templates.stale() == [], "stale templates: run `make templates`"
     text = (ROOT / "templates" / "classroom.yml").read_text()
     graded = [t for t in course_model().tasks() if not t.gpu]
     assert text.count("uses: classroom-resources/autograding-command-grader@v1") == len(graded)

@@ -1,4 +1,4 @@
-"""Benchmark cases of lesson 01 (ReLU) for ``python -m cudacourse bench`` (GPU only).
+"""Benchmark cases of lesson 01 (ReLU) for ``make bench`` (GPU only).
 
 Groups (each compared with its PyTorch row and with the copy bandwidth measured in the same run):
   relu 2^28 fp32           torch.relu; relu_v1_scalar, relu_v2_grid_stride (a grid that just fills the GPU),

@@ -16,8 +16,8 @@
 //
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("01_relu"); m.relu_v1_scalar(x, y, n)
-//   cudacourse check 1.1                             (one task's graded checks; or: make check T=1.1)
-//   python -m cudacourse bench --lessons 01_relu     (timings, GPU only)
+//   make check T=1.1             (one task's graded checks; run it in the course's top folder)
+//   make bench LESSONS=01_relu   (timings, GPU only)
 // ====================================================================================================
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-"""Benchmark cases of lesson 02 (reductions) for ``python -m cudacourse bench`` (GPU only).
+"""Benchmark cases of lesson 02 (reductions) for ``make bench`` (GPU only).
 
 Groups (each compared with its PyTorch row and with the copy bandwidth measured in the same run):
   sum 2^28 fp32          torch.sum; the block-level versions v1-v5 run to one number by repeated passes

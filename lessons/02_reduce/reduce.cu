@@ -23,7 +23,7 @@
 //   argmax                           first index of the maximum, like torch.argmax (TODO task 2.6)
 //
 // Run: from Python, `m = cudacourse.lesson("02_reduce"); m.reduce_v2_sequential(x, partial, n)`.
-// Check: `cudacourse check 2.1` (one task; or `make check T=2.1`; the whole lesson: `cudacourse check 02`).
+// Check: `make check T=2.1` (one task; the whole lesson: `make check T=02_reduce`).
 // Every kernel here runs on the GPU and on the CPU simulator unchanged.
 // ====================================================================================================
 

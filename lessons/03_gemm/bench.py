@@ -1,4 +1,4 @@
-"""Benchmark cases of lesson 03 (matrix multiplication) for ``python -m cudacourse bench`` (GPU only).
+"""Benchmark cases of lesson 03 (matrix multiplication) for ``make bench`` (GPU only).
 
 Groups (each compared with its cuBLAS row, timed in the same run; FP32 rows run with TF32 off):
   sgemm 2048^3 fp32          every version v1-v8 against torch.matmul: the versions table of the README.

@@ -1,4 +1,4 @@
-"""Benchmark cases of lesson 04 for ``python -m cudacourse bench --lessons 04_transformer`` (GPU only).
+"""Benchmark cases of lesson 04 for ``make bench LESSONS=04_transformer`` (GPU only).
 
 Groups compare each kernel with PyTorch in the same run: torch.softmax, F.layer_norm, F.rms_norm, and
 for attention PyTorch's unfused math path (``SDPBackend.MATH``, TF32 off: true fp32 like our kernels).

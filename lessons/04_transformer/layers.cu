@@ -19,7 +19,7 @@
 //
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("04_transformer"); m.swiglu(g, u, out, n)
-//   cudacourse check 4.4     (or 4.5, 4.6; or: make check T=4.4)
+//   make check T=4.4         (or T=4.5, T=4.6)
 // ====================================================================================================
 
 #include <cmath>

@@ -23,7 +23,7 @@
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("05_tensor_cores")
 //   m.flash_attention_bf16(q, k, v, o, B, H, N, d, 1 / d**0.5, causal)      # (B, N, H, d) bf16 tensors
-//   cudacourse check 5.10                                                    (graded checks)
+//   make check T=5.10                                                        (graded checks)
 // ====================================================================================================
 
 #include <cuda_bf16.h>

@@ -1,4 +1,4 @@
-"""Benchmark cases of lesson 05 for ``python -m cudacourse bench --lessons 05_tensor_cores`` (GPU only).
+"""Benchmark cases of lesson 05 for ``make bench LESSONS=05_tensor_cores`` (GPU only).
 
 Groups (each compared with its reference row, timed in the same run). Targets are issue 17's; the graded
 ones come from lesson.toml through the ``task`` of the row:

@@ -24,8 +24,8 @@
 //
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("05_tensor_cores"); m.mma_gemm(a, w, c, M, N, K)
-//   cudacourse check 5.3     (or 5.4, 5.5, 5.6)                    (graded checks)
-//   python -m cudacourse bench --lessons 05_tensor_cores                  (timings, GPU only)
+//   make check T=5.3                    (or T=5.4, T=5.5, T=5.6)   (graded checks)
+//   make bench LESSONS=05_tensor_cores                              (timings, GPU only)
 // ====================================================================================================
 
 #include <cuda_bf16.h>

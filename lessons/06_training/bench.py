@@ -1,4 +1,4 @@
-"""Benchmark cases of lesson 06 for ``python -m cudacourse bench --lessons 06_training`` (GPU only).
+"""Benchmark cases of lesson 06 for ``make bench LESSONS=06_training`` (GPU only).
 
 Groups compare each kernel with PyTorch in the same run. Targets are the issue's (18):
   cross-entropy forward+backward, 8192 x 50257 fp32      >= 1.5x  F.cross_entropy + backward, eager
@@ -14,8 +14,8 @@ fused linear + cross-entropy rows (``peak_memory_bytes``: torch.cuda.max_memory_
 allocated before the call, outputs included) is measured once when the cases are built and written into
 the row names.
 
-``python lessons/06_training/bench.py`` runs this lesson's bench alone and writes results.md/json under
-$OUT (or results/); ``--profile`` writes the capstone step's per-kernel table instead (profile_step.py).
+``.venv/bin/python lessons/06_training/bench.py`` runs this lesson's bench alone and writes results.md/json
+under $OUT (or results/); ``--profile`` writes the capstone step's per-kernel table instead (profile_step.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where the capstone's training step spends its time on a GPU: one step under ``torch.profiler``.
 
-    python lessons/06_training/profile_step.py [--out DIR] [--impl solution|student] [--steps 3]
+    .venv/bin/python lessons/06_training/profile_step.py [--out DIR] [--impl solution|student] [--steps 3]
 
 Runs the training step of bench.py's capstone row (``capstone.gpu_config()``, 16 x 256 tokens, every op on
 the course kernels, ``train.train_step``) and the same step in PyTorch eager, a few warm-up steps first, then

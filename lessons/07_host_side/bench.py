@@ -1,4 +1,4 @@
-"""Benchmark cases of lesson 07 for ``python -m cudacourse bench --lessons 07_host_side`` (GPU only).
+"""Benchmark cases of lesson 07 for ``make bench LESSONS=07_host_side`` (GPU only).
 
 Groups and the issue's (19) targets:
   host-to-device copy of 256 MiB: pageable vs pinned (cudaMallocHost-backed) memory, both measured; the

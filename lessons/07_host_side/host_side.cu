@@ -19,8 +19,8 @@
 //
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("07_host_side")
-//   cudacourse check 7.1                             (one task's graded checks; or: make check T=7.1)
-//   python -m cudacourse bench --lessons 07_host_side  (timings, GPU only)
+//   make check T=7.1                 (one task's graded checks; run it in the course's top folder)
+//   make bench LESSONS=07_host_side  (timings, GPU only)
 // On the CPU simulator, work on a created stream runs at synchronisation points in an adversarial order
 // (most recently issued first): a missing cudaStreamWaitEvent gives a wrong answer there, not a lucky pass.
 // ====================================================================================================

@@ -1,7 +1,7 @@
 """Lesson 07: a small model using the swish custom op, exported to ONNX and run in ONNX Runtime.
 
-    pip install onnx onnxscript onnxruntime onnxruntime-extensions
-    python lessons/07_host_side/onnx_export.py [--impl solution|student] [--out DIR]
+    .venv/bin/python -m pip install onnx onnxscript onnxruntime onnxruntime-extensions
+    .venv/bin/python lessons/07_host_side/onnx_export.py [--impl solution|student] [--out DIR]
 
 The route uses only registry packages. ONNX Runtime's PyPI wheel ships no C/C++ headers, so a compiled
 custom-op library (the C++ route: OrtCustomOp, onnxruntime_cxx_api.h) needs the vendor's release archive,

@@ -1,6 +1,6 @@
 """Profile lesson 07's pipeline with torch.profiler and write a Chrome/Perfetto trace (GPU only).
 
-    python lessons/07_host_side/profile_pipeline.py [--out DIR] [--impl solution|student]
+    .venv/bin/python lessons/07_host_side/profile_pipeline.py [--out DIR] [--impl solution|student]
 
 Runs pipeline_run twice (serial: 1 chunk on 1 stream; overlapped: 8 chunks on 4 streams) inside one
 profile and writes DIR/pipeline_trace.json (open it in https://ui.perfetto.dev or chrome://tracing) and

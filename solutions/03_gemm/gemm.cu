@@ -21,7 +21,7 @@
 //                          a transposed, padded W tile and the bias added in the epilogue
 //
 // Run:   import cudacourse as cc; m = cc.lesson("03_gemm"); m.sgemm_v3_shared(A, B, C, M, N, K)
-// Check: cudacourse check 3.1 (or make check T=3.1)   Bench (GPU): python -m cudacourse bench 03_gemm
+// Check: make check T=3.1   Bench (GPU): make bench LESSONS=03_gemm
 // Tensor cores (ungraded, GPU only): gemm_wmma.cu.
 
 // ----------------------------------------------------------------------------------------------------

@@ -14,8 +14,9 @@
 //   transpose_conflict_free TODO(task 3.8) the tiled version without a single bank conflict
 //
 // Run:     import cudacourse as cc; m = cc.lesson("03_gemm"); m.transpose_tiled(x, out, M, N)
-// Profile: python -m cudacourse profile 03_gemm transpose_tiled --size 64 --size 64  (bank conflicts per line)
-// Check:   cudacourse check 3.8: correct on every shape AND zero bank conflicts under the simulator's profiler.
+// Profile: .venv/bin/python -m cudacourse profile 03_gemm transpose_tiled --size 64 --size 64  (bank conflicts
+//          per line)
+// Check:   make check T=3.8: correct on every shape AND zero bank conflicts under the simulator's profiler.
 
 // ----------------------------------------------------------------------------------------------------
 // Helpers
@@ -82,8 +83,8 @@ __global__ void transpose_conflict_free_kernel(const float* __restrict__ in, flo
     // The graded check runs this kernel under the simulator's profiler and wants zero bank conflicts on
     // every shared-memory load and store, coalesced global stores, and the right answer for any M, N.
     // Hint: a tile row of 33 floats instead of 32 shifts each row by one bank, so a column of the tile
-    // touches 32 different banks. See `python -m cudacourse profile 03_gemm transpose_tiled` for the
-    // conflicts of the given version, line by line.
+    // touches 32 different banks. See `.venv/bin/python -m cudacourse profile 03_gemm transpose_tiled` for
+    // the conflicts of the given version, line by line.
     // BEGIN SOLUTION
     __shared__ float tile[TILE][TILE + 1];   // +1: row r starts in bank r % 32, so columns are conflict-free
     const int c = blockIdx.x * TILE + threadIdx.x;

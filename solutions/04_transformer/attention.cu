@@ -17,7 +17,7 @@
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("04_transformer")
 //   m.attention_flash(q, k, v, o, B, H, N, d, 1 / d**0.5, 1)
-//   cudacourse check 4.7     (or 4.8; or: make check T=4.7)
+//   make check T=4.7         (or T=4.8)
 // ====================================================================================================
 
 #include <cmath>

@@ -20,8 +20,8 @@
 //
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("04_transformer"); m.softmax(x, y, rows, cols)
-//   cudacourse check 4.1     (or 4.2, 4.3; or: make check T=4.1)   (graded checks)
-//   python -m cudacourse bench --lessons 04_transformer                  (timings, GPU only)
+//   make check T=4.1                   (or T=4.2, T=4.3)   (graded checks)
+//   make bench LESSONS=04_transformer                       (timings, GPU only)
 // ====================================================================================================
 
 #include <cmath>

@@ -15,8 +15,8 @@
 //
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("05_tensor_cores"); m.bias_gelu_bf16(x, b, y, rows, cols)
-//   cudacourse check 5.1     (or 5.2)                 (graded checks)
-//   python -m cudacourse bench --lessons 05_tensor_cores      (timings, GPU only)
+//   make check T=5.1                    (or T=5.2)   (graded checks)
+//   make bench LESSONS=05_tensor_cores                (timings, GPU only)
 // ====================================================================================================
 
 #include <cuda_bf16.h>

@@ -17,7 +17,7 @@
 // are multiples of 16 bytes). The simulator compiles this file but does not run it.
 //
 // Run it (H100):
-//   python -m pytest tests/test_05_tensor_cores.py -k wgmma   (on a compute capability 9.0 GPU: sm_90a build)
+//   make check T=5.12   (task 5.12, on a compute capability 9.0 GPU: sm_90a build)
 // ====================================================================================================
 
 #include <cuda_bf16.h>

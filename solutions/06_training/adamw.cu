@@ -16,7 +16,7 @@
 //
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("06_training"); m.adamw_flat(p, g, m1, v1, n, lr, ...)
-//   python -m pytest tests/test_06_training.py -k adamw
+//   make check T=6.5                                         (graded checks)
 // ====================================================================================================
 
 #include <cmath>

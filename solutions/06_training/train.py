@@ -21,7 +21,7 @@ into the weight views, and adding the gradients of a tensor that feeds two ops, 
 the token sort and offsets of the embedding backward, and the label check before the loss kernel.
 
 The grader imports this file in its own process, so it may import only math, typing, torch and cudacourse
-(``python -m cudacourse grade`` screens it). The data pipeline, the loading of lesson 04's decoder and the
+(``make grade`` screens it). The data pipeline, the loading of lesson 04's decoder and the
 same model in plain PyTorch are in capstone.py, beside this file.
 """
 

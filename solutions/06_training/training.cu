@@ -30,8 +30,8 @@
 //
 // Run it:
 //   import cudacourse as cc; m = cc.lesson("06_training"); m.gelu_backward(x, dy, dx, n)
-//   python -m pytest tests/test_06_training.py -k "gelu or layernorm"   (graded checks)
-//   python -m cudacourse bench --lessons 06_training                    (timings, GPU only)
+//   make check T=6.1               (or T=6.2, T=6.3, T=6.4, T=6.6)   (graded checks)
+//   make bench LESSONS=06_training                                    (timings, GPU only)
 // ====================================================================================================
 
 #include <cmath>

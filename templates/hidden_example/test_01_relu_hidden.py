@@ -1,6 +1,6 @@
 """Example hidden tests for lesson 01, kept out of the learners' repository.
 
-    python -m cudacourse grade --submission DIR --hidden templates/hidden_example
+    make grade ARGS="--submission DIR --hidden templates/hidden_example"
 
 A hidden file uses the same plugin and markers as tests/test_01_relu.py. A test marked with an existing
 task id ("1.1") adds cases to that task: the task earns its points only if the public *and* the hidden

@@ -3,8 +3,8 @@
 Not part of the graded work and not run in CI (it needs a CUDA build of torch and nvcc). After task 1.6,
 on a GPU machine, from the repository root:
 
-    python -m pip install --no-build-isolation ./lessons/01_relu/extension_setup
-    python -c "import torch, relu_ext; print(relu_ext.relu_forward(torch.randn(8, device='cuda')))"
+    .venv/bin/python -m pip install --no-build-isolation ./lessons/01_relu/extension_setup
+    .venv/bin/python -c "import torch, relu_ext; print(relu_ext.relu_forward(torch.randn(8, device='cuda')))"
 
 ``--no-build-isolation`` lets the build see the torch you already have (an isolated build would try to
 download another one). ``CUDAExtension`` compiles ``.cu`` sources with nvcc and ``.cpp`` sources with
