@@ -42,9 +42,9 @@ def base_seed() -> int:
 
 
 def rng(name: str) -> torch.Generator:
-    """A CPU generator seeded from the run's base seed and ``name``; the seed is printed for replay."""
+    """A CPU generator seeded from the run's base seed and ``name`` (the pytest plugin prints the base seed once,
+    after a failure, for replay: ``CUDA_COURSE_SEED=<seed> make check T=...``)."""
     seed = (base_seed() + zlib.crc32(name.encode())) % (1 << 63)
-    print(f"[seed] {name}: CUDA_COURSE_SEED={base_seed()} (generator seed {seed})")
     return torch.Generator().manual_seed(seed)
 
 

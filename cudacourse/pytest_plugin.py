@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,8 @@ def pytest_configure(config: pytest.Config) -> None:
         changes["submission"] = path
     if config.getoption("seed") is not None:
         changes["seed"] = config.getoption("seed")
+    elif settings.current().seed is None:  # one seed for the whole run (xdist workers and subprocesses inherit it)
+        changes["seed"] = random.SystemRandom().randrange(1 << 31)
     try:
         st = settings.configure(**changes)
     except ValueError as e:
@@ -374,3 +377,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                                     f"backend={backend_name()})")
     for line in points_table(tasks):
         terminalreporter.write_line(line)
+    seed = settings.current().seed
+    if exitstatus != 0 and seed is not None:  # once, not once per case
+        terminalreporter.write_line(f"random inputs of this run: CUDA_COURSE_SEED={seed} (put it in front of the "
+                                    "command to run the same inputs again)")

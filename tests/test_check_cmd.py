@@ -104,3 +104,4 @@ def test_a_compile_error_is_shown_once_per_process(tmp_path: Path) -> None:
     assert "loader.py" not in failures, "a compile error's report is the compiler's output, not the harness's frames"
     short = f"does not compile: see the first failure above, {sub / 'relu.cu'}:{broken_line}"
     assert text.count(short) >= 3, text[-4000:]  # task 1.1 has more than four cases
+    assert text.count("CUDA_COURSE_SEED=") == 1, "the run's seed is printed once, not once per case"

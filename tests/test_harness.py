@@ -207,7 +207,10 @@ def test_seed_comes_from_environment():
     again = subprocess.run([sys.executable, "-c", "from cudacourse import check; g = check.rng('a'); "
                             "import torch; print(torch.rand(1, generator=g).item())"],
                            env={**os.environ, "CUDA_COURSE_SEED": "1234"}, capture_output=True, text=True, check=True)
-    assert out.stdout == again.stdout and "CUDA_COURSE_SEED=1234" in out.stdout
+    other = subprocess.run([sys.executable, "-c", "from cudacourse import check; g = check.rng('a'); "
+                            "import torch; print(torch.rand(1, generator=g).item())"],
+                           env={**os.environ, "CUDA_COURSE_SEED": "1235"}, capture_output=True, text=True, check=True)
+    assert out.stdout == again.stdout != other.stdout
 
 
 # ----------------------------------------------------------------------------------------------------
