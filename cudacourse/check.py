@@ -30,6 +30,11 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 _BASE_SEED: int | None = None
 
 
+class CheckFailure(AssertionError):
+    """A course check failed: its message is the whole story (``make check`` shows it without a traceback)."""
+
+
+
 def base_seed() -> int:
     """The run's base seed: ``$CUDA_COURSE_SEED`` if set (the grader sets a fresh one), else random once."""
     global _BASE_SEED
@@ -132,7 +137,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
     __tracebackhide__ = True  # pytest shows the learner's test line, not this harness frame
     where = f"{name}" + (f" (task {task})" if task else "")
     if tuple(actual.shape) != tuple(expected.shape):
-        raise AssertionError(f"{where}: shape {tuple(actual.shape)} but expected {tuple(expected.shape)}")
+        raise CheckFailure(f"{where}: shape {tuple(actual.shape)} but expected {tuple(expected.shape)}")
     a = actual.detach().cpu()
     e = expected.detach().cpu().to(a.dtype) if a.dtype != expected.dtype else expected.detach().cpu()
     dflt_rtol, dflt_atol = TOLERANCES.get(a.dtype, (0.0, 0.0))
@@ -192,7 +197,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
             lines.append("  Only the start is wrong: check the index arithmetic of the first block.")
     if hint:
         lines.append(f"  Hint: {hint}")
-    raise AssertionError("\n".join(lines))
+    raise CheckFailure("\n".join(lines))
 
 
 # Poisoned floats placed after an output by ``guarded``: a write past the end of the output lands there.
@@ -219,5 +224,5 @@ def assert_guard(full: torch.Tensor, n: int, name: str, task: str | None = None,
     if not bool(clean.all()):
         first = int((~clean).nonzero()[0])
         where = f"{name}" + (f" (task {task})" if task else "")
-        raise AssertionError(f"{where}: the kernel wrote past the end of its output (element {n + first}; the "
+        raise CheckFailure(f"{where}: the kernel wrote past the end of its output (element {n + first}; the "
                              f"output has {n}). {hint}")

@@ -59,8 +59,10 @@ def pytest_args(c: Course, lessons: list[LessonInfo], task_ids: list[str], extra
     args = [str(c.tests_dir / les.test_file) for les in lessons]
     for t in task_ids:
         args += ["--cc-task", t]
-    # --tb=short: the failing test line and the course's message, not pages of test source (extra can override)
-    return args + ["-q", "-p", "no:cacheprovider", "--tb=short", *extra]
+    # --tb=short: the failing test line and the course's message, not pages of test source (extra can override);
+    # --cc-brief: a course check's message without the traceback, each hint once; -rN: no closing list of raw
+    # test ids (the points table names the tasks)
+    return args + ["-q", "-p", "no:cacheprovider", "--tb=short", "--cc-brief", "-rN", *extra]
 
 
 def main(argv: list[str] | None = None) -> int:

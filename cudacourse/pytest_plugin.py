@@ -45,7 +45,7 @@ import pytest
 from cudacourse import settings
 from cudacourse.course import Course, CourseError, Task, hidden_tasks
 from cudacourse.course import course as course_model
-from cudacourse.errors import CompileError
+from cudacourse.errors import CompileError, KernelError
 from cudacourse.grading.results import TestRecord, fold_tasks, points_table, trim_message
 
 NOT_GRADED_PREFIX = "not graded"
@@ -73,6 +73,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="base seed of every random input (exported as CUDA_COURSE_SEED)")
     group.addoption("--cc-task", action="append", default=[], metavar="ID",
                     help="(grader) run only the tests of this task id; repeatable")
+    group.addoption("--cc-brief", action="store_true",
+                    help="(make check) a course check's or kernel error's message without the Python traceback, and "
+                         "each hint once")
     group.addoption("--cc-report", default=None, metavar="FILE",
                     help="(grader) append a JSON line per test to FILE")
 
@@ -273,6 +276,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         # The compiler's output is the whole story: no Python traceback through the harness (a missing `;`
         # printed 164 lines in a learner's `make check T=1.1`). `-vv` shows the traceback.
         report.longrepr = f"{call.excinfo.typename}: {call.excinfo.value}"
+    elif report.failed and call.excinfo is not None and item.config.getoption("cc_brief"):
+        from cudacourse.check import CheckFailure  # (torch: imported only where a test failed)
+
+        if call.excinfo.errisinstance((CheckFailure, KernelError)):
+            text = str(call.excinfo.value)  # (a kernel error's message starts with its type already)
+            if not text.startswith(call.excinfo.typename) and not call.excinfo.errisinstance(CheckFailure):
+                text = f"{call.excinfo.typename}: {text}"
+            report.longrepr = _brief(text)
     state = item.config.stash.get(_STATE, None)
     if state is None:
         return report
@@ -305,6 +316,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             # Travels with the report to the pytest-xdist controller, which prints the points table.
             report.user_properties.append((_PROP, json.dumps(_public(rec))))
     return report
+
+
+_HINTS_SHOWN: set[str] = set()
+
+
+def _brief(text: str) -> str:
+    """``text`` with each "Hint:" line it repeats from an earlier failure of this run shortened (a learner's
+    report: the same hint paragraph once per failing size)."""
+    out = []
+    for line in text.splitlines():
+        hint = line.strip()
+        if hint.startswith("Hint:"):
+            if hint in _HINTS_SHOWN:
+                line = line[:len(line) - len(line.lstrip())] + "Hint: the same as above."
+            _HINTS_SHOWN.add(hint)
+        out.append(line)
+    return "\n".join(out)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -344,7 +372,8 @@ def _failure_text(call: pytest.CallInfo[None], report: pytest.TestReport) -> tup
     """(exception type, first lines of its message) for a failed phase."""
     exc = call.excinfo
     if exc is not None:
-        etype = exc.type.__name__
+        # a course check's failure reads as the AssertionError it is (CheckFailure only marks it as complete)
+        etype = "AssertionError" if exc.type.__name__ == "CheckFailure" else exc.type.__name__
         try:
             msg = str(exc.value)
         except Exception:  # noqa: BLE001

@@ -105,3 +105,26 @@ def test_a_compile_error_is_shown_once_per_process(tmp_path: Path) -> None:
     short = f"does not compile: see the first failure above, {sub / 'relu.cu'}:{broken_line}"
     assert text.count(short) >= 3, text[-4000:]  # task 1.1 has more than four cases
     assert text.count("CUDA_COURSE_SEED=") == 1, "the run's seed is printed once, not once per case"
+
+
+def test_check_output_is_the_courses_messages_each_hint_once(tmp_path: Path) -> None:
+    """A learner's report: `make check` printed a traceback into the test file and the same hint paragraph for
+    every failing size, then a list of raw test ids. Now: the course's message, each hint once, no raw ids."""
+    import shutil
+
+    c = course()
+    sub = tmp_path / "sub" / "lessons" / "01_relu"
+    shutil.copytree(c.kernel_dir("01_relu", "solution"), sub)
+    text = (sub / "relu.cu").read_text()
+    (sub / "relu.cu").write_text(text.replace("y[i] = fmaxf(x[i], 0.0f);", ";", 1))  # task 1.1 writes nothing
+    env = dict(os.environ, PYTHONPATH=str(c.root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("PYTEST_ADDOPTS", None)
+    out = subprocess.run([sys.executable, "-m", "cudacourse", "check", "1.1", "--", "--submission",
+                          str(sub.parent.parent), "--backend", "sim", "-p", "no:xdist"],
+                         cwd=c.root, env=env, capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    hints = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("Hint:")]
+    assert len(hints) >= 3 and len(set(hints)) == 2 and hints[1:] == ["Hint: the same as above."] * (len(hints) - 1)
+    assert "test_01_relu.py:" not in text and "FAILED tests/" not in text  # no traceback, no raw test ids
+    assert "never written" in text and "1.1 " in text and text.count("CUDA_COURSE_SEED=") == 1
