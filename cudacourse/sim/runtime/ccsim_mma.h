@@ -31,6 +31,7 @@
 #define CCSIM_AT_CALLER __attribute__((always_inline, artificial)) inline
 
 extern "C" void ccsim_api_set_error(const char*, const char*);
+extern "C" void ccsim_api_quiet(int);
 
 namespace ccsim {
 namespace mma {
@@ -61,7 +62,12 @@ CCSIM_NOSAN static void put_ptr(unsigned slot, const void* p) { ((const void**)s
 CCSIM_NOSAN static const char* get_ptr(unsigned slot) { return ((const char**)scratch()->w[warp()])[slot]; }
 
 // A kernel-side error with a message of our own: the first error of a launch wins, so the trap that ends the
-// thread only stops it.
+// thread only stops it. Each failure path first opens a Quiet: the message is built on the heap, which checked
+// mode would otherwise report as a wild write (the fiber's end drops the guard: the thread never resumes).
+struct Quiet {
+    Quiet() { ccsim_api_quiet(1); }
+    ~Quiet() { ccsim_api_quiet(-1); }
+};
 [[noreturn]] static inline void fail(const std::string& what, const char* f, int l) {
     dim3 t = threadIdx, b = blockIdx;
     std::string m = "KernelError at " + std::string(f) + ":" + std::to_string(l) + ": thread (" + std::to_string(t.x) +
@@ -73,6 +79,7 @@ CCSIM_NOSAN static const char* get_ptr(unsigned slot) { return ((const char**)sc
 }
 static inline void need_aligned(const void* p, unsigned align, const char* op, const char* what, const char* f, int l) {
     if ((uintptr_t)p % align == 0) return;
+    Quiet quiet;
     char buf[64];
     std::snprintf(buf, sizeof buf, "%p", p);
     fail(std::string(op) + ": " + what + " address " + buf + " is not " + std::to_string(align) +
@@ -195,12 +202,16 @@ CCSIM_NOSAN static int cp_async_take(int keep, Pending* out) {
 CCSIM_AT_CALLER static void cp_async_16(void* dst, const void* src, int src_bytes, const char* f, int l) {
     need_aligned(dst, 16, "cp.async", "shared-memory destination", f, l);
     if (src_bytes > 0) need_aligned(src, 16, "cp.async", "global source", f, l);
-    if (src_bytes < 0 || src_bytes > 16)
+    if (src_bytes < 0 || src_bytes > 16) {
+        Quiet quiet;
         fail("cp.async: src_bytes is " + std::to_string(src_bytes) + "; it must be between 0 and 16 (the rest of "
              "the 16 bytes is filled with zeros).", f, l);
-    if (cp_async_push((char*)dst, (const char*)src, src_bytes))
+    }
+    if (cp_async_push((char*)dst, (const char*)src, src_bytes)) {
+        Quiet quiet;
         fail("cp.async: more than " + std::to_string(kMaxPending) + " copies of this thread are in flight; call "
              "cp_async_wait<N>() to let earlier groups land.", f, l);
+    }
 }
 CCSIM_AT_CALLER static void cp_async_wait(int keep) {
     Pending due[kMaxPending];
@@ -267,9 +278,11 @@ CCSIM_AT_CALLER static void load_matrix_sync(fragment<Use, 16, 16, 16, T, L>& a,
                                     const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
     static_assert(!std::is_void<L>::value, "an accumulator needs the layout argument: load_matrix_sync(c, p, ldm, mem_row_major)");
     ccsim::mma::need_aligned(p, 32, "wmma::load_matrix_sync", "matrix", f, l);
-    if (ldm % (16 / sizeof(P)))
+    if (ldm % (16 / sizeof(P))) {
+        ccsim::mma::Quiet quiet;
         ccsim::mma::fail("wmma::load_matrix_sync: ldm = " + std::to_string(ldm) + " is not a multiple of " +
                          std::to_string(16 / sizeof(P)) + " elements (16 bytes), as the CUDA Programming Guide requires.", f, l);
+    }
     ccsim::mma::rendezvous(f, l);
     const unsigned ln = ccsim::mma::lane();
     for (unsigned e = 0; e < 8; ++e) {
@@ -294,9 +307,11 @@ template <class T, class P>
 CCSIM_AT_CALLER static void store_matrix_sync(P* p, const fragment<accumulator, 16, 16, 16, T, void>& a, unsigned ldm, layout_t lay,
                                      const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
     ccsim::mma::need_aligned(p, 32, "wmma::store_matrix_sync", "matrix", f, l);
-    if (ldm % (16 / sizeof(P)))
+    if (ldm % (16 / sizeof(P))) {
+        ccsim::mma::Quiet quiet;
         ccsim::mma::fail("wmma::store_matrix_sync: ldm = " + std::to_string(ldm) + " is not a multiple of " +
                          std::to_string(16 / sizeof(P)) + " elements (16 bytes), as the CUDA Programming Guide requires.", f, l);
+    }
     ccsim::mma::rendezvous(f, l);
     const unsigned ln = ccsim::mma::lane();
     for (unsigned e = 0; e < 8; ++e) {
