@@ -220,8 +220,8 @@ def make_error(rec: dict, sym: _Symbolizer | None, launcher: str, path: str) -> 
         w = sym.where(int(rec["pc"]))
         if w:
             file, line = w
-    if rec.get("host_device") and rec.get("caller_pc") and sym is not None:
-        w = sym.where(int(rec["caller_pc"]))  # the fault was in a library function (memcpy): its caller's line
+    if rec.get("host_device") and rec.get("fault_pc") and sym is not None:
+        w = sym.where(int(rec["fault_pc"]))  # the faulting instruction, or the caller of a libc memcpy
         if w:
             file, line = w
     if file and file.startswith("<"):

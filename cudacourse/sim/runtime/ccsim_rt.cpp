@@ -2588,7 +2588,9 @@ void dev_fault_report(char*& p, char* end, uintptr_t addr, void* ucv) {
         in_module = in_module || pc - g_image[i].lo < g_image[i].hi - g_image[i].lo;
         ra_in_module = ra_in_module || ra - g_image[i].lo < g_image[i].hi - g_image[i].lo;
     }
-    if (!in_module && ra_in_module) { append_raw(p, ",\"caller_pc\":", end); append_num(p, ra - g_base); }
+    // (+1: the symbolizer takes pcs as return addresses and looks up the byte before; this one faulted itself)
+    if (in_module) { append_raw(p, ",\"fault_pc\":", end); append_num(p, pc - g_base + 1); }
+    else if (ra_in_module) { append_raw(p, ",\"fault_pc\":", end); append_num(p, ra - g_base); }
 #else
     (void)ucv;
 #endif
