@@ -273,7 +273,7 @@ def _host_device_message(rec: dict, launcher: str, file: str | None, line: int |
     calls, as a GPU does): name the argument and, where the symbolizer can, the learner's line."""
     verb = "wrote" if rec.get("write") else "read" if "write" in rec else "touched"
     buf = rec.get("buffer") or ""
-    what = f"argument {buf}" if buf else "between the arguments"
+    what = f"a {buf}" if buf.startswith("cudaMalloc") else f"argument {buf}" if buf else "outside every buffer"
     mine = bool(line and file and os.path.basename(file) == os.path.basename(path))
     loc = f" at {os.path.basename(file)}:{line}" if mine and file else ""
     return (f"KernelError: the host code of launcher {launcher} {verb} device memory ({what}){loc}: on a GPU host "

@@ -39,6 +39,26 @@ void launch_then_host_write(const float* x, float* y, int n) {
 void host_memcpy(const float* x, float* y, int n) {
     memcpy(y, x, n * sizeof(float));
 }
+// a classic beginner bug: host code fills a cudaMalloc buffer directly
+void host_fills_cudamalloc(const float* x, float* y, int n) {
+    float* d;
+    cudaMalloc(&d, n * sizeof(float));
+    for (int k = 0; k < n; k++) d[k] = 0.0f;
+    relu_k<<<(n + 255) / 256, 256>>>(x, d, n);
+    cudaMemcpy(y, d, n * sizeof(float), cudaMemcpyDeviceToDevice);
+    cudaFree(d);
+}
+// managed memory is the host's too
+void managed_on_host(const float* x, float* y, int n) {
+    float* m;
+    cudaMallocManaged(&m, n * sizeof(float));
+    for (int k = 0; k < n; k++) m[k] = -1.0f;
+    relu_k<<<(n + 255) / 256, 256>>>(x, m, n);
+    cudaDeviceSynchronize();
+    m[0] += 1.0f;
+    cudaMemcpy(y, m, n * sizeof(float), cudaMemcpyDeviceToDevice);
+    cudaFree(m);
+}
 // cudaMemcpy in both directions, cudaMemset and a device-to-device copy from host code: all legitimate
 void copies(const float* x, float* y, int n, float* out2) {
     float* h = new float[n];
@@ -124,6 +144,24 @@ def test_a_host_memcpy_names_its_callers_line(lib):
     with pytest.raises(KernelError, match=r"host_memcpy (read|wrote) device memory \(argument [xy]\)") as ei:
         lib.call("host_memcpy", [x, y, x.numel()])
     assert f"hostmem.cu:{_line('memcpy(y, x, n')}" in str(ei.value)
+
+
+def test_a_host_write_to_cudamalloc_memory_is_reported(lib):
+    x, y = _xy()
+    line = _line("d[k] = 0.0f")
+    with pytest.raises(KernelError) as ei:
+        lib.call("host_fills_cudamalloc", [x, y, x.numel()])
+    msg = str(ei.value)
+    assert (f"host_fills_cudamalloc wrote device memory (a cudaMalloc buffer (line {_line('cudaMalloc(&d')})) at "
+            f"hostmem.cu:{line}") in msg, msg
+
+
+def test_managed_memory_stays_open_to_host_code(lib):
+    x, y = _xy()
+    lib.call("managed_on_host", [x, y, x.numel()])
+    want = torch.relu(x)
+    want[0] += 1.0
+    assert torch.equal(y, want)
 
 
 def test_cuda_memcpy_and_memset_from_host_code_still_work(lib):

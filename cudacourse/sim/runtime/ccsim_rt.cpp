@@ -1648,15 +1648,50 @@ size_t optin_for(const char* name) {
 // created streams are run by the host thread at a synchronisation point, so no kernel runs while the host
 // code does), cudaMemcpy/cudaMemset (and their queued forms), the cuBLAS subset's host-side reads. Only the
 // launcher's host thread calls these, so the nesting count needs no lock.
+// cudaMalloc memory lies on whole pages of its own (mmap) and is protected with the arguments (not managed
+// memory: the host may touch it).
 namespace {
+struct DevPages { uintptr_t base; size_t bytes; void* raw; size_t len; };
 uintptr_t g_dev_lo = 0, g_dev_hi = 0;   // the protected region (page-aligned)
+std::vector<DevPages> g_dev_pages;      // cudaMalloc buffers (their pages)
 bool g_dev_armed = false;               // the launcher's host code is running
 int g_dev_open = 0;                     // nesting of runtime sections that touch device memory
 void dev_protect(bool open) {
-    if (g_dev_hi > g_dev_lo) mprotect((void*)g_dev_lo, g_dev_hi - g_dev_lo, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+    int prot = open ? PROT_READ | PROT_WRITE : PROT_NONE;
+    if (g_dev_hi > g_dev_lo) mprotect((void*)g_dev_lo, g_dev_hi - g_dev_lo, prot);
+    for (const DevPages& d : g_dev_pages) mprotect((void*)d.base, d.bytes, prot);
 }
 // The fault at `addr` is host code touching protected device memory.
-bool dev_fault(uintptr_t addr) { return g_dev_armed && g_dev_open == 0 && addr - g_dev_lo < g_dev_hi - g_dev_lo; }
+bool dev_fault(uintptr_t addr) {
+    if (!g_dev_armed || g_dev_open) return false;
+    if (addr - g_dev_lo < g_dev_hi - g_dev_lo) return true;
+    for (const DevPages& d : g_dev_pages) if (addr - d.base < d.bytes) return true;
+    return false;
+}
+// n bytes with `gap` accessible bytes on both sides: returns the start of the leading gap (null: no memory)
+char* dev_pages_alloc(size_t n, size_t gap) {
+    size_t body = (n + PAGE - 1) / PAGE * PAGE, len = body + 2 * gap;
+    void* raw = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    g_dev_pages.push_back({(uintptr_t)raw + gap, body, raw, len});
+    return (char*)raw;
+}
+void dev_pages_free(void* raw) {
+    for (size_t i = 0; i < g_dev_pages.size(); ++i)
+        if (g_dev_pages[i].raw == raw) {
+            munmap(raw, g_dev_pages[i].len);
+            g_dev_pages.erase(g_dev_pages.begin() + i);
+            return;
+        }
+}
+void dev_pages_unprotected(const void* base) {  // managed memory: the host may touch it
+    for (size_t i = 0; i < g_dev_pages.size(); ++i)
+        if (g_dev_pages[i].base == (uintptr_t)base) {
+            mprotect((void*)base, g_dev_pages[i].bytes, PROT_READ | PROT_WRITE);
+            g_dev_pages.erase(g_dev_pages.begin() + i);
+            return;
+        }
+}
 }  // namespace
 API void ccsim_api_host_begin(void* lo, size_t n) {
     g_dev_lo = (uintptr_t)lo; g_dev_hi = (uintptr_t)lo + n; g_dev_open = 0; g_dev_armed = true;
@@ -1932,7 +1967,8 @@ API double ccsim_atomic_f64(int op, double* p, double v) { return float_atomic<d
 API cudaError_t ccsim_cudaMalloc(void** p, size_t n, int line) {
     // a gap of unregistered memory on both sides makes small overruns land outside every buffer
     size_t gap = 4096;
-    char* raw = (char*)malloc(n + 2 * gap + 16);
+    DevOpen dev_open;  // (protects the new pages too when it closes)
+    char* raw = dev_pages_alloc(n, gap);
     if (!raw) return (cudaError_t)(g_last_cuda_error = cudaErrorMemoryAllocation);
     char* base = raw + gap;
     std::memcpy(base - 16, &raw, sizeof raw);
@@ -1947,15 +1983,18 @@ API cudaError_t ccsim_cudaMallocManaged(void** p, size_t n) {
     if (e == cudaSuccess) {  // the host may write managed memory directly: count it as initialised
         std::lock_guard<std::mutex> lk(g_buf_mu);
         for (int i = 0; i < g_nbufs.load(); ++i) if (g_bufs[i].base == (uintptr_t)*p) g_bufs[i].track_init = false;
+        dev_pages_unprotected(*p);
     }
     return e;
 }
+extern "C" void ccsim_rt_sync_all(void);
 API cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
+    ccsim_rt_sync_all();  // a synchronisation point (ccsim_host_api.h): queued work may still use the buffer
     // only what cudaMalloc returned (and not freed yet) may be freed: anything else is an invalid value
     if (!unregister(p, "cudaMalloc buffer")) return (cudaError_t)(g_last_cuda_error = cudaErrorInvalidValue);
     char* raw; std::memcpy(&raw, (char*)p - 16, sizeof raw);
-    free(raw);
+    dev_pages_free(raw);
     return cudaSuccess;
 }
 // Pinned host memory is mapped into the device's address space on real GPUs: kernels may use it.
@@ -2309,6 +2348,8 @@ API cudaError_t cudaDeviceSynchronize(void) {
     run_needed(all_queued(false));
     return g_has_err.load() ? cudaErrorLaunchFailure : cudaSuccess;
 }
+// cudaFree waits for the device's queued work, as CUDA's does (its pages are unmapped).
+API void ccsim_rt_sync_all(void) { run_needed(all_queued(false)); }
 API cudaError_t cudaDeviceReset(void) { return cudaDeviceSynchronize(); }
 API cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     void* ra = __builtin_return_address(0);
