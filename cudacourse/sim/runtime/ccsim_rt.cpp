@@ -1676,6 +1676,10 @@ char* dev_pages_alloc(size_t n, size_t gap) {
     g_dev_pages.push_back({(uintptr_t)raw + gap, body, raw, len});
     return (char*)raw;
 }
+void dev_pages_settle() {  // a new buffer, written (poison): protected now if the host code runs
+    if (g_dev_armed && !g_dev_open && !g_dev_pages.empty())
+        mprotect((void*)g_dev_pages.back().base, g_dev_pages.back().bytes, PROT_NONE);
+}
 void dev_pages_free(void* raw) {
     for (size_t i = 0; i < g_dev_pages.size(); ++i)
         if (g_dev_pages[i].raw == raw) {
@@ -1967,7 +1971,6 @@ API double ccsim_atomic_f64(int op, double* p, double v) { return float_atomic<d
 API cudaError_t ccsim_cudaMalloc(void** p, size_t n, int line) {
     // a gap of unregistered memory on both sides makes small overruns land outside every buffer
     size_t gap = 4096;
-    DevOpen dev_open;  // (protects the new pages too when it closes)
     char* raw = dev_pages_alloc(n, gap);
     if (!raw) return (cudaError_t)(g_last_cuda_error = cudaErrorMemoryAllocation);
     char* base = raw + gap;
@@ -1975,6 +1978,7 @@ API cudaError_t ccsim_cudaMalloc(void** p, size_t n, int line) {
     std::memset(base, 0xFF, n);  // like the harness's poison: unwritten outputs read as NaN
     char name[64]; snprintf(name, sizeof name, "cudaMalloc buffer (line %d)", line);
     register_buffer(base, n, name, 1, true);
+    dev_pages_settle();
     *p = base;
     return cudaSuccess;
 }
