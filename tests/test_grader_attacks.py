@@ -55,11 +55,7 @@ NOT_GRADED = {
 NOT_GRADED.update({a.id: "a Python attack: refused by the Python screen or the torch guard (see above)"
                    for a in load() if a.base.endswith(".py")})
 # Attacks graded but not stopped today: the test fails as long as the grader gives the wrong verdict.
-KNOWN_HOLES = {
-    "cpu-answer-no-launch": "on the simulator host code can write the output buffer: a launcher that computes the "
-                            "answer on the CPU and launches nothing passes; needs the simulator to fail a launcher "
-                            "call that launched no kernel, or to protect buffers outside launches (cudacourse/sim)",
-}
+KNOWN_HOLES: dict[str, str] = {}
 ATTACKS = tuple(a.id for a in load() if a.id not in NOT_GRADED)
 SAME_MEANING = {"timed out": ("timed out", "KernelTimeout")}
 SECRET = "CCSECRET-hidden-7f3a9c"  # planted in the hidden tests: must appear in no output

@@ -220,12 +220,18 @@ def make_error(rec: dict, sym: _Symbolizer | None, launcher: str, path: str) -> 
         w = sym.where(int(rec["pc"]))
         if w:
             file, line = w
+    if rec.get("host_device") and rec.get("fault_pc") and sym is not None:
+        w = sym.where(int(rec["fault_pc"]))  # the faulting instruction, or the caller of a libc memcpy
+        if w:
+            file, line = w
     if file and file.startswith("<"):
         file = path if file == "<source>" else file
     kernel = rec.get("kernel") or None
     block = tuple(rec["block"]) if rec.get("block") else None
     thread = tuple(rec["thread"]) if rec.get("thread") else None
-    if kind == "crash" and "signal" in rec:
+    if kind == "crash" and rec.get("host_device"):
+        msg = _host_device_message(rec, launcher, file, line, path)
+    elif kind == "crash" and "signal" in rec:
         sig = _SIGNALS.get(int(rec["signal"]), f"signal {rec['signal']}")
         loc = f" at {os.path.basename(file)}:{line}" if line and file else ""
         if rec.get("in_kernel"):
@@ -260,6 +266,19 @@ def make_error(rec: dict, sym: _Symbolizer | None, launcher: str, path: str) -> 
     if cls is KernelError:
         err.kind = kind
     return err
+
+
+def _host_device_message(rec: dict, launcher: str, file: str | None, line: int | None, path: str) -> str:
+    """The launcher's host code read or wrote device memory (the runtime protects it outside the runtime's own
+    calls, as a GPU does): name the argument and, where the symbolizer can, the learner's line."""
+    verb = "wrote" if rec.get("write") else "read" if "write" in rec else "touched"
+    buf = rec.get("buffer") or ""
+    what = f"a {buf}" if buf.startswith("cudaMalloc") else f"argument {buf}" if buf else "outside every buffer"
+    mine = bool(line and file and os.path.basename(file) == os.path.basename(path))
+    loc = f" at {os.path.basename(file)}:{line}" if mine and file else ""
+    return (f"KernelError: the host code of launcher {launcher} {verb} device memory ({what}){loc}: on a GPU host "
+            "code cannot read or write device memory (it crashes there); do the work in a kernel, or copy with "
+            "cudaMemcpy.")
 
 
 def _t(v: tuple | None) -> str:

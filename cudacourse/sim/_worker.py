@@ -30,7 +30,9 @@ def main() -> None:
     lib.ccsim_api_profile_json.restype = ctypes.c_char_p
     lib.ccsim_api_profile_json.argtypes = [ctypes.c_int]
     lib.ccsim_rt_register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    lib.ccsim_api_host_begin.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     base_addr = 0
+    map_size = 0
     mm = None
 
     def answer(obj: dict) -> None:
@@ -49,6 +51,7 @@ def main() -> None:
             mm = mmap.mmap(fd, msg["size"])
             os.close(fd)
             base_addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+            map_size = msg["size"]
             answer({"ok": True})
             continue
         if op == "trace":  # the last call's profile with its recorded accesses (pictures)
@@ -79,7 +82,12 @@ def main() -> None:
             fn = getattr(lib, "ccsim_entry_" + msg["name"])
             fn.argtypes = [ctypes.c_void_p]
             fn.restype = ctypes.c_int
+            # the mapping holds only device buffers: out of the host code's reach while the launcher runs
+            # (the runtime opens it for launches, copies and fills), as host code cannot touch GPU memory
+            if map_size:
+                lib.ccsim_api_host_begin(base_addr, map_size)
             rc = fn(argv)
+            lib.ccsim_api_host_end()
             sys.stdout.flush()
             libc_fflush()
             out: dict = {"ok": True}

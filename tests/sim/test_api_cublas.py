@@ -44,8 +44,8 @@ void gemm(const void* A, const void* B, void* C, int m, int n, int k, int lda, i
         s = cublasGemmStridedBatchedEx(h, oa, ob, m, n, k, pa, A, dt(dtype), lda, sA, B, dt(dtype), ldb, sB, pb, C,
                                        dt(ctype), ldc, sC, batch, ct, CUBLAS_GEMM_DEFAULT_TENSOR_OP);
     cudaStream_t got; cublasGetStream(h, &got);
-    status[0] = s;
-    status[1] = got == st;
+    int hs[2] = {(int)s, got == st};
+    cudaMemcpy(status, hs, sizeof hs, cudaMemcpyHostToDevice);  // (host code cannot write device memory)
     cublasDestroy(h);
     cudaStreamDestroy(st);
 }
@@ -72,12 +72,14 @@ void gemm_bf16(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
 void bad_calls(const __nv_bfloat16* A, __half* C, int* status) {
     cublasHandle_t h; cublasCreate(&h);
     float one = 1.0f, zero = 0.0f;
-    status[0] = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, A, CUDA_R_16BF, 4, A, CUDA_R_16BF, 4, &zero,
+    int hs[3];
+    hs[0] = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, A, CUDA_R_16BF, 4, A, CUDA_R_16BF, 4, &zero,
                              C, CUDA_R_16F, 4, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    status[1] = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, (const float*)A, 3, (const float*)A, 4, &zero,
+    hs[1] = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, (const float*)A, 3, (const float*)A, 4, &zero,
                             (float*)C, 4);
-    status[2] = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, A, CUDA_R_16BF, 4, A, CUDA_R_16BF, 4, &zero,
+    hs[2] = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, A, CUDA_R_16BF, 4, A, CUDA_R_16BF, 4, &zero,
                              C, CUDA_R_16BF, 4, CUBLAS_COMPUTE_16F, CUBLAS_GEMM_DEFAULT);
+    cudaMemcpy(status, hs, sizeof hs, cudaMemcpyHostToDevice);
     cublasDestroy(h);
 }
 """

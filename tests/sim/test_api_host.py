@@ -20,7 +20,8 @@ __global__ void scale_rows(float* d, size_t pitch_bytes, int rows, int cols, flo
         row[c] *= s;
     }
 }
-void copy2d(const float* src, float* dst, int rows, int cols, int spitch, int dpitch, float* status) {
+void copy2d(const float* src, float* dst, int rows, int cols, int spitch, int dpitch, float* status_out) {
+    float status[3];  // host code cannot write device memory: filled here, copied out at the end
     float* d; size_t pitch;
     cudaMallocPitch(&d, &pitch, cols * sizeof(float), rows);
     cudaStream_t st; cudaStreamCreate(&st);
@@ -45,6 +46,7 @@ void copy2d(const float* src, float* dst, int rows, int cols, int spitch, int dp
     status[2] = (float)cudaMemcpy2D(dst, 1, d, pitch, cols * sizeof(float), rows, cudaMemcpyDeviceToDevice);
     cudaStreamDestroy(st);
     cudaFree(d);
+    cudaMemcpy(status_out, status, sizeof status, cudaMemcpyHostToDevice);
 }
 
 __global__ void fill(float* p, int n, float v) {
@@ -56,7 +58,10 @@ void managed(float* out, int n) {
     cudaMallocManaged(&m, n * sizeof(float));
     fill<<<(n + 127) / 128, 128>>>(m, n, 0.5f);
     cudaDeviceSynchronize();
-    for (int i = 0; i < n; ++i) out[i] = m[i] * 2.0f;  // the host reads managed memory directly
+    float* h = new float[n];
+    for (int i = 0; i < n; ++i) h[i] = m[i] * 2.0f;  // the host reads managed memory directly
+    cudaMemcpy(out, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    delete[] h;
     cudaFree(m);
 }
 
@@ -67,7 +72,8 @@ __global__ void clocks_kernel(long long* t) {
     long long b = clock64();
     t[threadIdx.x] = b - a;
 }
-void info(long long* out, long long* ticks, float* ms) {
+void info(long long* out_d, long long* ticks, float* ms_d) {
+    long long out[6]; float ms[1];  // host results, copied to the device arguments at the end
     size_t free_b = 0, total_b = 0;
     out[0] = cudaMemGetInfo(&free_b, &total_b);
     out[1] = (long long)free_b;
@@ -83,6 +89,8 @@ void info(long long* out, long long* ticks, float* ms) {
     cudaEventDestroy(a); cudaEventDestroy(b);
     out[4] = cudaGetLastError();
     out[5] = cudaPeekAtLastError();
+    cudaMemcpy(out_d, out, sizeof out, cudaMemcpyHostToDevice);
+    cudaMemcpy(ms_d, ms, sizeof ms, cudaMemcpyHostToDevice);
 }
 
 // the modelled GPU's numbers
@@ -94,12 +102,13 @@ void props(long long* out, char* name) {
                      p.regsPerBlock, p.maxThreadsPerMultiProcessor, p.maxBlocksPerMultiProcessor, p.warpSize,
                      p.l2CacheSize, p.memoryBusWidth, p.memoryClockRate, (long long)p.totalGlobalMem,
                      p.maxThreadsPerBlock};
-    for (int i = 0; i < 16; ++i) out[i] = v[i];
-    for (int i = 0; i < 32; ++i) name[i] = p.name[i];
+    cudaMemcpy(out, v, sizeof v, cudaMemcpyHostToDevice);
+    cudaMemcpy(name, p.name, 32, cudaMemcpyHostToDevice);
 }
 
 // every error code the simulator's API returns has a name and a string
-void errors(int* out) {
+void errors(int* out_d) {
+    int out[5];
     cudaError_t codes[] = {cudaSuccess, cudaErrorInvalidValue, cudaErrorMemoryAllocation,
                            cudaErrorInvalidConfiguration, cudaErrorLaunchFailure};
     for (int i = 0; i < 5; ++i) {
@@ -107,6 +116,7 @@ void errors(int* out) {
         const char* n = cudaGetErrorName(codes[i]);
         out[i] = (s && *s && strcmp(s, "unknown error") != 0) + 2 * (n && strcmp(n, "cudaErrorUnknown") != 0);
     }
+    cudaMemcpy(out_d, out, sizeof out, cudaMemcpyHostToDevice);
 }
 """
 

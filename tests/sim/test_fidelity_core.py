@@ -112,8 +112,10 @@ __global__ void big_smem_sum(const float* x, float* y, int n) {
     if (threadIdx.x == 0) { float s = 0.0f; for (int i = 0; i < n; ++i) s += buf[i]; y[0] = s; }
 }
 void optin(const float* x, float* y, int* status, int n, int optin_bytes) {
-    if (optin_bytes > 0)
-        status[0] = cudaFuncSetAttribute(big_smem_sum, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+    if (optin_bytes > 0) {
+        int e = cudaFuncSetAttribute(big_smem_sum, cudaFuncAttributeMaxDynamicSharedMemorySize, optin_bytes);
+        cudaMemcpy(status, &e, sizeof e, cudaMemcpyHostToDevice);  // (host code cannot write device memory)
+    }
     big_smem_sum<<<1, 128, n * sizeof(float)>>>(x, y, n);
 }
 """

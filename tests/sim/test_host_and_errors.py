@@ -32,7 +32,9 @@ void host_roundtrip(const float* x, float* y, float* ms, int n) {
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) printf("error %s\n", cudaGetErrorString(err));
     cudaDeviceSynchronize();
-    cudaEventElapsedTime(ms, a, b);
+    float hms = -1.0f;                 // (host code cannot write device memory: copied out below)
+    cudaEventElapsedTime(&hms, a, b);
+    cudaMemcpy(ms, &hms, sizeof hms, cudaMemcpyHostToDevice);
     cudaMemcpy(y, d, n * sizeof(float), cudaMemcpyDeviceToDevice);
     cudaFree(d); free(h);
     cudaEventDestroy(a); cudaEventDestroy(b); cudaStreamDestroy(s);
@@ -40,7 +42,7 @@ void host_roundtrip(const float* x, float* y, float* ms, int n) {
     int sms = 0, warp = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     cudaDeviceGetAttribute(&warp, cudaDevAttrWarpSize, 0);
-    if (p.warpSize != 32 || p.maxThreadsPerBlock != 1024 || sms < 1 || warp != 32) y[0] = -1.0f;
+    if (p.warpSize != 32 || p.maxThreadsPerBlock != 1024 || sms < 1 || warp != 32) cudaMemset(y, 0xFF, 4);
 }
 void malloc_overrun(int n) {
     float* d; cudaMalloc(&d, n * sizeof(float));
@@ -60,9 +62,11 @@ void pinned_and_bad_free(float* out, int* status) {
     float* h; cudaMallocHost(&h, sizeof(float));
     h[0] = 41.0f;
     inc_first<<<1, 1>>>(h);            // mapped pinned memory is usable from kernels
-    out[0] = h[0];
-    status[0] = cudaFree(out);         // not from cudaMalloc: an error code, not a crash
-    status[1] = cudaFreeHost(h);
+    cudaMemcpy(out, h, sizeof(float), cudaMemcpyHostToDevice);
+    int st[2];
+    st[0] = cudaFree(out);             // not from cudaMalloc: an error code, not a crash
+    st[1] = cudaFreeHost(h);
+    cudaMemcpy(status, st, sizeof st, cudaMemcpyHostToDevice);
 }
 void host_throws(int n) { if (n > 0) throw std::runtime_error("TODO(task 1.2) not implemented"); }
 __global__ void deep(float* y) {

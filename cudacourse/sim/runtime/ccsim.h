@@ -442,10 +442,24 @@ template <class T> static inline cudaError_t cudaMallocHost(T** p, size_t n) { r
 template <class T> static inline cudaError_t cudaHostAlloc(T** p, size_t n, unsigned = 0) { return cudaMallocHost((void**)p, n); }
 extern "C" cudaError_t ccsim_cudaMallocManaged(void** p, size_t n);
 template <class T> static inline cudaError_t cudaMallocManaged(T** p, size_t n, unsigned = 0) { return ccsim_cudaMallocManaged((void**)p, n); }
+// Device memory is protected from host code while a launcher's host code runs (ccsim_rt.cpp, "device memory
+// is out of the host code's reach"); the runtime's own host-side accesses open it for their duration.
+extern "C" void ccsim_rt_dev_open(void);
+extern "C" void ccsim_rt_dev_close(void);
+namespace ccsim {
+struct DevAccess {
+    DevAccess() { ccsim_rt_dev_open(); }
+    ~DevAccess() { ccsim_rt_dev_close(); }
+    DevAccess(const DevAccess&) = delete;
+    DevAccess& operator=(const DevAccess&) = delete;
+};
+}  // namespace ccsim
 template <class T, class S> static inline cudaError_t cudaMemcpyToSymbol(T& sym, const S* src, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyHostToDevice) {
+    ::ccsim::DevAccess open;  // (the source may be device memory)
     std::memcpy((char*)&sym + off, (const void*)src, n); return cudaSuccess;
 }
 template <class T, class D> static inline cudaError_t cudaMemcpyFromSymbol(D* dst, const T& sym, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyDeviceToHost) {
+    ::ccsim::DevAccess open;  // (the destination may be device memory)
     std::memcpy((void*)dst, (const char*)&sym + off, n); return cudaSuccess;
 }
 // The rewriter turns cudaFuncSetAttribute(kernel, attr, v) into func_set_attribute("kernel", ...): the opt-in

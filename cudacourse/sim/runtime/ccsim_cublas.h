@@ -150,7 +150,11 @@ static inline cublasStatus_t gemm(const char* name, cublasHandle_t h, cublasOper
         lda < std::max(1, tA ? k : m) || ldb < std::max(1, tB ? n : k) || ldc < std::max(1, m) || !alpha || !beta)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
-    const float al = (float)*alpha, be = (float)*beta;
+    float al, be;
+    {  // (device pointer mode: alpha and beta live in device memory)
+        ::ccsim::DevAccess open;
+        al = (float)*alpha; be = (float)*beta;
+    }
     const long long mn = (long long)m * n;
     const unsigned threads = 256;
     dim3 grid((unsigned)((mn + threads - 1) / threads), (unsigned)batch);

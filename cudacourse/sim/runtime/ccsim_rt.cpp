@@ -1639,6 +1639,82 @@ size_t optin_for(const char* name) {
 
 }  // namespace
 
+// ---- device memory is out of the host code's reach ---------------------------------------------------
+// On a GPU, host code that dereferences a device pointer crashes. The worker maps the arguments into one
+// page-aligned shared-memory region that holds only device buffers; while the launcher's host code runs
+// (ccsim_api_host_begin .. ccsim_api_host_end) that region is PROT_NONE, so a host read or write faults and
+// the crash handler reports it as host code touching device memory. The runtime opens the region (one
+// mprotect) for what legitimately touches device memory: a launch (kernels run only inside it: launches on
+// created streams are run by the host thread at a synchronisation point, so no kernel runs while the host
+// code does), cudaMemcpy/cudaMemset (and their queued forms), the cuBLAS subset's host-side reads. Only the
+// launcher's host thread calls these, so the nesting count needs no lock.
+// cudaMalloc memory lies on whole pages of its own (mmap) and is protected with the arguments (not managed
+// memory: the host may touch it).
+namespace {
+struct DevPages { uintptr_t base; size_t bytes; void* raw; size_t len; };
+uintptr_t g_dev_lo = 0, g_dev_hi = 0;   // the protected region (page-aligned)
+std::vector<DevPages> g_dev_pages;      // cudaMalloc buffers (their pages)
+bool g_dev_armed = false;               // the launcher's host code is running
+int g_dev_open = 0;                     // nesting of runtime sections that touch device memory
+void dev_protect(bool open) {
+    int prot = open ? PROT_READ | PROT_WRITE : PROT_NONE;
+    if (g_dev_hi > g_dev_lo) mprotect((void*)g_dev_lo, g_dev_hi - g_dev_lo, prot);
+    for (const DevPages& d : g_dev_pages) mprotect((void*)d.base, d.bytes, prot);
+}
+// The fault at `addr` is host code touching protected device memory.
+bool dev_fault(uintptr_t addr) {
+    if (!g_dev_armed || g_dev_open) return false;
+    if (addr - g_dev_lo < g_dev_hi - g_dev_lo) return true;
+    for (const DevPages& d : g_dev_pages) if (addr - d.base < d.bytes) return true;
+    return false;
+}
+// n bytes with `gap` accessible bytes on both sides: returns the start of the leading gap (null: no memory)
+char* dev_pages_alloc(size_t n, size_t gap) {
+    size_t body = (n + PAGE - 1) / PAGE * PAGE, len = body + 2 * gap;
+    void* raw = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    g_dev_pages.push_back({(uintptr_t)raw + gap, body, raw, len});
+    return (char*)raw;
+}
+void dev_pages_settle() {  // a new buffer, written (poison): protected now if the host code runs
+    if (g_dev_armed && !g_dev_open && !g_dev_pages.empty())
+        mprotect((void*)g_dev_pages.back().base, g_dev_pages.back().bytes, PROT_NONE);
+}
+void dev_pages_free(void* raw) {
+    for (size_t i = 0; i < g_dev_pages.size(); ++i)
+        if (g_dev_pages[i].raw == raw) {
+            munmap(raw, g_dev_pages[i].len);
+            g_dev_pages.erase(g_dev_pages.begin() + i);
+            return;
+        }
+}
+void dev_pages_unprotected(const void* base) {  // managed memory: the host may touch it
+    for (size_t i = 0; i < g_dev_pages.size(); ++i)
+        if (g_dev_pages[i].base == (uintptr_t)base) {
+            mprotect((void*)base, g_dev_pages[i].bytes, PROT_READ | PROT_WRITE);
+            g_dev_pages.erase(g_dev_pages.begin() + i);
+            return;
+        }
+}
+}  // namespace
+API void ccsim_api_host_begin(void* lo, size_t n) {
+    g_dev_lo = (uintptr_t)lo; g_dev_hi = (uintptr_t)lo + n; g_dev_open = 0; g_dev_armed = true;
+    dev_protect(false);
+}
+API void ccsim_api_host_end(void) {
+    if (g_dev_armed) dev_protect(true);
+    g_dev_armed = false; g_dev_open = 0;
+}
+API void ccsim_rt_dev_open(void) { if (g_dev_open++ == 0 && g_dev_armed) dev_protect(true); }
+API void ccsim_rt_dev_close(void) { if (g_dev_open > 0 && --g_dev_open == 0 && g_dev_armed) dev_protect(false); }
+namespace {
+struct DevOpen {
+    bool on;
+    explicit DevOpen(bool on_ = true) : on(on_) { if (on) ccsim_rt_dev_open(); }
+    ~DevOpen() { if (on) ccsim_rt_dev_close(); }
+};
+}  // namespace
+
 // ===================================================================================================
 // C API
 // ===================================================================================================
@@ -1665,6 +1741,7 @@ API int ccsim_rt_launch(const char* name, const char* file, int line, const dim3
         (void)f;
     }
     init_once();
+    DevOpen dev_open;  // kernels may touch device memory
     std::lock_guard<std::mutex> guard(g_launch_mu);
     Launch L;
     L.name = name; L.file = file; L.line = line; L.g = *g; L.b = *b; L.smem = smem; L.body = body; L.ctx = ctx;
@@ -1894,13 +1971,14 @@ API double ccsim_atomic_f64(int op, double* p, double v) { return float_atomic<d
 API cudaError_t ccsim_cudaMalloc(void** p, size_t n, int line) {
     // a gap of unregistered memory on both sides makes small overruns land outside every buffer
     size_t gap = 4096;
-    char* raw = (char*)malloc(n + 2 * gap + 16);
+    char* raw = dev_pages_alloc(n, gap);
     if (!raw) return (cudaError_t)(g_last_cuda_error = cudaErrorMemoryAllocation);
     char* base = raw + gap;
     std::memcpy(base - 16, &raw, sizeof raw);
     std::memset(base, 0xFF, n);  // like the harness's poison: unwritten outputs read as NaN
     char name[64]; snprintf(name, sizeof name, "cudaMalloc buffer (line %d)", line);
     register_buffer(base, n, name, 1, true);
+    dev_pages_settle();
     *p = base;
     return cudaSuccess;
 }
@@ -1909,15 +1987,18 @@ API cudaError_t ccsim_cudaMallocManaged(void** p, size_t n) {
     if (e == cudaSuccess) {  // the host may write managed memory directly: count it as initialised
         std::lock_guard<std::mutex> lk(g_buf_mu);
         for (int i = 0; i < g_nbufs.load(); ++i) if (g_bufs[i].base == (uintptr_t)*p) g_bufs[i].track_init = false;
+        dev_pages_unprotected(*p);
     }
     return e;
 }
+extern "C" void ccsim_rt_sync_all(void);
 API cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
+    ccsim_rt_sync_all();  // a synchronisation point (ccsim_host_api.h): queued work may still use the buffer
     // only what cudaMalloc returned (and not freed yet) may be freed: anything else is an invalid value
     if (!unregister(p, "cudaMalloc buffer")) return (cudaError_t)(g_last_cuda_error = cudaErrorInvalidValue);
     char* raw; std::memcpy(&raw, (char*)p - 16, sizeof raw);
-    free(raw);
+    dev_pages_free(raw);
     return cudaSuccess;
 }
 // Pinned host memory is mapped into the device's address space on real GPUs: kernels may use it.
@@ -2141,6 +2222,7 @@ void run_graph(GraphRec* g) {
     }
 }
 void exec_op(Op* op) {
+    DevOpen dev_open(op->kind == OP_COPY || op->kind == OP_SET);  // (a host function runs as host code)
     switch (op->kind) {
         case OP_LAUNCH: if (!g_has_err.load()) op->run(op->clo); break;
         case OP_COPY:
@@ -2205,6 +2287,7 @@ cudaError_t copy_op(void* d, const void* src, size_t n, cudaMemcpyKind, cudaStre
                                      ra, cudaErrorStreamCaptureUnsupported);
         if (is_default(s)) run_needed(all_queued(true));
         else if (known_stream(s) && !s->q.empty()) run_needed({s->q.back().get()});
+        DevOpen dev_open;  // the copy touches device memory
         if (n) std::memmove(d, src, n);
         mark_initialised(d, n);
         return g_has_err.load() ? cudaErrorLaunchFailure : cudaSuccess;
@@ -2269,6 +2352,8 @@ API cudaError_t cudaDeviceSynchronize(void) {
     run_needed(all_queued(false));
     return g_has_err.load() ? cudaErrorLaunchFailure : cudaSuccess;
 }
+// cudaFree waits for the device's queued work, as CUDA's does (its pages are unmapped).
+API void ccsim_rt_sync_all(void) { run_needed(all_queued(false)); }
 API cudaError_t cudaDeviceReset(void) { return cudaDeviceSynchronize(); }
 API cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     void* ra = __builtin_return_address(0);
@@ -2534,6 +2619,36 @@ void write_where(char*& p, char* end, Fiber* f) {
     }
 }
 
+// Host code touched protected device memory (see "device memory is out of the host code's reach"): say so,
+// whether it wrote (x86-64 page-fault error code, bit 1), the argument it hit, and, when the fault is in a
+// function outside the module (libc's memcpy), the module's caller from the top of the stack.
+void dev_fault_report(char*& p, char* end, uintptr_t addr, void* ucv) {
+    append_raw(p, ",\"host_device\":true", end);
+#if defined(__x86_64__)
+    const greg_t* gr = ((ucontext_t*)ucv)->uc_mcontext.gregs;
+    append_raw(p, ",\"write\":", end); append_str(p, (gr[REG_ERR] & 2) ? "true" : "false", end);
+    uintptr_t pc = (uintptr_t)gr[REG_RIP], ra = *(const uintptr_t*)gr[REG_RSP];
+    bool in_module = false, ra_in_module = false;
+    for (int i = 0; i < g_nimage; ++i) {
+        in_module = in_module || pc - g_image[i].lo < g_image[i].hi - g_image[i].lo;
+        ra_in_module = ra_in_module || ra - g_image[i].lo < g_image[i].hi - g_image[i].lo;
+    }
+    // (+1: the symbolizer takes pcs as return addresses and looks up the byte before; this one faulted itself)
+    if (in_module) { append_raw(p, ",\"fault_pc\":", end); append_num(p, pc - g_base + 1); }
+    else if (ra_in_module) { append_raw(p, ",\"fault_pc\":", end); append_num(p, ra - g_base); }
+#else
+    (void)ucv;
+#endif
+    int nb = g_nbufs.load();
+    for (int i = 0; i < nb; ++i) {
+        const Buffer& b = g_bufs[i];
+        if (b.base && addr - b.base < (b.bytes ? b.bytes : 1)) {
+            append_raw(p, ",\"buffer\":\"", end); append_str(p, b.name, end); append_raw(p, "\"", end);
+            break;
+        }
+    }
+}
+
 void sig_handler(int sig, siginfo_t* si, void* ucv) {
     char buf[2048]; char* p = buf; char* end = buf + sizeof buf;
     Fiber* f = t_fiber;
@@ -2555,6 +2670,7 @@ void sig_handler(int sig, siginfo_t* si, void* ucv) {
     append_raw(p, ",\"in_kernel\":", end); append_str(p, f ? "true" : "false", end);
     append_raw(p, ",\"stack_overflow\":", end); append_str(p, overflow ? "true" : "false", end);
     write_where(p, end, f);
+    if (!f && dev_fault(addr)) dev_fault_report(p, end, addr, ucv);
     append_raw(p, "}\n", end);
     if (write(g_report_fd, buf, (size_t)(p - buf)) < 0) {}
     _exit(3);
