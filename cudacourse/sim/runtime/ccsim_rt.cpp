@@ -139,16 +139,18 @@ struct Worker {
     std::vector<int> site_idx;
     std::vector<Site> sites;         // arrays allocated in the current block; index 0 is the dynamic part
     std::vector<Pending> pend;       // conflicting writes whose values are not compared yet (checked mode)
-    // A global word this worker's last plain store holds locked until the store has landed (the hook runs
+    // The global words of this worker's last plain store, locked until the store has landed (the hook runs
     // before the store): released at the worker's next access hook or when its fiber hands back control.
-    // `conf` is the conflict found in the hook (0 none, 1 another thread's unordered store, 2 its unordered
-    // load); it is a race if the store changed the bytes `bm` from `old`, the word as the last access left it.
-    struct GHeld { struct GShadow* s; uintptr_t word; uint32_t old; uint8_t bm, conf; uint32_t other; uint16_t tid;
-                   uintptr_t pc; const struct Buffer* buf; };
-    std::vector<GHeld> gheld;
-    struct GPending { uintptr_t word; uint8_t bm; bool war; uint32_t other; uint16_t tid; uintptr_t pc;
+    static constexpr unsigned GHELD = 5;   // an unaligned 16-byte store spans 5 words; more go to gheld_more
+    unsigned ngheld = 0;
+    struct GShadow* gheld[GHELD];
+    std::vector<struct GShadow*> gheld_more;
+    // A global store that conflicts with another thread's unordered store (war false) or load (war true):
+    // a race if it changed the bytes `bm` from `old`, the word as the previous access left it. Decided when
+    // the store has landed (gconf), kept to report when the block ends (gpend).
+    struct GPending { uintptr_t word; uint32_t old; uint8_t bm; bool war; uint32_t other; uint16_t tid; uintptr_t pc;
                       const struct Buffer* buf; };
-    std::vector<GPending> gpend;     // global races found in the running block, reported when it ends
+    std::vector<GPending> gconf, gpend;
     unsigned long long blin = 0;     // linear index of the running block
     uint32_t epoch = 1;
     uint32_t wseq[MAX_THREADS / 32];
@@ -820,7 +822,7 @@ const char* GLOBAL_NOTE =
     " Blocks of a launch run in any order and threads of a block are only ordered by __syncthreads(): use atomics, "
     "let one thread own each element, or split the work into two launches.";
 
-inline void gs_lock(GShadow& s) {
+__attribute__((noinline)) void gs_lock_wait(GShadow& s) {
     for (unsigned spins = 0; __atomic_exchange_n(&s.lock, (uint8_t)1, __ATOMIC_ACQUIRE);) {
         do {
             if (++spins > 64) sched_yield();   // the holder may be descheduled (more workers than cores)
@@ -830,18 +832,28 @@ inline void gs_lock(GShadow& s) {
         } while (__atomic_load_n(&s.lock, __ATOMIC_RELAXED));
     }
 }
+inline void gs_lock(GShadow& s) {
+    if (__builtin_expect(__atomic_exchange_n(&s.lock, (uint8_t)1, __ATOMIC_ACQUIRE), 0)) gs_lock_wait(s);
+}
 inline void gs_unlock(GShadow& s) { __atomic_store_n(&s.lock, (uint8_t)0, __ATOMIC_RELEASE); }
 
 // The worker's held stores have landed: decide their conflicts by the bytes they stored, then unlock.
-void global_release(Worker* w) {
-    for (const Worker::GHeld& h : w->gheld) {
-        if (h.conf) {
-            uint32_t now; std::memcpy(&now, (const void*)h.word, 4);
-            if ((now ^ h.old) & byte_mask32(h.bm)) w->gpend.push_back({h.word, h.bm, h.conf == 2, h.other, h.tid, h.pc, h.buf});
-        }
-        gs_unlock(*h.s);
+__attribute__((noinline)) void global_decide(Worker* w) {
+    for (const Worker::GPending& p : w->gconf) {
+        uint32_t now; std::memcpy(&now, (const void*)p.word, 4);
+        if ((now ^ p.old) & byte_mask32(p.bm)) w->gpend.push_back(p);
     }
-    w->gheld.clear();
+    w->gconf.clear();
+}
+__attribute__((noinline)) void global_unlock_more(Worker* w) {
+    for (GShadow* s : w->gheld_more) gs_unlock(*s);
+    w->gheld_more.clear();
+}
+inline void global_release(Worker* w) {
+    if (__builtin_expect(!w->gconf.empty(), 0)) global_decide(w);
+    for (unsigned i = 0; i < w->ngheld; ++i) gs_unlock(*w->gheld[i]);
+    if (__builtin_expect(w->ngheld == Worker::GHELD, 0)) global_unlock_more(w);
+    w->ngheld = 0;
 }
 
 // A global-memory access by a CUDA thread inside registered buffer b: initialisation (cudaMalloc memory)
@@ -893,14 +905,14 @@ void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int ki
         // a write: its value is not known yet, so the word stays locked until the store has landed; then
         // global_release compares the bytes it stored with `cur`, the value the last access left (for a
         // conflicting store: the value that thread stored)
-        uint8_t conf = 0; uint32_t other = 0;
         if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we)) {
-            conf = 1; other = s.wthr;
+            w->gconf.push_back({wa, cur, bm, false, s.wthr, (uint16_t)f->tid, pc, &b});
         } else if (!vol && s.rl == S && s.rthr && s.rthr != T && (s.rm & bm) && !ordered(s.rthr, s.re) &&
                    !(cross_ok && (s.rthr - 1ull) / L->nthreads != w->blin)) {
-            conf = 2; other = s.rthr;
+            w->gconf.push_back({wa, cur, bm, true, s.rthr, (uint16_t)f->tid, pc, &b});
         }
-        w->gheld.push_back({&s, wa, cur, bm, conf, other, (uint16_t)f->tid, pc, &b});
+        if (w->ngheld < Worker::GHELD) w->gheld[w->ngheld++] = &s;
+        else w->gheld_more.push_back(&s);
         if (!(s.wthr == T && s.wl == S)) { s.wold = cur; s.wm = 0; }
         s.wthr = T; s.wl = S; s.we = E; s.wm |= bm; s.init |= bm;
     }
@@ -1155,7 +1167,7 @@ __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int
     if (a - (uintptr_t)&threadIdx < sizeof(dim3) || a - (uintptr_t)&blockIdx < sizeof(dim3) ||
         a - (uintptr_t)&blockDim < sizeof(dim3) || a - (uintptr_t)&gridDim < sizeof(dim3)) return;
     Worker* w = f->w;
-    if (!w->gheld.empty()) global_release(w);   // the worker's last global store has landed by now
+    if (w->ngheld) global_release(w);   // the worker's last global store has landed by now
     if (a - (uintptr_t)w->arena < ARENA_CAP) {
         if (g_profile) prof_access(f, a, size, kind & 3, (uintptr_t)pc - g_base, SP_SHARED, -1);
         shared_access(f, a, size, kind & 3, (uintptr_t)pc - g_base);
@@ -1442,7 +1454,7 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
             if (f->state != F_READY) continue;
             w->pos = k;
             switch_to_fiber(w, f);
-            if (!w->gheld.empty()) global_release(w);
+            if (w->ngheld) global_release(w);
             break;
         }
         if (L->abort.load(std::memory_order_relaxed)) {
