@@ -409,6 +409,36 @@ def test_global_races(sim, order: str) -> None:
     torch.testing.assert_close(y, x[1:])
 
 
+# A learner's grid-stride loop with the wrong stride (blockDim.x, not blockDim.x * gridDim.x): the 7 blocks
+# store the same values to the same elements, on several OS threads at once. Identical stores are no race
+# whatever the timing (the verdict once compared a store with the word as it was before the other block's
+# store landed); one element that one block stores differently stays a race.
+STRIDE_SRC = r"""
+__global__ void relu(const float* x, float* y, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x) y[i] = fmaxf(x[i], 0.0f);
+}
+void relu_overlapping(const float* x, float* y, int n) { relu<<<7, 256>>>(x, y, n); }
+__global__ void relu_one_differs(const float* x, float* y, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x)
+        y[i] = fmaxf(x[i], 0.0f) + (blockIdx.x == 6 && i == n - 1 ? 1.0f : 0.0f);   // block 6: another value
+}
+void relu_one_race(const float* x, float* y, int n) { relu_one_differs<<<7, 256>>>(x, y, n); }
+"""
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_identical_global_stores_from_many_blocks_are_not_a_race(sim, order: str) -> None:
+    lib = sim(STRIDE_SRC, "relu.cu", order=order, timeout_s=120.0)
+    n = 1048579
+    for x in (torch.randn(n), torch.ones(n)):
+        y = torch.full((n,), float("nan"))
+        lib.call("relu_overlapping", [x, y, n])
+        assert torch.equal(y, x.clamp_min(0.0))
+    with pytest.raises(RaceError, match=r"thread \(2,0,0\).* writes y\[1048578\] .*different value") as e:
+        lib.call("relu_one_race", [torch.randn(n), torch.full((n,), float("nan")), n])
+    assert e.value.line == 8 and e.value.kernel == "relu_one_differs"
+
+
 def test_global_races_are_not_checked_in_fast_mode(sim) -> None:
     lib = sim(GLOBAL_SRC, checked=False)
     out = torch.full((1,), float("nan"))

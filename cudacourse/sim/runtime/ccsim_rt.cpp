@@ -17,6 +17,7 @@
 #include <link.h>
 #include <mutex>
 #include <pthread.h>
+#include <sched.h>
 #include <algorithm>
 #include <random>
 #include <sys/mman.h>
@@ -138,9 +139,18 @@ struct Worker {
     std::vector<int> site_idx;
     std::vector<Site> sites;         // arrays allocated in the current block; index 0 is the dynamic part
     std::vector<Pending> pend;       // conflicting writes whose values are not compared yet (checked mode)
+    // The global words of this worker's last plain store, locked until the store has landed (the hook runs
+    // before the store): released at the worker's next access hook or when its fiber hands back control.
+    static constexpr unsigned GHELD = 5;   // an unaligned 16-byte store spans 5 words; more go to gheld_more
+    unsigned ngheld = 0;
+    struct GShadow* gheld[GHELD];
+    std::vector<struct GShadow*> gheld_more;
+    // A global store that conflicts with another thread's unordered store (war false) or load (war true):
+    // a race if it changed the bytes `bm` from `old`, the word as the previous access left it. Decided when
+    // the store has landed (gconf), kept to report when the block ends (gpend).
     struct GPending { uintptr_t word; uint32_t old; uint8_t bm; bool war; uint32_t other; uint16_t tid; uintptr_t pc;
                       const struct Buffer* buf; };
-    std::vector<GPending> gpend;     // the same for global memory, decided when the block ends
+    std::vector<GPending> gconf, gpend;
     unsigned long long blin = 0;     // linear index of the running block
     uint32_t epoch = 1;
     uint32_t wseq[MAX_THREADS / 32];
@@ -188,12 +198,16 @@ Range g_image[16]; int g_nimage = 0;
 // (global thread number + 1, launch sequence, barrier epoch) for races between threads and blocks of one
 // launch, the word before the writer's first store (a read of an unchanged value is no race), and which
 // bytes were ever written (cudaMalloc memory only: tensors from Python count as initialised).
+// Blocks run on several OS threads at once, so the shadow and the word are guarded by `lock`: an access
+// takes it in its hook, and a plain store keeps it until the store has landed (see GHeld), so whoever
+// takes it next sees the shadow and the word exactly as the last access left them.
 struct GShadow {
     uint32_t wthr, rthr;
     uint32_t wl, rl;             // launch sequence (32 bits: cudaMalloc memory outlives many launches)
     uint16_t we, re;
     uint32_t wold;
-    uint8_t init, wm, rm, pad;
+    uint8_t init, wm, rm;
+    uint8_t lock;                // 1 while a worker holds the word (atomic accesses only)
 };
 struct Buffer { uintptr_t base; size_t bytes; size_t elem; char name[64]; GShadow* sh; size_t shbytes; bool track_init; };
 std::mutex g_buf_mu;
@@ -826,6 +840,40 @@ const char* GLOBAL_NOTE =
     " Blocks of a launch run in any order and threads of a block are only ordered by __syncthreads(): use atomics, "
     "let one thread own each element, or split the work into two launches.";
 
+__attribute__((noinline)) void gs_lock_wait(GShadow& s) {
+    for (unsigned spins = 0; __atomic_exchange_n(&s.lock, (uint8_t)1, __ATOMIC_ACQUIRE);) {
+        do {
+            if (++spins > 64) sched_yield();   // the holder may be descheduled (more workers than cores)
+#if defined(__x86_64__)
+            else __builtin_ia32_pause();
+#endif
+        } while (__atomic_load_n(&s.lock, __ATOMIC_RELAXED));
+    }
+}
+inline void gs_lock(GShadow& s) {
+    if (__builtin_expect(__atomic_exchange_n(&s.lock, (uint8_t)1, __ATOMIC_ACQUIRE), 0)) gs_lock_wait(s);
+}
+inline void gs_unlock(GShadow& s) { __atomic_store_n(&s.lock, (uint8_t)0, __ATOMIC_RELEASE); }
+
+// The worker's held stores have landed: decide their conflicts by the bytes they stored, then unlock.
+__attribute__((noinline)) void global_decide(Worker* w) {
+    for (const Worker::GPending& p : w->gconf) {
+        uint32_t now; std::memcpy(&now, (const void*)p.word, 4);
+        if ((now ^ p.old) & byte_mask32(p.bm)) w->gpend.push_back(p);
+    }
+    w->gconf.clear();
+}
+__attribute__((noinline)) void global_unlock_more(Worker* w) {
+    for (GShadow* s : w->gheld_more) gs_unlock(*s);
+    w->gheld_more.clear();
+}
+inline void global_release(Worker* w) {
+    if (__builtin_expect(!w->gconf.empty(), 0)) global_decide(w);
+    for (unsigned i = 0; i < w->ngheld; ++i) gs_unlock(*w->gheld[i]);
+    if (__builtin_expect(w->ngheld == Worker::GHELD, 0)) global_unlock_more(w);
+    w->ngheld = 0;
+}
+
 // A global-memory access by a CUDA thread inside registered buffer b: initialisation (cudaMalloc memory)
 // and races with other threads of the same launch.
 void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int kind, bool vol, uintptr_t pc) {
@@ -840,12 +888,14 @@ void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int ki
         uintptr_t wa = b.base + i * 4;
         uintptr_t lo = std::max(wa, a), hi = std::min(wa + 4, a + size);
         uint8_t bm = (uint8_t)(((1u << (hi - lo)) - 1u) << (lo - wa));
+        gs_lock(s);   // words in ascending order, nothing else held: no deadlock
         uint32_t cur; std::memcpy(&cur, (const void*)wa, 4);
         auto ordered = [&](uint32_t other, uint16_t oe) {
             return (other - 1ull) / L->nthreads == w->blin && oe != E;   // same block, separated by a barrier
         };
         if (kind != 1 && b.track_init && (s.init & bm) != bm) {
             RtGuard guard;
+            gs_unlock(s);
             fail_here("uninitialized-read",
                       "UninitializedReadError " + where(L, w->bidx) + ": " + thr(f) + (kind == 0 ? " reads " : " atomically updates ") +
                       gname(b, lo, size) + " at " + pctok(pc) + ", which nothing has written since cudaMalloc (device memory starts "
@@ -855,41 +905,41 @@ void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int ki
                       "launch's stream is not ordered after that work: record an event after it and cudaStreamWaitEvent "
                       "on it (the simulator runs unordered stream work in an adversarial order)." : ""), nullptr, 0, pc);
         }
-        if (kind == 2) { s.init |= bm; continue; }   // atomics never race with each other
+        if (kind == 2) { s.init |= bm; gs_unlock(s); continue; }   // atomics never race with each other
         bool cross_ok = vol || L->fenced.load(std::memory_order_relaxed);
         if (kind == 0) {
             if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we) &&
                 ((cur ^ s.wold) & byte_mask32(bm)) && !(cross_ok && (s.wthr - 1ull) / L->nthreads != w->blin)) {
                 RtGuard guard;
+                gs_unlock(s);
                 fail_here("race", "RaceError " + where(L, w->bidx) + ": " + thr(f) + " reads " + gname(b, lo, size) + " at " +
                           pctok(pc) + ", which " + gthread(L, s.wthr) + " wrote (changing its value) in the same launch with "
                           "nothing ordering the two, so the read may see either value." + GLOBAL_NOTE, nullptr, 0, pc);
             }
             if (!(s.wthr == T && s.wl == S)) { s.rthr = T; s.rl = S; s.re = E; s.rm = bm; }
+            gs_unlock(s);
             continue;
         }
-        // a write: its value is not known yet, so a conflict is decided when the block ends
-        bool pend = false;
+        // a write: its value is not known yet, so the word stays locked until the store has landed; then
+        // global_release compares the bytes it stored with `cur`, the value the last access left (for a
+        // conflicting store: the value that thread stored)
         if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we)) {
-            w->gpend.push_back({wa, cur, bm, false, s.wthr, (uint16_t)f->tid, pc, &b});
-            pend = true;
+            w->gconf.push_back({wa, cur, bm, false, s.wthr, (uint16_t)f->tid, pc, &b});
         } else if (!vol && s.rl == S && s.rthr && s.rthr != T && (s.rm & bm) && !ordered(s.rthr, s.re) &&
                    !(cross_ok && (s.rthr - 1ull) / L->nthreads != w->blin)) {
-            w->gpend.push_back({wa, cur, bm, true, s.rthr, (uint16_t)f->tid, pc, &b});
-            pend = true;
+            w->gconf.push_back({wa, cur, bm, true, s.rthr, (uint16_t)f->tid, pc, &b});
         }
-        (void)pend;
+        if (w->ngheld < Worker::GHELD) w->gheld[w->ngheld++] = &s;
+        else w->gheld_more.push_back(&s);
         if (!(s.wthr == T && s.wl == S)) { s.wold = cur; s.wm = 0; }
         s.wthr = T; s.wl = S; s.we = E; s.wm |= bm; s.init |= bm;
     }
 }
 
-// Block end: conflicting global writes that changed the value are races.
+// Block end: report the first conflicting global store that changed the value.
 bool resolve_global_pending(Worker* w) {
     Launch* L = w->L;
     for (const auto& p : w->gpend) {
-        uint32_t now; std::memcpy(&now, (const void*)p.word, 4);
-        if (!((now ^ p.old) & byte_mask32(p.bm))) continue;
         std::string msg = "RaceError " + where(L, w->bidx) + ": " + thr_of(w, p.tid) + " writes " + gname(*p.buf, p.word) +
                           " at " + pctok(p.pc) + (p.war ? " after " + gthread(L, p.other) + " read it" :
                                                   " after " + gthread(L, p.other) + " wrote a different value to it") +
@@ -1135,6 +1185,7 @@ __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int
     if (a - (uintptr_t)&threadIdx < sizeof(dim3) || a - (uintptr_t)&blockIdx < sizeof(dim3) ||
         a - (uintptr_t)&blockDim < sizeof(dim3) || a - (uintptr_t)&gridDim < sizeof(dim3)) return;
     Worker* w = f->w;
+    if (w->ngheld) global_release(w);   // the worker's last global store has landed by now
     if (a - (uintptr_t)w->arena < ARENA_CAP) {
         if (g_profile) prof_access(f, a, size, kind & 3, (uintptr_t)pc - g_base, SP_SHARED, -1);
         shared_access(f, a, size, kind & 3, (uintptr_t)pc - g_base);
@@ -1421,6 +1472,7 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
             if (f->state != F_READY) continue;
             w->pos = k;
             switch_to_fiber(w, f);
+            if (w->ngheld) global_release(w);
             break;
         }
         if (L->abort.load(std::memory_order_relaxed)) {
