@@ -34,7 +34,6 @@ class CheckFailure(AssertionError):
     """A course check failed: its message is the whole story (``make check`` shows it without a traceback)."""
 
 
-
 def base_seed() -> int:
     """The run's base seed: ``$CUDA_COURSE_SEED`` if set (the grader sets a fresh one), else random once."""
     global _BASE_SEED
@@ -225,4 +224,4 @@ def assert_guard(full: torch.Tensor, n: int, name: str, task: str | None = None,
         first = int((~clean).nonzero()[0])
         where = f"{name}" + (f" (task {task})" if task else "")
         raise CheckFailure(f"{where}: the kernel wrote past the end of its output (element {n + first}; the "
-                             f"output has {n}). {hint}")
+                           f"output has {n}). {hint}")

@@ -468,6 +468,28 @@ def test_grading_the_checkout_again_reuses_its_builds(fake_course: Path, tmp_pat
     assert rep["earned"] == rep["possible"] - rep["not_graded"] > 0, rep["tasks"]
 
 
+def test_warm_ups_run_once_per_key_and_other_keys_at_the_same_time() -> None:
+    """The grader builds a lesson once per submission (every slot shares the build) while other lessons build at
+    the same time: one lock for all lessons had made a many-job grade warm its lessons up one after another."""
+    import threading
+
+    from cudacourse.grading.staging import Once
+
+    once, ran, both_inside = Once(), [], threading.Barrier(2, timeout=30)
+
+    def job(key: str) -> None:
+        both_inside.wait()  # passes only when the other lesson's job is running too (else it breaks: no append)
+        ran.append(key)
+
+    threads = [threading.Thread(target=once.run, args=(k, lambda k=k: job(k))) for k in ("01", "02")]
+    threads += [threading.Thread(target=once.run, args=("01", lambda: job("01 again")))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(r.split()[0] for r in ran) == ["01", "02"], ran  # each key once, and the two at the same time
+
+
 def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) -> None:
     (fake_course / "tests" / "test_01_relu.py").write_text("this is not python\n")
     out = tmp_path / "r.json"

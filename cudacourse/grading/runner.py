@@ -22,7 +22,7 @@ from cudacourse.course import Course, Task, task_sort_key
 from cudacourse.errors import UNBUILDABLE_ENV
 from cudacourse.grading.confine import Confinement, Limits, available, confined_popen, stop_group
 from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
-from cudacourse.grading.staging import Submission, restore
+from cudacourse.grading.staging import Once, Submission, restore
 from cudacourse.settings import Settings, to_env
 
 # ----------------------------------------------------------------------------------------------------
@@ -239,9 +239,7 @@ class RunSettings:
     progress: Callable[[str], None] | None = None  # prints a progress line (None: quiet, ``grade -q``)
     many: bool = False  # several submissions: progress lines name the submission
     instructor: dict[str, set[str]] = field(default_factory=dict)  # "lesson/file" -> sha256 of solution, stub
-    # (lesson, instructor files) -> set once their shared build is done (a second submission waits for it)
-    shared_built: dict[tuple[str, tuple[tuple[str, str], ...]], threading.Event] = field(default_factory=dict)
-    shared_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    shared_built: Once = field(default_factory=Once, repr=False)  # per (lesson, instructor files): the shared build
 
     def say(self, sub: Submission, line: str) -> None:
         """Print one progress line (thread-safe; nothing when quiet)."""
@@ -299,9 +297,8 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     report.unlink(missing_ok=True)
     log = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.log"
     for lesson in sorted({t.lesson for t in tasks}):
-        with sub.warm_lock:  # builds are shared by every slot (their keys leave out the folder): build once
-            if lesson not in sub.warm:
-                _warm_up(sub, slot, lesson, st)
+        # builds are shared by every slot (their keys leave out the folder): once per lesson, the others wait
+        sub.warm.run(lesson, lambda lesson=lesson: _warm_up(sub, slot, lesson, st))
     files = sorted({f for t in tasks for f in t.files})
     cmd = [_python(), "-m", "pytest", "-q", "-c", str(slot / "pytest.ini"), "--rootdir", str(slot),
            "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), "--tb=short", "-p", "no:randomly"]
@@ -395,24 +392,12 @@ def _warm_up(sub: Submission, slot: Path, lesson: str, st: RunSettings) -> None:
     instead of building it again. Prints a line as each file's build starts and ends (``st.progress``).
     """
     assert sub.pristine is not None
-    sub.warm.add(lesson)
     if sub.build_dir is not None:
         mine = _instructor_files(sub, lesson, st)
-        done_key = (lesson, tuple(mine))
-        with st.shared_lock:
-            done = st.shared_built.get(done_key)
-            first = done is None
-            if first:
-                done = st.shared_built[done_key] = threading.Event()
-        assert done is not None
-        if first:  # (with no file of the instructor's: the simulator's runtime alone)
-            try:
-                _build(sub, slot, lesson, st, [n for n, _ in mine] or ["-"], st.build_dir, shared=None,
-                       label="the course's copy")
-            finally:
-                done.set()
-        else:
-            done.wait()
+        # (with no file of the instructor's: the simulator's runtime alone)
+        st.shared_built.run((lesson, tuple(mine)), lambda: _build(
+            sub, slot, lesson, st, [n for n, _ in mine] or ["-"], st.build_dir, shared=None,
+            label="the course's copy"))
     _build(sub, slot, lesson, st, [], build_dir_of(sub, st), shared=st.build_dir if sub.build_dir else None)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +65,30 @@ def _rejected_stub(name: str, why: str, python: bool) -> str:
     return f'#include "REJECTED_BY_THE_GRADER_see_the_report.h"  // {name}\n'
 
 
+class Once:
+    """Runs a job once per key; a second caller of the same key waits for it, other keys run at the same time
+    (the grader's warm-up builds, shared by every slot of a submission and by every submission of a run)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done: dict[object, threading.Event] = {}
+
+    def run(self, key: object, job: Callable[[], None]) -> None:
+        """Run ``job`` unless ``key`` ran (or is running) already; return once it has finished."""
+        with self._lock:
+            done = self._done.get(key)
+            first = done is None
+            if done is None:
+                done = self._done[key] = threading.Event()
+        if not first:
+            done.wait()
+            return
+        try:
+            job()
+        finally:
+            done.set()
+
+
 @dataclass
 class Submission:
     """One thing to grade: a learner's folder, or this checkout's lessons/ or solutions/."""
@@ -75,8 +100,7 @@ class Submission:
     missing: list[str] = field(default_factory=list)
     pristine: Path | None = None
     manifest: dict[str, str] = field(default_factory=dict)
-    warm: set[str] = field(default_factory=set)  # lessons whose kernel files were built for this submission
-    warm_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one warm-up at a time
+    warm: Once = field(default_factory=Once, repr=False)  # per lesson: its kernel files built for this submission
     build_dir: Path | None = None  # its own build cache (None: the run's, for this checkout's own kernels)
     unbuildable: dict[str, float] = field(default_factory=dict)  # "lesson/file" -> build seconds when stopped
 
