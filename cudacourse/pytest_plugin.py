@@ -85,6 +85,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "task(id): graded task this test belongs to, declared in lesson.toml")
     config.addinivalue_line("markers", "points(n): not used: points are declared in lesson.toml (an error)")
     config.addinivalue_line("markers", "gpu: needs a real GPU (speed tasks); 'not graded' on the simulator")
+    config.addinivalue_line("markers", "sim_only: a case only the simulator can check (its profile counters); "
+                                       "deselected on a GPU, where it neither grades nor blocks its task")
 
     changes: dict[str, Any] = {}
     root = Path(str(config.rootpath))
@@ -228,14 +230,15 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             problems.append(str(e))
     if problems:
         raise pytest.UsageError("the tests disagree with the course model:\n  " + "\n  ".join(problems))
-    if state.only_tasks:
-        keep, drop = [], []
-        for it in items:
-            t = declared[it.nodeid]
-            (keep if t is not None and t.id in state.only_tasks else drop).append(it)
-        if drop:
-            config.hook.pytest_deselected(items=drop)
-            items[:] = keep
+    on_gpu = any(it.get_closest_marker("sim_only") for it in items) and backend_name() == "cuda"
+    keep, drop = [], []
+    for it in items:
+        t = declared[it.nodeid]
+        wanted = not state.only_tasks or (t is not None and t.id in state.only_tasks)
+        (keep if wanted and not (on_gpu and it.get_closest_marker("sim_only")) else drop).append(it)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
     for it in items:
         rec = _record_for(it, declared[it.nodeid])
         state.records[it.nodeid] = rec
@@ -259,12 +262,34 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(f"not run: an earlier case of task {rec.task} timed out")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """Emit the ``start`` line before the test runs (the grader reads it after a crash)."""
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    """Emit the ``start`` line before the test runs (the grader reads it after a crash).
+
+    Under pytest-xdist on a GPU, a timed (``gpu``) test holds the GPU alone: it takes an exclusive lock
+    that every other test of the run holds shared, so no other worker's kernels share the GPU while it
+    times. (The grader runs its speed tasks one at a time after the others and needs no lock.)"""
     state = item.config.stash.get(_STATE, None)
     if state is not None:
         state.emit({"event": "start", "nodeid": item.nodeid})
+    if not os.environ.get("PYTEST_XDIST_WORKER") or backend_name() != "cuda":
+        return (yield)
+    import fcntl  # stdlib: filelock has no shared (reader) lock, and these are two flocks on two files
+
+    from cudacourse.buildcache import build_root
+
+    root = build_root()
+    root.mkdir(parents=True, exist_ok=True)
+    timed = item.get_closest_marker("gpu") is not None
+    with open(root / ".gpu-turnstile.lock", "a") as turn, open(root / ".gpu-timing.lock", "a") as gpu:
+        # The turnstile keeps a waiting timed test from starving: while it waits, no new test gets in.
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        fcntl.flock(gpu, fcntl.LOCK_EX if timed else fcntl.LOCK_SH)
+        fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(gpu, fcntl.LOCK_UN)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -234,6 +234,29 @@ def test_plugin_points_table_and_not_graded(tmp_path: Path) -> None:
     ran = {json.loads(ln).get("nodeid") for ln in report.read_text().splitlines()} - {None}
     assert ran == {"test_09_fake.py::test_b"}
 
+def test_plugin_sim_only_cases_leave_a_gpu_grade_alone(tmp_path: Path) -> None:
+    """A ``sim_only`` case (the simulator's store count of task 1.2) is deselected on a GPU, so the task is
+    graded by its other cases there, not marked "not graded" by a skip (task 1.2 lost its points on the H100
+    that way); on the simulator it runs and can fail its task."""
+    _toy_lesson(tmp_path, "09_fake", PLUGIN_LESSON)
+    (tmp_path / "test_09_fake.py").write_text(PLUGIN_TESTS + '''
+@pytest.mark.task("9.2")
+@pytest.mark.sim_only
+def test_b_counters():
+    """Task two, the simulator's counters."""
+    assert False, "counted too many stores"
+''')
+    sim = _pytest(tmp_path)
+    rows = {ln.split()[0]: ln.split()[-3:] for ln in sim.stdout.splitlines() if ln[:2] == "9."}
+    assert rows["9.2"] == ["3", "0", "fail"] and "counted too many stores" in sim.stdout, sim.stdout
+    # the GPU's view: the plugin's backend says cuda (and the speed case runs, as on a GPU)
+    (tmp_path / "conftest.py").write_text("import cudacourse.pytest_plugin as p\np.backend_name = lambda: 'cuda'\n")
+    gpu = _pytest(tmp_path)
+    rows = {ln.split()[0]: ln.split()[-3:] for ln in gpu.stdout.splitlines() if ln[:2] == "9."}
+    assert rows["9.2"] == ["3", "3", "pass"] and rows["9.3"] == ["1", "1", "pass"], gpu.stdout
+    assert "1 deselected" in gpu.stdout, gpu.stdout
+
+
 # ----------------------------------------------------------------------------------------------------
 # The grader on a fake course (no kernels are built: the "tests" act on the kernel file's text)
 # ----------------------------------------------------------------------------------------------------
