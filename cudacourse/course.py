@@ -9,6 +9,7 @@ Each lesson folder ``lessons/NN_topic/`` holds a ``lesson.toml``; the folder nam
     files = ["relu.cu"]                          # exercise files (stubs in lessons/, complete in solutions/)
     torch_files = ["relu_torch.cu"]              # exercise files that may include torch headers
     python_files = []                            # exercise Python files (lesson 04: decoder.py)
+    triton_files = ["relu_triton.py"]            # Triton twins (optional track): Python files of @triton.jit kernels
     support_files = []                           # non-exercise files the kernels include, staged as-is
     notebook = "relu.ipynb"
 
@@ -17,8 +18,12 @@ Each lesson folder ``lessons/NN_topic/`` holds a ``lesson.toml``; the folder nam
     title = "relu_v1_scalar: one thread per element"
     points = 2
     gpu = false                                  # true: needs a real GPU; "not graded" on the simulator
+    track = "cuda"                               # "cuda" (default) or "triton": a task of the Triton twins
     target = 0.85                                # speed tasks only: the bench target ...
     target_of = "copy"                           # ... relative to "copy" bandwidth or the "reference"
+
+A Triton task (``track = "triton"``, ids such as ``1.T1``) is graded by the same tests, on the CPU through
+Triton's interpreter; ``cudacourse/triton_track.py`` says how its files are loaded.
 
 The loader, ``cc.lesson``, bench, the grader, the pytest plugin, stubs, the templates and the README's
 lesson table all read this model; nothing else keeps a list of lessons, points or targets. The model is
@@ -47,9 +52,10 @@ LESSON_FILE = "lesson.toml"
 _LESSON_DIR = re.compile(r"^(\d\d)_[a-z0-9_]+$")
 _TASK_ID = re.compile(r"^\d+\.[0-9A-Za-z]+$")
 _LESSON_KEYS = {"title": str, "write": str, "learn": str, "files": list, "torch_files": list,
-                "python_files": list, "support_files": list, "notebook": str}
+                "python_files": list, "triton_files": list, "support_files": list, "notebook": str}
 _TASK_KEYS = {"id": str, "title": str, "points": (int, float), "gpu": bool, "target": (int, float),
-              "target_of": str}
+              "target_of": str, "track": str}
+TRACKS = ("cuda", "triton")  # a task's track: the CUDA exercises, or the optional Triton twins
 
 
 class CourseModelError(CourseError):
@@ -72,6 +78,7 @@ class Task:
     gpu: bool = False
     target: float | None = None
     target_of: str = "reference"  # "reference" (speed ratio) or "copy" (fraction of the copy bandwidth)
+    track: str = "cuda"  # "cuda" or "triton" (a Triton twin: needs the triton package, see triton_track.py)
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ class LessonInfo:
     support_files: tuple[str, ...] = ()
     notebook: str | None = None
     tasks: tuple[Task, ...] = field(default_factory=tuple)
+    triton_files: tuple[str, ...] = ()
 
     @property
     def number(self) -> str:
@@ -101,8 +109,8 @@ class LessonInfo:
 
     @property
     def exercise_files(self) -> tuple[str, ...]:
-        """Every file a learner writes (kernels and Python)."""
-        return self.files + self.torch_files + self.python_files
+        """Every file a learner writes (kernels, Python, and the Triton twins)."""
+        return self.files + self.torch_files + self.python_files + self.triton_files
 
     @property
     def test_file(self) -> str:
@@ -138,8 +146,11 @@ def _parse_task(lesson_id: str, t: dict[str, Any], tw: str) -> Task:
         raise CourseModelError(f"{tw}: target_of must be 'reference' or 'copy', got {t['target_of']!r}")
     if t["points"] <= 0:
         raise CourseModelError(f"{tw}: points must be positive, got {t['points']}")
+    if t.get("track", "cuda") not in TRACKS:
+        raise CourseModelError(f"{tw}: track must be one of {', '.join(map(repr, TRACKS))}, got {t['track']!r}")
     return Task(t["id"], lesson_id, t["title"], float(t["points"]), bool(t.get("gpu", False)),
-                None if t.get("target") is None else float(t["target"]), t.get("target_of", "reference"))
+                None if t.get("target") is None else float(t["target"]), t.get("target_of", "reference"),
+                t.get("track", "cuda"))
 
 
 def parse_lesson(lesson_id: str, text: str, where: str = "") -> LessonInfo:
@@ -161,14 +172,20 @@ def parse_lesson(lesson_id: str, text: str, where: str = "") -> LessonInfo:
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise CourseModelError(f"{where}: task id(s) declared twice: {', '.join(dup)}")
-    names = les["files"] + les.get("torch_files", []) + les.get("python_files", []) + les.get("support_files", [])
+    names = (les["files"] + les.get("torch_files", []) + les.get("python_files", []) + les.get("triton_files", [])
+             + les.get("support_files", []))
     bad = [n for n in names if "/" in n or "\\" in n or n.startswith(".")]
     if bad:
         raise CourseModelError(f"{where}: file names must be plain names inside the lesson folder: {bad}")
+    not_py = [n for n in les.get("triton_files", []) if not n.endswith(".py")]
+    if not_py:
+        raise CourseModelError(f"{where}: triton_files are Python files (name.py): {not_py}")
+    if any(t.track == "triton" for t in tasks) and not les.get("triton_files"):
+        raise CourseModelError(f"{where}: a task of track 'triton' needs the lesson's triton_files (its *_triton.py)")
     return LessonInfo(lesson_id, les["title"], les["write"], les["learn"], tuple(les["files"]),
                       tuple(les.get("torch_files", ())), tuple(les.get("python_files", ())),
                       tuple(les.get("support_files", ())), les.get("notebook"),
-                      tuple(sorted(tasks, key=lambda t: task_sort_key(t.id))))
+                      tuple(sorted(tasks, key=lambda t: task_sort_key(t.id))), tuple(les.get("triton_files", ())))
 
 
 class Course:

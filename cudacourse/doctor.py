@@ -66,6 +66,24 @@ def check_arch_list(value: str) -> list[str]:
     return problems
 
 
+def triton_fact() -> str:
+    """Whether the optional Triton track (the tasks N.T*, lessons/NN/*_triton.py) can run here, and how: compiled
+    where the course's backend is the GPU, on Triton's CPU interpreter elsewhere."""
+    from cudacourse import triton_track
+    from cudacourse.loader import backend_name
+
+    try:
+        gpu = backend_name() == "cuda"
+    except (RuntimeError, ValueError):  # a bad CUDA_COURSE_BACKEND: reported above
+        gpu = False
+    st = triton_track.status(gpu=gpu)
+    if st.mode == "compiled":
+        return f"can run: {st.detail}"
+    if st.mode == "interpreter":
+        return f"can run, on the CPU: {st.detail}"
+    return f"cannot run (optional, tasks N.T*): {st.detail}"
+
+
 def diagnose() -> Report:
     """Collect facts and problems."""
     r = Report()
@@ -139,6 +157,7 @@ def diagnose() -> Report:
     except (RuntimeError, ValueError) as e:
         r.problems.append((str(e), "unset CUDA_COURSE_BACKEND  (or set it to auto, cuda or sim)"))
     r.facts.append(("build folder", str(buildcache.build_root())))
+    r.facts.append(("Triton track", triton_fact()))
     from cudacourse.grading.confine import available, describe_for_grading
 
     conf = available()

@@ -25,6 +25,13 @@ GPU_JOBS_NOTE = "\n          # --jobs 1: timings of speed tasks mean something o
 CPU_TORCH = "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
+def _install_course(c: Course) -> str:
+    """The pip line that installs the course: with the ``triton`` extra when some task is a Triton twin (on the
+    CPU runner its interpreter grades them; without it they would be skipped as not graded)."""
+    triton = any(t.track == "triton" for t in c.tasks())
+    return 'python -m pip install -e ".[triton]"' if triton else "python -m pip install -e ."
+
+
 def _step_id(task_id: str) -> str:
     return "task-" + re.sub(r"[^0-9A-Za-z]+", "-", task_id).lower()
 
@@ -63,7 +70,7 @@ def classroom(c: Course) -> str:
         "      - name: Install the course (CPU-only torch)",
         "        run: |",
         f"          {CPU_TORCH}",
-        "          python -m pip install -e .",
+        f"          {_install_course(c)}",
     ]
     ids = []
     for les in c:
@@ -153,7 +160,7 @@ jobs:
         run: |
           python -m pip install --upgrade pip
           {CPU_TORCH}
-          python -m pip install -e .
+          {_install_course(c)}
           sudo apt-get update && sudo apt-get install -y g++
 """ + _GRADE_STEP.format(title="Grade every submission (one process per lesson, failures confirmed alone)",
                          options="--backend sim --jobs 2 --timeout 120", note="") + """\

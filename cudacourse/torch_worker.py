@@ -535,8 +535,9 @@ class TorchWorker:
 
         st = settings.current()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # TRITON_INTERPRET: a Triton twin hosted here runs on Triton's CPU interpreter (cudacourse/triton_track.py)
         keep = ("PATH", "LANG", "LC_ALL", "CXX", "CC", "CUDA_HOME", "MAX_JOBS", "OMP_NUM_THREADS", "LD_LIBRARY_PATH",
-                "CUDA_COURSE_SIM_ORDER")
+                "CUDA_COURSE_SIM_ORDER", "TRITON_INTERPRET")
         env = {k: v for k, v in os.environ.items() if k in keep}
         env.update(settings.to_env(st))
         reads = [*self._reads, _THIS.parent.parent, *([st.build_shared] if st.build_shared else [])]

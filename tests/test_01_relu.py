@@ -18,13 +18,15 @@ a float64 reference under written-down tolerances.
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import cudacourse as cc
-from cudacourse import check
+from cudacourse import check, settings
 
 LESSON = "01_relu"
 BLOCK = 256                      # kBlock in relu.cu
@@ -463,3 +465,152 @@ def test_wrong_kernels_fail_the_check() -> None:
         getattr(wrong, name)(x, y, n)
         with pytest.raises(AssertionError):
             check.assert_close(y, torch.relu(x), name=name, **EXACT)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Triton track (optional): tasks 1.T1 and 1.T2, the twins in relu_triton.py, checked like their CUDA versions.
+# On the CPU Triton's interpreter runs them (one program at a time: sizes up to ~2^14 here, more on a GPU);
+# without the triton package they are "not graded", with the command that installs it.
+# ----------------------------------------------------------------------------------------------------
+
+TRITON_SIZES = [1, 31, 32, 33, 1000, 3 * 1024 + 5, 2**14 + 3]  # ragged against every BLOCK the configs try
+TRITON_GPU_SIZES = [2**20 + 3, 2**24 + 1]
+HINT_1T1 = ("relu_kernel (TODO task 1.T1 in relu_triton.py): offs = program_id * BLOCK + arange(0, BLOCK), a mask "
+            "offs < n on the load and on the store, tl.maximum(x, 0.0); scale_kernel above it is the same shape.")
+HINT_1T2 = ("gelu_tanh and bias_gelu_kernel (TODO task 1.T2 in relu_triton.py): sigmoid(2u) from e = exp(-2|u|) "
+            "(1 / (1 + e) for u >= 0, e / (1 + e) below), times v; the column of flat index i is i % cols.")
+
+
+def _twin() -> ModuleType:
+    from cudacourse.triton_track import twin_or_not_graded
+
+    return twin_or_not_graded(LESSON)
+
+
+def _guard(t: ModuleType) -> object:
+    """Torch may allocate and check in relu_triton.py, never compute the answer (refused at run time)."""
+    from cudacourse.grading.screens import torch_answer_guard
+
+    return torch_answer_guard([t.__file__])
+
+
+def _triton_relu_case(t: ModuleType, m: cc.Lesson, x: torch.Tensor, what: str, task: str = "1.T1") -> None:
+    n = x.numel()
+    y = check.poisoned(n, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]), _guard(t):
+        t.relu(x, y, n)
+    check.assert_close(y, torch.relu(x), name=f"relu (Triton) y, {what}", task=task, hint=HINT_1T1, **EXACT)
+
+
+@pytest.mark.task("1.T1")
+@pytest.mark.parametrize("n", TRITON_SIZES)
+def test_triton_relu(n: int) -> None:
+    """The Triton twin of ReLU: any n, exact, zeros and infinities included."""
+    t, m = _twin(), _m()
+    _triton_relu_case(t, m, _input(f"1.T1-n{n}", n, m), f"n={n}")
+    if m.backend == "cuda" and n == TRITON_SIZES[-1]:
+        for big in TRITON_GPU_SIZES:
+            _triton_relu_case(t, m, _input(f"1.T1-n{big}", big, m), f"n={big}")
+
+
+@pytest.mark.task("1.T1")
+@pytest.mark.parametrize("n", [5, 1003])
+def test_triton_relu_misaligned_views(n: int) -> None:
+    """x and y one float into their buffers: Triton sees the pointers are not 16-byte aligned and loads narrower;
+    the answer must not change."""
+    t, m = _twin(), _m()
+    buf = _input(f"1.T1-view-{n}", n + 1, m)
+    x = buf[1:]
+    full = check.poisoned(n + 1, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]), _guard(t):
+        t.relu(x, full[1:], n)
+    check.assert_close(full[1:], torch.relu(x), name=f"relu (Triton) of a view at offset 1, n={n}", task="1.T1",
+                       hint=HINT_1T1, **EXACT)
+    assert bool(full[0].isnan()), "relu (Triton, task 1.T1) wrote before the start of its output"
+
+
+@pytest.mark.task("1.T1")
+@pytest.mark.parametrize("bad", ["dtype", "non-contiguous", "device"])
+def test_triton_relu_rejects_bad_inputs(bad: str) -> None:
+    """The given wrapper refuses what the kernel cannot take, naming the parameter, before anything runs."""
+    t, m = _twin(), _m()
+    n = 100
+    x = check.randn((n,), check.rng(f"1.T1-bad-{bad}"), m.device)
+    y = check.poisoned(n, torch.float32, m.device)
+    if bad == "dtype":
+        with pytest.raises(TypeError, match=r"parameter 'x'.*float32"):
+            t.relu(x.double(), y, n)
+    elif bad == "non-contiguous":
+        with pytest.raises(ValueError, match=r"parameter 'x'.*contiguous"):
+            t.relu(check.randn((2 * n,), check.rng("1.T1-bad-strided"), m.device)[::2], y, n)
+    else:
+        with pytest.raises(ValueError, match=r"parameter 'x'.*expects a tensor on"):
+            t.relu(_wrong_device(n, m), y, n)
+    assert bool(y.isnan().all()), "a rejected call must not run the kernel"
+
+
+def _triton_gelu_case(t: ModuleType, m: cc.Lesson, name: str, rows: int, cols: int, scale: float = 1.0) -> None:
+    x = check.randn((rows, cols), check.rng(f"{name}-x"), m.device, scale=scale)
+    b = check.randn((cols,), check.rng(f"{name}-b"), m.device, scale=scale)
+    y = check.poisoned((rows, cols), torch.float32, m.device)
+    with check.unchanged(x, b, names=["x", "b"]), _guard(t):
+        t.bias_gelu(x, b, y, rows, cols)
+    ref = F.gelu(x.double() + b.double(), approximate="tanh").float()
+    check.assert_close(y, ref, name=f"bias_gelu (Triton) y ({rows}x{cols}, inputs ~{scale:g})", task="1.T2",
+                       hint=HINT_1T2, **GELU_TOL)
+
+
+@pytest.mark.task("1.T2")
+@pytest.mark.parametrize("rows,cols", [(1, 1), (1, 31), (3, 33), (257, 31), (64, 1000)])
+def test_triton_bias_gelu(rows: int, cols: int) -> None:
+    """The Triton twin of the fused bias + GELU (tanh form), against a float64 reference."""
+    t, m = _twin(), _m()
+    _triton_gelu_case(t, m, f"1.T2-{rows}x{cols}", rows, cols)
+    if m.backend == "cuda" and (rows, cols) == (64, 1000):
+        _triton_gelu_case(t, m, "1.T2-4099x1031", 4099, 1031)
+
+
+@pytest.mark.task("1.T2")
+def test_triton_bias_gelu_large_magnitudes() -> None:
+    """Inputs up to ~+-200: the sigmoid form must saturate to v and to 0, never inf / inf."""
+    _triton_gelu_case(_twin(), _m(), "1.T2-large", 33, 65, scale=50.0)
+
+
+def test_triton_worked_scale() -> None:
+    """The worked example of relu_triton.py (given complete; not graded)."""
+    t, m = _twin(), _m()
+    x = _input("1.T-worked", 3000, m)
+    y = check.poisoned(3000, torch.float32, m.device)
+    t.scale(x, y, -2.5, 3000)
+    check.assert_close(y, -2.5 * x, name="scale (Triton)", task="worked example",
+                       hint="scale is given complete in relu_triton.py; did an edit change it?")
+
+
+# Wrong twins, made from the solution by one edit each: every one must fail the checks the tasks use.
+TRITON_MUTANTS = {
+    "relu all zeros": ("tl.store(y_ptr + offs, tl.maximum(x, 0.0)", "tl.store(y_ptr + offs, tl.zeros_like(x)"),
+    "relu misses the last element": ("mask = offs < n\n    x = tl.load(x_ptr + offs, mask=mask)\n    tl.store(y_ptr "
+                                     "+ offs, tl.maximum", "mask = offs < n - 1\n    x = tl.load(x_ptr + offs, "
+                                     "mask=mask)\n    tl.store(y_ptr + offs, tl.maximum"),
+    "gelu all zeros": ("return v * sig", "return v * 0.0"),
+    "gelu without the bias": ("gelu_tanh(x + b)", "gelu_tanh(x)"),
+}
+
+
+@pytest.mark.parametrize("mutant", list(TRITON_MUTANTS))
+def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
+    from cudacourse.triton_track import load
+
+    _twin()  # not graded (a skip) without triton
+    m = _m()
+    src = settings.current().root / "solutions" / LESSON / "relu_triton.py"
+    old, new = TRITON_MUTANTS[mutant]
+    text = src.read_text()
+    assert text.count(old) == 1, f"the mutant {mutant!r} no longer applies to {src}: update TRITON_MUTANTS"
+    (tmp_path / "relu_triton.py").write_text(text.replace(old, new))
+    wrong = load(tmp_path / "relu_triton.py", backend=m.backend)
+    with pytest.raises(AssertionError):
+        if mutant.startswith("relu"):
+            _triton_relu_case(wrong, m, _input("1.T-mutant", 1000, m), mutant)
+        else:
+            _triton_gelu_case(wrong, m, "1.T-mutant", 3, 33)

@@ -1,0 +1,244 @@
+"""The Triton track: each lesson's Triton twins (``lessons/NN_topic/*_triton.py``), graded by the same tests.
+
+A twin is a Python file of ``@triton.jit`` kernels and given host wrappers whose signatures match the CUDA
+launchers of the same lesson (``relu(x, y, n)``, ``softmax(x, y, rows, cols)``), so one test checks both
+the same way: ``check.assert_close``, outputs poisoned with NaN, ragged sizes, inputs checked unchanged. Its
+tasks have ids of their own (``1.T1``) and ``track = "triton"`` in lesson.toml; the lesson declares the file
+in ``triton_files``; stubs are derived from ``solutions/`` like every exercise file (``# BEGIN SOLUTION``).
+
+Where a twin runs:
+
+- on a GPU (backend ``cuda``): compiled by Triton. Each kernel carries ``@triton.autotune`` over the
+  block sizes and warp counts that :func:`configs` lists; the first call for each new size times them all
+  and keeps the fastest, which :func:`chosen` names (``make bench`` prints it, with the time autotuning took);
+- on the CPU (backend ``sim``): Triton's interpreter runs the same kernels with numpy, one program after
+  another. :func:`load` sets ``TRITON_INTERPRET=1`` before it imports the file, and :func:`configs` then
+  keeps one fixed configuration (timing configurations on the interpreter would say nothing about a GPU);
+- without the ``triton`` package (or on a platform without its wheels): the twins' tests are reported
+  *not graded*, with the command that installs it (:data:`INSTALL`), never failed or silently skipped.
+
+While grading on the CPU (settings ``confine``), the learner's file is imported in the confined torch worker,
+as lesson 04's decoder.py is (``cudacourse/torch_worker.py``); every call runs there under
+``screens.torch_answer_guard``, which refuses torch arithmetic called from the learner's file. On a GPU it is
+imported in the checking process (the worker carries CPU tensors only), as decoder.py is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+INSTALL = "make setup EXTRAS=triton"
+TESTED_VERSION = "3.6.0"  # the interpreter was checked with this triton and torch 2.13.0 (CPU build)
+_INTERPRET = "TRITON_INTERPRET"
+_TUNING_KEYS = ("num_warps", "num_stages")  # keys of a config that are launch options, not constexpr arguments
+
+
+@dataclass(frozen=True)
+class Status:
+    """Whether the Triton track can run in this process, and how."""
+
+    mode: str  # "compiled" (a GPU), "interpreter" (the CPU), or "missing"
+    version: str | None
+    detail: str
+
+    @property
+    def available(self) -> bool:
+        """True when the twins can run here (compiled or interpreted)."""
+        return self.mode != "missing"
+
+
+def status(gpu: bool | None = None) -> Status:
+    """How the Triton twins run here: ``gpu`` says whether kernels run on a GPU (default: whether torch sees
+    one). Never raises; a missing package is a ``missing`` status whose detail says how to install it."""
+    if importlib.util.find_spec("triton") is None:
+        if not sys.platform.startswith("linux"):
+            why = (f"Triton publishes wheels for Linux only (this is {sys.platform}); the Triton track needs a Linux "
+                   "machine (or a Linux container)")
+        else:
+            why = f"the triton package is not installed in this Python ({sys.executable}); install it with `{INSTALL}`"
+        return Status("missing", None, why)
+    try:
+        import triton
+    except Exception as e:  # noqa: BLE001 - a broken install is reported, not raised
+        return Status("missing", None, f"`import triton` fails ({type(e).__name__}: {str(e)[:200]}); reinstall it "
+                                       f"with `{INSTALL}`")
+    if gpu is None:
+        import torch
+
+        gpu = bool(torch.cuda.is_available())
+    if gpu:
+        return Status("compiled", triton.__version__, f"triton {triton.__version__}: kernels compiled for the GPU, "
+                                                      "autotuned on their first call")
+    return Status("interpreter", triton.__version__,
+                  f"triton {triton.__version__}: no GPU, so the twins run on Triton's CPU interpreter "
+                  f"({_INTERPRET}=1; slow, one program at a time; checked with triton {TESTED_VERSION})")
+
+
+def not_graded_reason(st: Status) -> str:
+    """The reason a twin's test is skipped with: it starts with "not graded" (the points table's word)."""
+    return f"not graded: the Triton track cannot run here: {st.detail}"
+
+
+def interpreting() -> bool:
+    """True when ``@triton.jit`` functions defined now run on Triton's CPU interpreter."""
+    return os.environ.get(_INTERPRET, "0") == "1"
+
+
+def configs(interpreter: dict[str, Any], **space: Sequence[Any]) -> list[Any]:
+    """The ``triton.Config`` list of a kernel's ``@triton.autotune``.
+
+    ``space`` maps each tuned name to its candidates: constexpr arguments of the kernel (``BLOCK=[1024,
+    4096]``) and the launch options ``num_warps`` / ``num_stages``; every combination is one config. Under the
+    interpreter only ``interpreter`` (one fixed config, same keys) is returned: the autotuner then has nothing
+    to time. ``configs({"BLOCK": 1024}, BLOCK=[1024, 4096], num_warps=[4, 8])`` is 4 configs on a GPU.
+    """
+    import triton
+
+    def make(values: dict[str, Any]) -> Any:
+        opts = {k: v for k, v in values.items() if k in _TUNING_KEYS}
+        return triton.Config({k: v for k, v in values.items() if k not in _TUNING_KEYS}, **opts)
+
+    if not space:
+        raise ValueError("configs(): give at least one tuned name, e.g. BLOCK=[1024, 4096]")
+    if interpreting():
+        return [make(interpreter)]
+    names = list(space)
+    return [make(dict(zip(names, combo, strict=True))) for combo in itertools.product(*(space[k] for k in names))]
+
+
+def chosen(kernel: Any) -> str:
+    """The configuration an autotuned kernel kept, e.g. ``BLOCK=4096, num_warps=8, num_stages=3`` (after its
+    first call; "not tuned yet" before)."""
+    cfg = getattr(kernel, "best_config", None)
+    if cfg is None:
+        return "not tuned yet"
+    parts = [f"{k}={v}" for k, v in cfg.kwargs.items()]
+    parts += [f"{k}={getattr(cfg, k)}" for k in _TUNING_KEYS if getattr(cfg, k, None) is not None]
+    return ", ".join(parts)
+
+
+def check_tensors(fn: str, **tensors: Any) -> None:
+    """Refuse arguments a twin's kernel cannot take, naming the parameter, before anything runs: as the
+    generated binding of a CUDA launcher does (float32 tensors unless the name's dtype is given as a
+    ``(tensor, dtype)`` pair, contiguous, all on one device)."""
+    import torch
+
+    device = None
+    for name, value in tensors.items():
+        t, dtype = value if isinstance(value, tuple) else (value, torch.float32)
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: parameter '{name}' expects a tensor, got {type(t).__name__}")
+        if t.dtype != dtype:
+            raise TypeError(f"{fn}: parameter '{name}' expects a {str(dtype).removeprefix('torch.')} tensor, got "
+                            f"{str(t.dtype).removeprefix('torch.')}")
+        if not t.is_contiguous():
+            raise ValueError(f"{fn}: parameter '{name}' expects a contiguous tensor (call .contiguous() first)")
+        if device is None:
+            device = t.device
+            want = "cpu" if interpreting() else "cuda"
+            if t.device.type != want:
+                why = "the interpreter reads CPU tensors" if want == "cpu" else "Triton compiles for the GPU"
+                raise ValueError(f"{fn}: parameter '{name}' expects a tensor on {want}, got one on {t.device} ({why})")
+        elif t.device != device:
+            raise ValueError(f"{fn}: parameter '{name}' expects a tensor on {device} like the first one, got one "
+                             f"on {t.device}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Loading a twin
+# ----------------------------------------------------------------------------------------------------
+
+_HOSTED: dict[str, ModuleType] = {}  # twins imported in a confined worker (one worker per file and process)
+
+
+def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
+    """Import the twin at ``path`` for ``backend`` (``cuda``: compiled; ``sim``: the interpreter).
+
+    Raises ``RuntimeError`` with :func:`not_graded_reason` when Triton cannot run here, ``FileNotFoundError``
+    naming the file when it is missing. While grading on the CPU the file is imported in the confined torch
+    worker and the returned module's functions run there.
+    """
+    from cudacourse import settings
+    from cudacourse.loader import import_file
+
+    st = status(gpu=backend == "cuda")
+    if not st.available:
+        raise RuntimeError(not_graded_reason(st))
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} not found: the Triton twin is written there (a copy of the stub in "
+                                f"lessons/{p.parent.name}/ if you deleted it)")
+    if backend != "cuda":
+        os.environ[_INTERPRET] = "1"  # read when @triton.jit runs, i.e. while the file is imported
+    elif interpreting():
+        raise RuntimeError(f"{_INTERPRET}=1 is set in a run on a GPU: unset it to compile the Triton twins")
+    confine = settings.current().confine
+    if confine is not None and backend != "cuda":
+        from cudacourse.torch_worker import TorchWorker
+
+        key = str(p.resolve())
+        if key not in _HOSTED:
+            _HOSTED[key] = TorchWorker.python(p, confine=confine, guard=True, timeout_s=120.0).module()
+        return _HOSTED[key]
+    # One module per file and mode: an edited file is imported again (its name carries the modification time).
+    return import_file(p, f"cc_triton_{p.stem}_{abs(hash(str(p.resolve())))}_{p.stat().st_mtime_ns}_{backend}")
+
+
+def twin(lesson: str, file: str | None = None, *, impl: str | None = None, backend: str = "auto") -> ModuleType:
+    """The Triton twin of ``lesson`` (``cc.triton_twin("01_relu")``), from the folder ``cc.lesson`` loads kernels
+    from (lessons/, solutions/ or a submission being graded), for the backend ``cc.lesson`` picks here.
+
+    ``file`` picks one of the lesson's ``triton_files`` (default: its first). Raises ``RuntimeError`` saying how
+    to install Triton when it cannot run here, ``ValueError`` for a lesson without a twin.
+    """
+    from cudacourse import settings
+    from cudacourse.course import course as course_model
+    from cudacourse.loader import Lesson
+
+    info = course_model(settings.current().root).lesson(lesson)
+    if not info.triton_files:
+        raise ValueError(f"lesson {info.id} has no Triton twin (no triton_files in lessons/{info.id}/lesson.toml)")
+    name = file or info.triton_files[0]
+    if name not in info.triton_files:
+        raise ValueError(f"lesson {info.id}: {name!r} is not one of its triton_files ({', '.join(info.triton_files)})")
+    m = Lesson(info.id, impl=impl, backend=backend)
+    return load(m.dir / name, backend=m.backend)
+
+
+def twin_or_not_graded(lesson: str, file: str | None = None) -> ModuleType:
+    """:func:`twin` for a graded test: when Triton cannot run here the test is skipped with a reason that starts
+    with "not graded" and says how to install it (the points table then counts the task as not graded)."""
+    import pytest
+
+    from cudacourse.loader import backend_name
+
+    st = status(gpu=backend_name() == "cuda")
+    if not st.available:
+        pytest.skip(not_graded_reason(st))
+    return twin(lesson, file)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Bench rows (GPU)
+# ----------------------------------------------------------------------------------------------------
+
+
+def bench_prime(fn: Callable[[], object], kernels: Sequence[Any]) -> tuple[float, str]:
+    """Run ``fn`` once and wait for it: the first call compiles and autotunes. Returns (seconds it took,
+    the configurations ``kernels`` kept). Kernel times measured afterwards exclude this."""
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, "; ".join(chosen(k) for k in kernels)

@@ -1,0 +1,115 @@
+"""The Triton track's frame (cudacourse/triton_track.py): model, configs, argument checks, "not graded" without triton.
+
+The twins themselves are graded in each lesson's test file (tasks N.T*); these tests check the machinery
+around them: what lesson.toml may declare, how a machine without triton reports the tasks, what doctor says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cudacourse import triton_track
+from cudacourse.course import CourseModelError, course, parse_lesson
+
+ROOT = Path(__file__).resolve().parent.parent
+HAVE_TRITON = triton_track.status(gpu=False).available
+
+
+def test_the_model_declares_the_twins_and_their_tasks() -> None:
+    """Every lesson with Triton tasks declares its twins, every twin has a solution and a stub, and every Triton
+    task's id carries the T (1.T1): the track reads apart from the CUDA tasks in the points table."""
+    c = course(ROOT)
+    with_twins = [les for les in c if les.triton_files]
+    assert {les.id for les in with_twins} >= {"01_relu", "02_reduce", "04_transformer"}
+    for les in c:
+        tracks = {t.track for t in les.tasks}
+        assert tracks <= {"cuda", "triton"}
+        for t in les.tasks:
+            assert (t.track == "triton") == bool(re.fullmatch(r"\d+\.T\d+", t.id)), t.id
+            assert not (t.track == "triton" and t.gpu), f"{t.id}: a Triton task is graded on the CPU too"
+        for f in les.triton_files:
+            assert f.endswith("_triton.py") and f in les.exercise_files
+            sol = (ROOT / "solutions" / les.id / f).read_text()
+            assert "BEGIN SOLUTION" in sol and "@triton.autotune" in sol, f
+            assert any(f"TODO(task {t.id}" in sol for t in les.tasks if t.track == "triton"), f
+
+
+def test_the_model_rejects_bad_triton_declarations() -> None:
+    good = ('[lesson]\ntitle = "t"\nwrite = "w"\nlearn = "l"\nfiles = ["a.cu"]\ntriton_files = ["a_triton.py"]\n\n'
+            '[[task]]\nid = "5.T1"\ntitle = "x"\npoints = 2\ntrack = "triton"\n')
+    info = parse_lesson("05_toy", good)
+    assert info.triton_files == ("a_triton.py",) and info.tasks[0].track == "triton"
+    assert info.exercise_files == ("a.cu", "a_triton.py")
+    for bad, why in [(good.replace('track = "triton"', 'track = "tritn"'), "track must be one of"),
+                     (good.replace('["a_triton.py"]', '["a_triton.cu"]'), "triton_files are Python files"),
+                     (good.replace('triton_files = ["a_triton.py"]\n', ""), "needs the lesson's triton_files")]:
+        with pytest.raises(CourseModelError, match=re.escape(why)):
+            parse_lesson("05_toy", bad)
+
+
+def test_status_without_triton_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "triton", None)  # find_spec then says: not installed
+    st = triton_track.status(gpu=False)
+    assert not st.available and st.mode == "missing"
+    assert triton_track.INSTALL in st.detail or "Linux" in st.detail
+    assert triton_track.not_graded_reason(st).startswith("not graded")
+    with pytest.raises(RuntimeError, match="not graded"):
+        triton_track.load(ROOT / "solutions" / "01_relu" / "relu_triton.py", backend="sim")
+    from cudacourse.doctor import triton_fact
+
+    assert triton_fact().startswith("cannot run") and triton_track.INSTALL in triton_fact()
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="needs the triton package (make setup EXTRAS=triton)")
+def test_configs_tune_on_a_gpu_and_fix_one_on_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    tuned = triton_track.configs({"BLOCK": 64}, BLOCK=[1024, 4096], num_warps=[4, 8])
+    assert sorted((c.kwargs["BLOCK"], c.num_warps) for c in tuned) == [(1024, 4), (1024, 8), (4096, 4), (4096, 8)]
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    (one,) = triton_track.configs({"BLOCK": 64, "num_warps": 2}, BLOCK=[1024, 4096], num_warps=[4, 8])
+    assert (one.kwargs, one.num_warps) == ({"BLOCK": 64}, 2)
+    with pytest.raises(ValueError, match="at least one tuned name"):
+        triton_track.configs({"BLOCK": 64})
+
+
+def test_check_tensors_names_the_parameter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    x, y = torch.zeros(8), torch.zeros(8)
+    triton_track.check_tensors("f", x=x, y=y, ids=(torch.zeros(3, dtype=torch.int32), torch.int32))
+    with pytest.raises(TypeError, match=r"f: parameter 'y' expects a float32 tensor, got float64"):
+        triton_track.check_tensors("f", x=x, y=y.double())
+    with pytest.raises(ValueError, match=r"parameter 'x' expects a contiguous tensor"):
+        triton_track.check_tensors("f", x=torch.zeros(4, 4).t(), y=y)
+    with pytest.raises(ValueError, match=r"parameter 'x' expects a tensor on cpu, got one on meta"):
+        triton_track.check_tensors("f", x=torch.zeros(8, device="meta"), y=y)
+    with pytest.raises(TypeError, match=r"parameter 'n' expects a tensor, got int"):
+        triton_track.check_tensors("f", x=x, n=3)
+
+
+def test_a_machine_without_triton_reports_the_triton_tasks_not_graded(tmp_path: Path) -> None:
+    """Without the package the Triton tasks are skipped with a "not graded" reason naming the install command,
+    never failed and never passed; the CUDA tasks of the same file are unaffected."""
+    report = tmp_path / "report.jsonl"
+    code = ("import sys; sys.modules['triton'] = None; import pytest; "
+            f"sys.exit(pytest.main(['tests/test_01_relu.py', '-q', '-p', 'no:cacheprovider', '-p', 'no:xdist', "
+            f"'--impl=solution', '--cc-report={report}', '-k', 'triton_relu or relu_scalar_rejects']))")
+    env = {**os.environ, "CUDA_COURSE_IMPL": "solution"}
+    env.pop("TRITON_INTERPRET", None)
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    results = [rec for rec in map(json.loads, report.read_text().splitlines()) if rec.get("event") == "result"]
+    triton = [rec for rec in results if rec["task"] == "1.T1"]
+    cuda = [rec for rec in results if rec["task"] == "1.1"]
+    assert triton and cuda
+    assert all(rec["outcome"] == "not-graded" for rec in triton), [rec["outcome"] for rec in triton]
+    assert all(triton_track.INSTALL in rec["message"] for rec in triton), triton[0]["message"]
+    assert all(rec["outcome"] == "passed" for rec in cuda)
+    assert "1.T1" in r.stdout and "not graded" in r.stdout  # the points table says so
