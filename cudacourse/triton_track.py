@@ -25,6 +25,7 @@ imported in the checking process (the worker carries CPU tensors only), as decod
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import itertools
 import os
@@ -66,21 +67,21 @@ def status(gpu: bool | None = None) -> Status:
         else:
             why = f"the triton package is not installed in this Python ({sys.executable}); install it with `{INSTALL}`"
         return Status("missing", None, why)
+    # Not imported here: triton.language must first be imported after TRITON_INTERPRET is set (see load).
     try:
-        import triton
-    except Exception as e:  # noqa: BLE001 - a broken install is reported, not raised
-        return Status("missing", None, f"`import triton` fails ({type(e).__name__}: {str(e)[:200]}); reinstall it "
-                                       f"with `{INSTALL}`")
+        version = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        version = "(version unknown)"
     if gpu is None:
         import torch
 
         gpu = bool(torch.cuda.is_available())
     if gpu:
-        return Status("compiled", triton.__version__, f"triton {triton.__version__}: kernels compiled for the GPU, "
-                                                      "autotuned on their first call")
-    return Status("interpreter", triton.__version__,
-                  f"triton {triton.__version__}: no GPU, so the twins run on Triton's CPU interpreter "
-                  f"({_INTERPRET}=1; slow, one program at a time; checked with triton {TESTED_VERSION})")
+        return Status("compiled", version, f"triton {version}: kernels compiled for the GPU, autotuned on their "
+                                           "first call")
+    return Status("interpreter", version,
+                  f"triton {version}: no GPU, so the twins run on Triton's CPU interpreter ({_INTERPRET}=1; slow, "
+                  f"one program at a time; checked with triton {TESTED_VERSION})")
 
 
 def not_graded_reason(st: Status) -> str:
@@ -110,6 +111,7 @@ def configs(interpreter: dict[str, Any], **space: Sequence[Any]) -> list[Any]:
     if not space:
         raise ValueError("configs(): give at least one tuned name, e.g. BLOCK=[1024, 4096]")
     if interpreting():
+        _fix_interpreter_index()  # (also in a worker process, which imports the twin without load())
         return [make(interpreter)]
     names = list(space)
     return [make(dict(zip(names, combo, strict=True))) for combo in itertools.product(*(space[k] for k in names))]
@@ -178,7 +180,7 @@ def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
         raise FileNotFoundError(f"{p} not found: the Triton twin is written there (a copy of the stub in "
                                 f"lessons/{p.parent.name}/ if you deleted it)")
     if backend != "cuda":
-        os.environ[_INTERPRET] = "1"  # read when @triton.jit runs, i.e. while the file is imported
+        _interpreter_on()
     elif interpreting():
         raise RuntimeError(f"{_INTERPRET}=1 is set in a run on a GPU: unset it to compile the Triton twins")
     confine = settings.current().confine
@@ -191,6 +193,47 @@ def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
         return _HOSTED[key]
     # One module per file and mode: an edited file is imported again (its name carries the modification time).
     return import_file(p, f"cc_triton_{p.stem}_{abs(hash(str(p.resolve())))}_{p.stat().st_mtime_ns}_{backend}")
+
+
+def _interpreter_on() -> None:
+    """Set TRITON_INTERPRET=1 for the @triton.jit decorators still to run (the twin's, while it is imported).
+
+    Triton's own library functions (tl.sum, tl.max, ...) are @triton.jit functions too, decorated when
+    triton.language is first imported: imported before the variable was set (torch.compile imports it, even on a
+    CPU), they stay compiled-mode functions that the interpreter cannot call ("Cannot call @triton.jit'd outside
+    of the scope of a kernel"). Then triton's Python modules are imported afresh (its compiled core is kept).
+    """
+    os.environ[_INTERPRET] = "1"
+    lang = sys.modules.get("triton.language")
+    if lang is not None and type(getattr(lang, "sum", None)).__name__ != "InterpretedFunction":
+        for name in [n for n in sys.modules if n == "triton" or n.startswith("triton.")]:
+            if not name.startswith("triton._C"):
+                del sys.modules[name]
+    _fix_interpreter_index()
+
+
+def _fix_interpreter_index() -> None:
+    """Make the interpreter's ``range(0, n, BLOCK)`` work with numpy >= 2.4 (triton 3.6.0 and older).
+
+    The interpreter turns a kernel's scalar into a Python int with ``int(array)`` on a one-element 1-D array,
+    which numpy 2.4 refuses ("only 0-dimensional arrays can be converted to Python scalars"), so every loop
+    bounded by a kernel argument failed. Upstream fix: triton-lang/triton#9172 (``int(data.squeeze())``), for
+    issue #9171; applied here the same way when the installed interpreter still has the old line.
+    """
+    import inspect
+
+    from triton.runtime import interpreter
+
+    orig = interpreter._patch_lang_tensor
+    if getattr(orig, "_cudacourse_fixed", False) or "int(self.handle.data))" not in inspect.getsource(orig):
+        return
+
+    def patched(tensor: Any, scope: Any) -> None:
+        orig(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patched._cudacourse_fixed = True  # type: ignore[attr-defined]
+    interpreter._patch_lang_tensor = patched
 
 
 def twin(lesson: str, file: str | None = None, *, impl: str | None = None, backend: str = "auto") -> ModuleType:

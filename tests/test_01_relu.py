@@ -597,6 +597,7 @@ TRITON_MUTANTS = {
 }
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow / NaN warnings from the wrong code
 @pytest.mark.parametrize("mutant", list(TRITON_MUTANTS))
 def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
     from cudacourse.triton_track import load

@@ -16,12 +16,14 @@ that grows like sqrt(n) (README, "How exact is a float sum?"). Maxima and indice
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
 import cudacourse as cc
-from cudacourse import check
+from cudacourse import check, settings
 
 LESSON = "02_reduce"
 BLOCK = 256                      # threads per block of the block-level versions (BLOCK in reduce.cu)
@@ -426,3 +428,143 @@ def test_speed_argmax() -> None:
     ratio, yours, ref = _ratio(lambda: m.argmax(x, out, n), lambda: torch.argmax(x))
     assert ratio >= 0.8, (f"argmax of 2^28: {yours:.3f} ms, torch.argmax {ref:.3f} ms: {ratio:.2f}x, target >= "
                           "0.80x. Hint: one 64-bit key per element, float4 loads, one atomicMax per block.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Triton track (optional): tasks 2.T1 and 2.T2, the twins in reduce_triton.py, checked like their CUDA versions.
+# On the CPU Triton's interpreter runs them (one program at a time: ~10^5 elements, a few hundred rows at most);
+# without the triton package they are "not graded", with the command that installs it.
+# ----------------------------------------------------------------------------------------------------
+
+HINT_2T1 = ("vector_sum_kernel (TODO task 2.T1 in reduce_triton.py): a [BLOCK] accumulator, the grid-stride loop "
+            "`for base in range(0, n, NPROG * BLOCK)` loading base + program_id * BLOCK + arange (masked, other=0.0), "
+            "then tl.atomic_add(out_ptr, tl.sum(acc, axis=0)): every program adds its part, none overwrites another's.")
+HINT_2T2 = ("row_sum_kernel (TODO task 2.T2 in reduce_triton.py): row_max_kernel with 0 for -inf, + for max and "
+            "tl.sum for tl.max; the row starts at x_ptr + row * cols (64-bit).")
+TRITON_SIZES = [1, 31, 32, 33, 1000, 2**16 + 7]
+TRITON_ROW_CASES = [(33, c) for c in COLS] + [(200, 7), (3, 4099), (5, 4100), (40, 100)]
+
+
+def _twin() -> ModuleType:
+    from cudacourse.triton_track import twin_or_not_graded
+
+    return twin_or_not_graded(LESSON)
+
+
+def _guard(t: ModuleType) -> object:
+    """Torch may allocate and check in reduce_triton.py, never compute the answer (refused at run time)."""
+    from cudacourse.grading.screens import torch_answer_guard
+
+    return torch_answer_guard([t.__file__])
+
+
+def _triton_sum(t: ModuleType, x: torch.Tensor, n: int, m: cc.Lesson) -> torch.Tensor:
+    out = check.poisoned(1, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]), _guard(t):
+        t.vector_sum(x, out, n)
+    return out
+
+
+@pytest.mark.task("2.T1")
+@pytest.mark.parametrize("n", TRITON_SIZES)
+def test_triton_vector_sum(n: int) -> None:
+    """The Triton twin of the whole-vector sum, against a float64 reference."""
+    t, m = _twin(), _m()
+    sizes = [n] + ([2**24 + 3, 2**26 + 1] if m.backend == "cuda" and n == TRITON_SIZES[-1] else [])
+    for size in sizes:
+        x = _input(f"2.T1-n{size}", size, m)
+        _assert_sum(_triton_sum(t, x, size, m), x.cpu().double().sum().view(1), size, 1.0,
+                    name=f"vector_sum (Triton), n={size}", task="2.T1", hint=HINT_2T1)
+
+
+@pytest.mark.task("2.T1")
+def test_triton_vector_sum_special_inputs() -> None:
+    """All ones (an exact integer whatever the order), large magnitudes, a mean far from 0, an unaligned view."""
+    t, m = _twin(), _m()
+    n = 100_003
+    out = _triton_sum(t, torch.ones(n, device=m.device), n, m)
+    check.assert_close(out, torch.tensor([float(n)]), name=f"vector_sum (Triton) of {n} ones", rtol=0, atol=0,
+                       task="2.T1", hint=HINT_2T1)
+    for scale, offset in ((1e30, 0.0), (1.0, 100.0)):
+        x = _input(f"2.T1-scale{scale:g}-offset{offset:g}", 5001, m, scale=scale, offset=offset)
+        _assert_sum(_triton_sum(t, x, 5001, m), x.cpu().double().sum().view(1), 5001, max(scale, offset),
+                    name=f"vector_sum (Triton), scale {scale:g}, offset {offset:g}", task="2.T1", hint=HINT_2T1)
+    x = _input("2.T1-unaligned", 4099, m)[1:]
+    _assert_sum(_triton_sum(t, x, x.numel(), m), x.cpu().double().sum().view(1), x.numel(), 1.0,
+                name="vector_sum (Triton) of a view at offset 1", task="2.T1", hint=HINT_2T1)
+
+
+def _triton_row_sum_case(t: ModuleType, m: cc.Lesson, x: torch.Tensor, scale: float, what: str) -> None:
+    rows, cols = x.shape
+    out = check.poisoned(rows, torch.float32, m.device)
+    with check.unchanged(x, names=["x"]), _guard(t):
+        t.row_sum(x, out, rows, cols)
+    _assert_sum(out, x.cpu().double().sum(-1), cols, scale, name=f"row_sum (Triton) of {what}", task="2.T2",
+                hint=HINT_2T2)
+
+
+@pytest.mark.task("2.T2")
+@pytest.mark.parametrize("rows,cols", TRITON_ROW_CASES)
+def test_triton_row_sum(rows: int, cols: int) -> None:
+    """The Triton twin of the row-wise sum: rows shorter and longer than a tile, ragged last tiles."""
+    t, m = _twin(), _m()
+    _triton_row_sum_case(t, m, _rows_input(f"2.T2-{rows}x{cols}", rows, cols, m), 1.0, f"{rows}x{cols}")
+    if m.backend == "cuda" and (rows, cols) == TRITON_ROW_CASES[-1]:
+        for big in [(8192, 4099), (65537, 1024)]:
+            _triton_row_sum_case(t, m, _rows_input(f"2.T2-{big}", *big, m), 1.0, f"{big[0]}x{big[1]}")
+
+
+@pytest.mark.task("2.T2")
+@pytest.mark.parametrize("scale,offset,unaligned", [(1e30, 0.0, False), (1.0, 50.0, False), (1.0, 0.0, True)])
+def test_triton_row_sum_special_inputs(scale: float, offset: float, unaligned: bool) -> None:
+    t, m = _twin(), _m()
+    x = _rows_input(f"2.T2-special-{scale:g}-{offset:g}-{unaligned}", 21, 1024, m, scale=scale, offset=offset,
+                    unaligned=unaligned)
+    _triton_row_sum_case(t, m, x, max(scale, offset),
+                         f"21x1024 (scale {scale:g}, offset {offset:g}, unaligned {unaligned})")
+
+
+def test_triton_worked_row_max() -> None:
+    """The worked example of reduce_triton.py (given complete; not graded)."""
+    t, m = _twin(), _m()
+    for rows, cols in [(33, 1), (7, 4099)]:
+        x = _rows_input(f"2.T-worked-{cols}", rows, cols, m, offset=-100.0)  # all negative: max is not 0
+        out = check.poisoned(rows, torch.float32, m.device)
+        t.row_max(x, out, rows, cols)
+        check.assert_close(out, x.cpu().amax(-1), name=f"row_max (Triton) {rows}x{cols}", rtol=0, atol=0,
+                           task="worked example", hint="row_max is given complete in reduce_triton.py")
+
+
+# Wrong twins, made from the solution by one edit each: every one must fail the checks the tasks use.
+TRITON_MUTANTS = {
+    "sum all zeros": ("tl.atomic_add(out_ptr, tl.sum(acc, axis=0))", "tl.atomic_add(out_ptr, 0.0)"),
+    "sum stored, not added": ("tl.atomic_add(out_ptr, tl.sum(acc, axis=0))", "tl.store(out_ptr, tl.sum(acc, axis=0))"),
+    "sum of the first stride only": ("for base in range(0, n, NPROG * BLOCK):", "for base in range(0, 1, 1):"),
+    "row sum all zeros": ("tl.store(out_ptr + row, tl.sum(acc, axis=0))", "tl.store(out_ptr + row, tl.sum(acc * 0.0, "
+                                                                          "axis=0))"),
+    "row sum of the first tile": ("for start in range(0, cols, BLOCK):\n        acc += ",
+                                  "for start in range(0, BLOCK, BLOCK):\n        acc += "),
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow / NaN warnings from the wrong code
+@pytest.mark.parametrize("mutant", list(TRITON_MUTANTS))
+def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
+    from cudacourse.triton_track import load
+
+    _twin()  # not graded (a skip) without triton
+    m = _m()
+    src = settings.current().root / "solutions" / LESSON / "reduce_triton.py"
+    old, new = TRITON_MUTANTS[mutant]
+    text = src.read_text()
+    assert text.count(old) == 1, f"the mutant {mutant!r} no longer applies to {src}: update TRITON_MUTANTS"
+    (tmp_path / "reduce_triton.py").write_text(text.replace(old, new))
+    wrong = load(tmp_path / "reduce_triton.py", backend=m.backend)
+    with pytest.raises(AssertionError):
+        if mutant.startswith("sum"):
+            n = 20_000  # several tiles per program under any config
+            x = _input("2.T-mutant", n, m)
+            _assert_sum(_triton_sum(wrong, x, n, m), x.cpu().double().sum().view(1), n, 1.0, name=mutant,
+                        task="2.T1", hint="")
+        else:
+            _triton_row_sum_case(wrong, m, _rows_input("2.T-mutant", 5, 4099, m), 1.0, mutant)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -746,3 +747,167 @@ def test_speed_flash_vs_unfused() -> None:
         f"attention_flash B={B} H={H} N={N} d={d}: {ms:.2f} ms ({tflops:.1f} TFLOP/s), PyTorch math path (TF32 "
         f"off) {ref:.2f} ms: {ref / ms:.2f}x, target {target}x. The given structure is fast: check that part 2 "
         "keeps acc in registers (constant loop bounds, #pragma unroll) and reads Pt and Vs as float4s.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Triton track (optional): tasks 4.T1 and 4.T2, the twins in norms_triton.py, checked like their CUDA versions.
+# On the CPU Triton's interpreter runs them with one tile width (1024), so rows up to 1000 take the one-tile path
+# and longer rows the tiled one; without the triton package they are "not graded", with the install command.
+# ----------------------------------------------------------------------------------------------------
+
+HINT_4T1 = ("softmax_kernel (TODO task 4.T1 in norms_triton.py): one tile: load with other=-inf, e = exp(x - max), "
+            "store e / sum(e); tiled: per-lane online (max, sum) with ref = where(m_new == -inf, 0, m_new), merge the "
+            "lanes with exp(m - mx), then a second walk storing exp(x - mx) / total.")
+HINT_4T2 = ("layernorm_kernel (TODO task 4.T2 in norms_triton.py): one tile: mean, d = where(mask, x - mean, 0), "
+            "var = sum(d*d) / cols; tiled: shift by K = the row's first value before summing d and d*d, then "
+            "((x - K) - dm) * rsqrt(var + eps) * w + b.")
+TRITON_LONG_ROWS = [16383, 16389]  # past the interpreter's tile: the tiled path; on a GPU, around the widest tile
+
+
+def _twin() -> ModuleType:
+    from cudacourse.triton_track import twin_or_not_graded
+
+    return twin_or_not_graded(LESSON)
+
+
+def _triton_rows(cols: int, m: cc.Lesson) -> int:
+    """Rows per twin case: the interpreter runs one program (row) at a time, a few ms each: at most 41 rows there."""
+    return _rows_for(cols, m) if m.backend == "cuda" else max(3, min(41, 20_000 // cols))
+
+
+def _triton_softmax_case(t: ModuleType, rows: int, cols: int, x: torch.Tensor, m: cc.Lesson, what: str) -> None:
+    full, y = _guarded(rows * cols, m)
+    with check.unchanged(x, names=["x"]), torch_answer_guard([t.__file__]):
+        t.softmax(x, y, rows, cols)
+    ref = torch.softmax(x.cpu().double().view(rows, cols), dim=1).float()
+    check.assert_close(y.view(rows, cols), ref, name=f"softmax (Triton) {what}, rows={rows}, cols={cols}", rtol=3e-5,
+                       atol=1e-12, task="4.T1", hint=HINT_4T1)
+    _assert_guard(full, rows * cols, "softmax (Triton)", "4.T1")
+
+
+@pytest.mark.task("4.T1")
+@pytest.mark.parametrize("cols", ROW_LENGTHS + TRITON_LONG_ROWS)
+def test_triton_softmax(cols: int) -> None:
+    """The Triton twin of softmax: every row length, both paths, against a float64 reference."""
+    t, m = _twin(), _m()
+    rows = _triton_rows(cols, m)
+    g = check.rng(f"4.T1-{cols}")
+    _triton_softmax_case(t, rows, cols, check.randn((rows, cols), g, m.device, scale=3.0), m, "randn * 3")
+    if m.backend == "cuda" and cols == ROW_LENGTHS[-1]:
+        _triton_softmax_case(t, 4096, 32771, check.randn((4096, 32771), g, m.device, scale=5.0), m, "large")
+
+
+@pytest.mark.task("4.T1")
+@pytest.mark.parametrize("cols", [33, 1000, 4099])
+def test_triton_softmax_large_and_neg_inf(cols: int) -> None:
+    """Inputs of size 1e4 (exp overflows without the max subtracted) and rows with -inf entries (also whole tiles of
+    -inf in the tiled path: row 0 has one finite entry)."""
+    t, m = _twin(), _m()
+    rows = _triton_rows(cols, m)
+    g = check.rng(f"4.T1-special-{cols}")
+    _triton_softmax_case(t, rows, cols, check.randn((rows, cols), g, m.device, scale=1e4), m, "randn * 1e4")
+    x = check.randn((rows, cols), g, "cpu", scale=2.0)
+    drop = torch.rand((rows, cols), generator=g) < 0.4
+    drop[:, -1] = False  # every row keeps a finite entry; row 0 only its last one, after tiles of -inf
+    drop[0, :-1] = True
+    x[drop] = -math.inf
+    _triton_softmax_case(t, rows, cols, x.to(m.device), m, "with -inf entries")
+
+
+@pytest.mark.task("4.T1")
+def test_triton_softmax_unaligned() -> None:
+    """x and y one float into their buffers: Triton loads narrower; the answer must not change."""
+    t, m = _twin(), _m()
+    rows, cols = 5, 1000
+    xbuf = check.randn((rows * cols + 1,), check.rng("4.T1-unaligned"), m.device, scale=3.0)
+    full = check.poisoned(rows * cols + 1 + check.GUARD, torch.float32, m.device)
+    x, y = xbuf[1:], full[1:rows * cols + 1]
+    with check.unchanged(x, names=["x"]), torch_answer_guard([t.__file__]):
+        t.softmax(x, y, rows, cols)
+    check.assert_close(y.view(rows, cols), torch.softmax(x.cpu().double().view(rows, cols), dim=1).float(),
+                       name="softmax (Triton) of views at offset 1", rtol=3e-5, atol=1e-12, task="4.T1", hint=HINT_4T1)
+    _assert_guard(full, rows * cols + 1, "softmax (Triton)", "4.T1")
+    assert bool(full[0].isnan()), "softmax (Triton, task 4.T1) wrote before the start of its output"
+
+
+def _triton_layernorm_case(t: ModuleType, m: cc.Lesson, rows: int, cols: int, offset: float, name: str) -> None:
+    g = check.rng(name)
+    x = (check.randn((rows, cols), g, "cpu", scale=2.0) + offset).to(m.device)
+    w = check.randn(cols, g, m.device, scale=0.5) + 1.0
+    b = check.randn(cols, g, m.device, scale=0.5)
+    eps = 1e-5
+    full, y = _guarded(rows * cols, m)
+    with check.unchanged(x, w, b, names=["x", "w", "b"]), torch_answer_guard([t.__file__]):
+        t.layernorm(x, w, b, y, rows, cols, eps)
+    atol = 1e-5 if offset == 0 else 2e-4  # as task 4.2: rows around 1000 are stored with a spacing of 6e-5
+    check.assert_close(y.view(rows, cols), _layernorm_ref(x, w, b, eps), rtol=1e-5, atol=atol, task="4.T2",
+                       name=f"layernorm (Triton) rows of mean {offset:g}, {rows}x{cols}", hint=HINT_4T2)
+    _assert_guard(full, rows * cols, "layernorm (Triton)", "4.T2")
+
+
+@pytest.mark.task("4.T2")
+@pytest.mark.parametrize("cols", ROW_LENGTHS + TRITON_LONG_ROWS[1:])
+@pytest.mark.parametrize("offset", [0.0, 1000.0])
+def test_triton_layernorm(cols: int, offset: float) -> None:
+    """The Triton twin of layernorm: both paths, rows far from zero included."""
+    t, m = _twin(), _m()
+    rows = _triton_rows(cols, m)
+    _triton_layernorm_case(t, m, rows, cols, offset, f"4.T2-{cols}-{offset}")
+    if m.backend == "cuda" and cols == ROW_LENGTHS[-1]:
+        _triton_layernorm_case(t, m, 2048, 32771, offset, f"4.T2-large-{offset}")
+
+
+def test_triton_worked_rmsnorm() -> None:
+    """The worked example of norms_triton.py (given complete; not graded)."""
+    t, m = _twin(), _m()
+    for rows, cols in [(5, 7), (3, 4099)]:
+        g = check.rng(f"4.T-worked-{cols}")
+        x, w = check.randn((rows, cols), g, m.device), check.randn(cols, g, m.device)
+        y = check.poisoned((rows, cols), torch.float32, m.device)
+        t.rmsnorm(x, w, y, rows, cols, 1e-6)
+        xd = x.cpu().double()
+        ref = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.cpu().double()).float()
+        check.assert_close(y, ref, name=f"rmsnorm (Triton) {rows}x{cols}", rtol=1e-5, atol=1e-5, task="worked example",
+                           hint="rmsnorm is given complete in norms_triton.py; did an edit change it?")
+
+
+# Wrong twins, made from the solution by one edit each: every one must fail the checks the tasks use.
+TRITON_MUTANTS = {
+    "softmax all zeros": ("tl.store(y_row + offs, e / tl.sum(e, axis=0), mask=mask)",
+                          "tl.store(y_row + offs, e * 0.0, mask=mask)"),
+    "softmax without the max": ("e = tl.exp(x - tl.max(x, axis=0))", "e = tl.exp(x)"),
+    "softmax tiled, NaN after -inf tiles": ("ref = tl.where(m_new == float(\"-inf\"), 0.0, m_new)", "ref = m_new"),
+    "layernorm unshifted sums": ("K = tl.load(x_row)", "K = 0.0"),
+    "layernorm all zeros": ("tl.store(y_row + offs, d * rstd * w + b, mask=mask)",
+                            "tl.store(y_row + offs, d * 0.0, mask=mask)"),
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow / NaN warnings from the wrong code
+@pytest.mark.parametrize("mutant", list(TRITON_MUTANTS))
+def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
+    from cudacourse.triton_track import load
+
+    _twin()  # not graded (a skip) without triton
+    m = _m()
+    src = settings.current().root / "solutions" / LESSON / "norms_triton.py"
+    old, new = TRITON_MUTANTS[mutant]
+    text = src.read_text()
+    assert text.count(old) == 1, f"the mutant {mutant!r} no longer applies to {src}: update TRITON_MUTANTS"
+    (tmp_path / "norms_triton.py").write_text(text.replace(old, new))
+    wrong = load(tmp_path / "norms_triton.py", backend=m.backend)
+    with pytest.raises(AssertionError):
+        if mutant == "softmax all zeros":
+            _triton_softmax_case(wrong, 5, 33, check.randn((5, 33), check.rng("4.T-m"), m.device), m, mutant)
+        elif mutant == "softmax without the max":
+            _triton_softmax_case(wrong, 5, 33, check.randn((5, 33), check.rng("4.T-m"), m.device, scale=1e4), m,
+                                 mutant)
+        elif mutant.startswith("softmax tiled"):
+            x = check.randn((3, 4099), check.rng("4.T-m"), "cpu")
+            x[:, :2048] = -math.inf  # whole tiles of -inf under any tile width up to 2048
+            _triton_softmax_case(wrong, 3, 4099, x.to(m.device), m, mutant)
+        elif mutant == "layernorm unshifted sums":
+            cols = 16389 if m.backend == "cuda" else 4099  # past every tile width: the tiled path
+            _triton_layernorm_case(wrong, m, 3, cols, 1000.0, mutant)
+        else:
+            _triton_layernorm_case(wrong, m, 5, 33, 0.0, mutant)

@@ -113,3 +113,25 @@ def test_a_machine_without_triton_reports_the_triton_tasks_not_graded(tmp_path: 
     assert all(triton_track.INSTALL in rec["message"] for rec in triton), triton[0]["message"]
     assert all(rec["outcome"] == "passed" for rec in cuda)
     assert "1.T1" in r.stdout and "not graded" in r.stdout  # the points table says so
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="needs the triton package (make setup EXTRAS=triton)")
+def test_the_interpreter_works_after_triton_was_imported_for_a_gpu() -> None:
+    """torch.compile imports triton.language without TRITON_INTERPRET (also on a CPU), which leaves tl.sum a
+    compiled-mode function the interpreter cannot call; load() imports triton's Python modules afresh. The row
+    loop also checks the numpy >= 2.4 fix of the interpreter's int conversion (triton-lang/triton#9171)."""
+    code = """
+import sys, torch, triton.language
+assert type(triton.language.sum).__name__ == "JITFunction"
+from cudacourse import triton_track
+t = triton_track.load(sys.argv[1], backend="sim")
+x = torch.randn(5, 3000); out = torch.full((5,), float("nan"))
+t.row_sum(x, out, 5, 3000)
+err = (out.double() - x.double().sum(-1)).abs().max().item()
+assert err < 1e-3, err
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", code, str(ROOT / "solutions" / "02_reduce" / "reduce_triton.py")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-2000:] + r.stderr[-3000:]
