@@ -50,6 +50,8 @@ class Case:
     target: float | None = None
     target_of: str = "reference"  # "reference" (speed ratio) or "copy" (fraction of copy bandwidth)
     task: str | None = None
+    note: str = ""  # shown beside the row (a Triton twin: its autotune time and chosen config)
+    extra: dict = field(default_factory=dict)  # kept in results.json (a Triton twin: autotune_s, config)
 
 
 @dataclass
@@ -248,14 +250,14 @@ def run_lesson(lesson: str, impl: str, copy_gbs: float, quick: bool = False) -> 
             case.target, case.target_of = task.target, task.target_of
         try:
             ms, spread = time_stats(case.fn)
-            note = ""
+            note = case.note
         except Exception as e:  # noqa: BLE001 - a broken version must not hide the others
             ms, spread, note = math.nan, math.nan, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         gbs = case.bytes / ms / 1e6 if case.bytes and ms == ms else None
         tfl = case.flops / ms / 1e9 if case.flops and ms == ms else None
         rows.append(Row(lesson, case.group, case.name, ms, spread, gbs, tfl,
                         100 * gbs / copy_gbs if gbs else None, None, case.reference, case.target,
-                        case.target_of, note=note))
+                        case.target_of, note=note, extra=dict(case.extra)))
     refs = {r.group: r.ms for r in rows if r.reference}
     for r in rows:
         if r.group in refs and not r.reference and r.ms == r.ms:
@@ -293,7 +295,9 @@ def markdown(info: dict, copy_gbs: float, mm_tflops: float, rows: list[Row], bui
            f"cuBLAS FP32 matmul (TF32 off, 8192^3) **{mm_tflops:.1f} TFLOP/s**.", "",
            f"Build: first build {builds.get('first_build_s', float('nan')):.1f} s, reload after an edit "
            f"{builds.get('reload_after_edit_s', float('nan')):.1f} s (lesson 01 kernel file, same process).", "",
-           "Each time is the median of up to 50 runs with an L2 flush before each, timed with CUDA events.", ""]
+           "Each time is the median of up to 50 runs with an L2 flush before each, timed with CUDA events.",
+           "A Triton twin is compiled and autotuned on a first call before its timing; that time and the config "
+           "it kept are in its row's last column.", ""]
     for lesson in dict.fromkeys(r.lesson for r in rows):
         out += [f"## {lesson}", "", "| group | version | ms | GB/s | % copy | TFLOP/s | vs reference | target |",
                 "|---|---|---:|---:|---:|---:|---:|---|"]
@@ -303,9 +307,10 @@ def markdown(info: dict, copy_gbs: float, mm_tflops: float, rows: list[Row], bui
                 what = "x ref" if r.target_of == "reference" else " of copy"
                 tgt = f"{'met' if r.met else 'MISSED'} (>= {r.target:g}{what})"
             name = f"**{r.name}** (reference)" if r.reference else r.name
+            note = f"{'; ' if tgt and r.note else ''}{r.note}"
             out.append(f"| {r.group} | {name} | {_fmt(r.ms, '.3f')} | {_fmt(r.gbs, '.0f')} | "
                        f"{_fmt(r.pct_copy, '.0f')} | {_fmt(r.tflops, '.1f')} | "
-                       f"{_fmt(r.vs_reference, '.2f')}{'x' if r.vs_reference else ''} | {tgt}{r.note} |")
+                       f"{_fmt(r.vs_reference, '.2f')}{'x' if r.vs_reference else ''} | {tgt}{note} |")
         out.append("")
     return "\n".join(out)
 

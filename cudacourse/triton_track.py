@@ -275,13 +275,54 @@ def twin_or_not_graded(lesson: str, file: str | None = None) -> ModuleType:
 # ----------------------------------------------------------------------------------------------------
 
 
-def bench_prime(fn: Callable[[], object], kernels: Sequence[Any]) -> tuple[float, str]:
+def bench_twin(m: Any) -> tuple[ModuleType | None, str]:
+    """(the Triton twin of the lesson module ``m`` that ``make bench`` times, compiled; or None and why not).
+
+    The twin comes from the folder ``m`` was loaded from (``solutions/`` for ``make bench``)."""
+    from cudacourse import settings
+    from cudacourse.course import course as course_model
+
+    info = course_model(settings.current().root).lesson(m.name)
+    if not info.triton_files:
+        return None, f"lesson {info.id} has no Triton twin"
+    try:
+        return load(m.dir / info.triton_files[0], backend=m.backend), ""
+    except Exception as e:  # noqa: BLE001 - the bench keeps its other rows and says why these are missing
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+
+
+def bench_case(twin: tuple[ModuleType | None, str], group: str, name: str, call: Callable[[ModuleType], object],
+               kernels: Sequence[str], **case: Any) -> Any:
+    """A ``bench.Case`` timing ``call(twin module)``, primed first: the first call compiles the kernels and
+    autotunes them (every config timed), which is measured here, apart from the kernel time ``make bench``
+    measures later. The row's note and ``extra`` hold that time and the configs ``kernels`` (names of the
+    twin's autotuned kernels) kept; the same line is printed. Without a twin, the row says why it is missing."""
+    from cudacourse.bench import Case
+
+    mod, why = twin
+    if mod is None:
+        def missing() -> None:
+            raise RuntimeError(why)
+
+        return Case(group, name, missing, **case)
+    fn = lambda: call(mod)  # noqa: E731
+    try:
+        seconds, picked = bench_prime(fn, {k: getattr(mod, k) for k in kernels})
+    except Exception as e:  # noqa: BLE001 - the row reports it (the timing raises it again)
+        return Case(group, name, fn, note=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}", **case)
+    note = f"first call (compile + autotune) {seconds:.2f} s; {picked}"
+    print(f"triton: {group}: {name}: {note}", flush=True)
+    return Case(group, name, fn, note=note, extra={"autotune_s": round(seconds, 3), "config": picked}, **case)
+
+
+def bench_prime(fn: Callable[[], object], kernels: dict[str, Any]) -> tuple[float, str]:
     """Run ``fn`` once and wait for it: the first call compiles and autotunes. Returns (seconds it took,
-    the configurations ``kernels`` kept). Kernel times measured afterwards exclude this."""
+    the configurations ``kernels`` (name -> autotuned kernel) kept). Kernel times measured afterwards exclude
+    this."""
     import torch
 
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     fn()
     torch.cuda.synchronize()
-    return time.perf_counter() - t0, "; ".join(chosen(k) for k in kernels)
+    return time.perf_counter() - t0, "; ".join(f"{name}: {chosen(k)}" for name, k in kernels.items())

@@ -135,3 +135,28 @@ print("ok")
     r = subprocess.run([sys.executable, "-c", code, str(ROOT / "solutions" / "02_reduce" / "reduce_triton.py")],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-2000:] + r.stderr[-3000:]
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="needs the triton package (make setup EXTRAS=triton)")
+def test_bench_rows_time_the_first_call_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_case primes a twin (the first call compiles and autotunes; here the interpreter stands in for the GPU),
+    records that time and the kept config in the row's note and extra, and a missing twin's row says why."""
+    from cudacourse import bench
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    t = triton_track.load(ROOT / "solutions" / "01_relu" / "relu_triton.py", backend="sim")
+    n = 5000
+    x, y = torch.randn(n), torch.full((n,), float("nan"))
+    case = triton_track.bench_case((t, ""), "relu", "relu (Triton twin, 1.T1)", lambda tw: tw.relu(x, y, n),
+                                   ["relu_kernel"], bytes=8 * n)
+    assert torch.equal(y, torch.relu(x)), "the priming call did not run the kernel"
+    assert case.extra["autotune_s"] >= 0
+    assert case.extra["config"] == "relu_kernel: BLOCK=1024, num_warps=4, num_stages=3"
+    assert case.note.startswith("first call (compile + autotune) ") and case.bytes == 8 * n
+    row = bench.Row("01_relu", case.group, case.name, 0.5, 0.01, 80.0, None, 4.0, 1.0, False, None, "reference",
+                    note=case.note, extra=case.extra)
+    assert case.note in bench.markdown({"gpu": "g", "compute_capability": "9.0", "sms": "1", "driver": "d",
+                                        "torch": "t", "cuda": "c"}, 2000.0, 50.0, [row], {})
+    gone = triton_track.bench_case((None, "no triton here"), "relu", "relu (Triton twin)", lambda tw: None, ["k"])
+    with pytest.raises(RuntimeError, match="no triton here"):
+        gone.fn()

@@ -8,6 +8,9 @@ Groups (each compared with its PyTorch row and with the copy bandwidth measured 
   relu backward 2^28 fp32  torch's threshold_backward (what autograd runs for torch.relu); relu_backward.
   bias+gelu RxC fp32       torch's two kernels ``F.gelu(x + b, approximate="tanh")``; the fused bias_gelu
                            (target: at least as fast; it moves about half the bytes).
+The Triton twins (relu_triton.py: tasks 1.T1, 1.T2) have a row beside their CUDA versions in the relu and
+bias+gelu groups; each is compiled and autotuned on a first call before its timing, and its row's note gives
+that time and the config the autotuner kept (cudacourse/triton_track.py, ``bench_case``).
 ``bytes`` counts each input read once and each output written once. ``quick`` uses 2^24 elements.
 """
 
@@ -18,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from cudacourse import triton_track
 from cudacourse.bench import Case
 
 
@@ -38,6 +42,9 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
     out.append(Case(g, "relu_v2_grid_stride (full GPU grid)", lambda: m.relu_v2_grid_stride(x, y, n, 0), bytes=rw))
     out.append(Case(g, "relu_v3_float4", lambda: m.relu_v3_float4(x, y, n), bytes=rw, task="1.7"))
     out.append(Case(g, "relu_forward (torch::Tensor binding)", lambda: m.relu_forward(x), bytes=rw))
+    twin = triton_track.bench_twin(m)
+    out.append(triton_track.bench_case(twin, g, "relu (Triton twin, 1.T1)", lambda t: t.relu(x, y, n),
+                                       ["relu_kernel"], bytes=rw))
 
     g = f"relu backward 2^{log_n} fp32"
     dy = torch.randn(n, device=dev)
@@ -57,4 +64,6 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
                     reference=True))
     out.append(Case(g, "bias_add (worked example, no GELU)", lambda: m.bias_add(xm, b, ym, rows, cols), bytes=gb))
     out.append(Case(g, "bias_gelu (fused)", lambda: m.bias_gelu(xm, b, ym, rows, cols), bytes=gb, target=1.0))
+    out.append(triton_track.bench_case(twin, g, "bias_gelu (Triton twin, 1.T2)",
+                                       lambda t: t.bias_gelu(xm, b, ym, rows, cols), ["bias_gelu_kernel"], bytes=gb))
     return out

@@ -8,6 +8,9 @@ Groups (each compared with its PyTorch row and with the copy bandwidth measured 
                          thread-per-row worked example.
   row max RxC fp32       torch.amax(dim=-1); row_max.
   argmax 2^28 fp32       torch.argmax; argmax (task 2.9). Task targets are in lesson.toml.
+The Triton twins (reduce_triton.py: vector_sum 2.T1, row_sum 2.T2) have a row in the sum and row sum groups; each
+is compiled and autotuned on a first call before its timing, and its row's note gives that time and the config
+the autotuner kept (cudacourse/triton_track.py, ``bench_case``).
 ``bytes`` counts each input read once and each output written once.
 """
 
@@ -19,6 +22,7 @@ from typing import Any
 
 import torch
 
+from cudacourse import triton_track
 from cudacourse.bench import Case
 
 BLOCK = 256
@@ -69,6 +73,9 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
     out.append(Case(g, "reduce_v6_grid_stride_atomic", lambda: m.reduce_v6_grid_stride_atomic(x, s, n),
                     bytes=nbytes, task="2.7"))
     out.append(Case(g, "reduce_v7_two_pass", lambda: m.reduce_v7_two_pass(x, work, s, n), bytes=nbytes))
+    twin = triton_track.bench_twin(m)
+    out.append(triton_track.bench_case(twin, g, "vector_sum (Triton twin, 2.T1)", lambda t: t.vector_sum(x, s, n),
+                                       ["vector_sum_kernel"], bytes=nbytes))
 
     shapes = [(2048, 4096), (8192, 1024)] if quick else [(32768, 4096), (131072, 1024)]
     for rows, cols in shapes:
@@ -81,6 +88,9 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
                         bytes=rb, task="2.8"))
         out.append(Case(g, "row_sum_v1_thread_per_row",
                         lambda xr=xr, yr=yr, r=rows, c=cols: m.row_sum_v1_thread_per_row(xr, yr, r, c), bytes=rb))
+        out.append(triton_track.bench_case(twin, g, "row_sum (Triton twin, 2.T2)",
+                                           lambda t, xr=xr, yr=yr, r=rows, c=cols: t.row_sum(xr, yr, r, c),
+                                           ["row_sum_kernel"], bytes=rb))
         g = f"row max {rows}x{cols} fp32"
         out.append(Case(g, "torch.amax(dim=-1)", lambda xr=xr: torch.amax(xr, dim=-1), bytes=rb, reference=True))
         out.append(Case(g, "row_max (warp per row)", lambda xr=xr, yr=yr, r=rows, c=cols: m.row_max(xr, yr, r, c),

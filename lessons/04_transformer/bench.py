@@ -5,6 +5,9 @@ for attention PyTorch's unfused math path (``SDPBackend.MATH``, TF32 off: true f
 The rows of speed tasks 4.10 (softmax vs torch), 4.11 (layernorm vs torch) and 4.12 (flash attention vs
 the math path at N=4096, not causal) take their targets from lesson.toml; the rows against the copy
 bandwidth keep their own target of 0.85.
+The Triton twins (norms_triton.py: softmax 4.T1, layernorm 4.T2) have a row in the softmax and layernorm groups;
+each is compiled and autotuned on a first call before its timing, and its row's note gives that time and the
+config the autotuner kept (cudacourse/triton_track.py, ``bench_case``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from cudacourse import triton_track
 from cudacourse.bench import Case
 
 
@@ -41,6 +45,7 @@ def _row_cases(m: Any, rows: int, cols: int) -> list[Case]:
     w, b = torch.randn(cols, device=dev), torch.randn(cols, device=dev)
     nbytes = 2 * x.numel() * 4  # read x once, write y once (w and b are negligible)
     shape = f"{rows}x{cols} fp32"
+    twin = triton_track.bench_twin(m)
     out = [
         Case(f"softmax {shape}", "torch.softmax", lambda: torch.softmax(x, dim=1), nbytes, reference=True),
         Case(f"softmax {shape}", "softmax (4.1) vs torch", lambda: m.softmax(x, y, rows, cols), nbytes, task="4.10"),
@@ -50,12 +55,17 @@ def _row_cases(m: Any, rows: int, cols: int) -> list[Case]:
              nbytes),
         Case(f"softmax {shape}", "softmax_v3_row_in_registers",
              lambda: m.softmax_v3_row_in_registers(x, y, rows, cols), nbytes),
+        triton_track.bench_case(twin, f"softmax {shape}", "softmax (Triton twin, 4.T1)",
+                                lambda t: t.softmax(x, y, rows, cols), ["softmax_kernel"], bytes=nbytes),
         Case(f"layernorm {shape}", "F.layer_norm", lambda: F.layer_norm(x, (cols,), w, b, 1e-5), nbytes,
              reference=True),
         Case(f"layernorm {shape}", "layernorm (4.2) vs torch", lambda: m.layernorm(x, w, b, y, rows, cols, 1e-5),
              nbytes, task="4.11"),
         Case(f"layernorm {shape}", "layernorm (4.2) vs copy", lambda: m.layernorm(x, w, b, y, rows, cols, 1e-5),
              nbytes, target=0.85, target_of="copy"),
+        triton_track.bench_case(twin, f"layernorm {shape}", "layernorm (Triton twin, 4.T2)",
+                                lambda t: t.layernorm(x, w, b, y, rows, cols, 1e-5), ["layernorm_kernel"],
+                                bytes=nbytes),
     ]
     if hasattr(F, "rms_norm"):
         out.append(Case(f"rmsnorm {shape}", "F.rms_norm", lambda: F.rms_norm(x, (cols,), w, 1e-6), nbytes,
