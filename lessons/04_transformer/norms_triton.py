@@ -42,7 +42,7 @@ ROWWISE = configs({"BLOCK": 1024}, BLOCK=[1024, 2048, 4096, 8192, 16384], num_wa
 
 def prune_tiles(configs: list, named_args: dict, **kwargs: object) -> list:
     """Configs worth timing for this row length: no tile wider than the row needs (beyond 1024), and at most 32
-    floats per thread (a wider share spills registers to local memory). Always at least one."""
+    floats per thread (a heuristic: a larger share per thread risks spilling registers). Always at least one."""
     need = max(1024, triton.next_power_of_2(named_args["cols"]))
     keep = [c for c in configs if c.kwargs["BLOCK"] <= need and c.kwargs["BLOCK"] <= 32 * 32 * c.num_warps]
     return keep or configs[:1]

@@ -1,0 +1,121 @@
+"""What Triton generates for the course's Triton twins, compiled for an H100 (sm_90) on any machine, no GPU needed.
+
+For every autotuned kernel of every ``solutions/NN_topic/*_triton.py`` (or ``lessons/`` with ``--impl student``),
+this compiles one configuration to PTX and SASS-ready cubin (Triton's bundled ptxas; no driver) and prints what the
+explainers' "The same kernels in Triton" sections cite: the width of the global loads and stores, the warp
+shuffles, barriers and shared memory the compiler added, and the atomics. Each kernel is compiled twice where it
+matters: with its pointers 16-byte aligned and its integer arguments multiples of 16 (how Triton specializes a
+call whose arguments are), and without.
+
+Run it:  .venv/bin/python benchmarks/triton_codegen.py > benchmarks/triton_codegen.txt
+(committed output: benchmarks/triton_codegen.txt; needs the triton package: make setup EXTRAS=triton).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOAT_ARGS = {"a", "eps"}  # scalar float arguments of the twins' kernels; other scalars are int32
+PICK = {"BLOCK": 4096, "num_warps": 8}  # the configuration compiled (the first one with these values)
+
+
+def kernels(path: Path) -> list[tuple[str, object]]:
+    """(name, autotuner) of every autotuned kernel in a twin file, in file order."""
+    from triton.runtime.autotuner import Autotuner
+
+    from cudacourse.loader import import_file
+
+    mod = import_file(path, f"codegen_{path.parent.name}_{path.stem}")
+    return [(n, v) for n, v in vars(mod).items() if isinstance(v, Autotuner)]
+
+
+def pick_config(configs: list) -> object:
+    """The config compiled: the first with BLOCK=4096 and 8 warps, else the first with BLOCK=4096, else the first."""
+    for want in (PICK, {"BLOCK": PICK["BLOCK"]}):
+        for c in configs:
+            if all(c.kwargs.get(k, getattr(c, k, None)) == v for k, v in want.items()):
+                return c
+    return configs[0]
+
+
+def compile_one(tuner: object, aligned: bool, extra_constexprs: dict) -> tuple[str, object]:
+    """PTX and the compiled kernel of ``tuner``'s picked config, with or without the 16-divisibility hints."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = tuner.fn
+    cfg = pick_config(tuner.configs)
+    params = list(inspect.signature(fn.fn).parameters)
+    constexprs = {**extra_constexprs, **cfg.kwargs}
+    sig, attrs = {}, {}
+    for i, p in enumerate(params):
+        if p in constexprs:
+            sig[p] = "constexpr"
+        elif p.endswith("_ptr"):
+            sig[p] = "*fp32"
+            if aligned:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif p in FLOAT_ARGS:
+            sig[p] = "fp32"
+        else:
+            sig[p] = "i32"
+            if aligned:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn=fn, signature=sig, constexprs={p: constexprs[p] for p in params if p in constexprs},
+                    attrs=attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
+    return k.asm["ptx"], k
+
+
+def summary(ptx: str, k: object) -> str:
+    """One line: global load/store widths, shuffles, barriers, shared memory, atomics."""
+    def widths(op: str) -> str:
+        found = sorted(set(re.findall(rf"\b{op}\.global(?:\.\w+)*?(\.v[248])?\.[bfu]32\b", ptx)))
+        return "/".join({"": "4 B", ".v2": "8 B", ".v4": "16 B", ".v8": "32 B"}[w] for w in found) or "none"
+    shfl = len(re.findall(r"\bshfl\.sync", ptx))
+    bar = len(re.findall(r"\bbar\.sync|\bbarrier\.sync", ptx))
+    atom = len(re.findall(r"\b(?:atom|red)\.global", ptx))
+    smem = getattr(k.metadata, "shared", 0)
+    return (f"loads {widths('ld')}, stores {widths('st')}; shfl.sync {shfl}, bar.sync {bar}, shared memory {smem} B, "
+            f"global atomics {atom}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print one block per twin file."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--impl", choices=["solution", "student"], default="solution")
+    args = ap.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        print("unset TRITON_INTERPRET: this compiles the twins", file=sys.stderr)
+        return 2
+    import triton
+
+    from cudacourse.course import course
+
+    c = course(ROOT)
+    print(f"triton {triton.__version__}, target sm_90 (H100), impl={args.impl}")
+    for les in c:
+        for f in les.triton_files:
+            path = c.kernel_dir(les.id, args.impl) / f
+            print(f"\n{les.id}/{f}")
+            for name, tuner in kernels(path):
+                cfg = pick_config(tuner.configs)
+                extra = {"NPROG": 528} if "NPROG" in inspect.signature(tuner.fn.fn).parameters else {}
+                conf = ", ".join(f"{k}={v}" for k, v in {**cfg.kwargs, **extra}.items())
+                for aligned in (True, False):
+                    ptx, k = compile_one(tuner, aligned, extra)
+                    what = "aligned, ints % 16 == 0" if aligned else "no alignment known    "
+                    print(f"  {name} [{conf}, num_warps={cfg.num_warps}] {what}: {summary(ptx, k)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
