@@ -10,7 +10,8 @@ Where a twin runs:
 
 - on a GPU (backend ``cuda``): compiled by Triton. Each kernel carries ``@triton.autotune`` over the
   block sizes and warp counts that :func:`configs` lists; the first call for each new size times them all
-  and keeps the fastest, which :func:`chosen` names (``make bench`` prints it, with the time autotuning took);
+  and keeps the fastest, which :func:`chosen` names. :func:`load` sets ``TRITON_PRINT_AUTOTUNING=1`` (unless
+  set), so each autotuning prints the config it kept; ``make bench`` prints it too, with the time it took;
 - on the CPU (backend ``sim``): Triton's interpreter runs the same kernels with numpy, one program after
   another. :func:`load` sets ``TRITON_INTERPRET=1`` before it imports the file, and :func:`configs` then
   keeps one fixed configuration (timing configurations on the interpreter would say nothing about a GPU);
@@ -183,6 +184,9 @@ def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
         _interpreter_on()
     elif interpreting():
         raise RuntimeError(f"{_INTERPRET}=1 is set in a run on a GPU: unset it to compile the Triton twins")
+    else:
+        # Triton's own knob: each autotuning prints the config it kept and how long it took (read at call time).
+        os.environ.setdefault("TRITON_PRINT_AUTOTUNING", "1")
     confine = settings.current().confine
     if confine is not None and backend != "cuda":
         from cudacourse.torch_worker import TorchWorker

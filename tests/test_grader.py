@@ -550,7 +550,9 @@ def test_corpus(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env_backend = os.environ.get("CUDA_COURSE_BACKEND", "sim")
     t0 = time.monotonic()
+    cuda_tasks = [t.id for t in course().lesson("01_relu").tasks if t.track == "cuda"] + ["1.H"]
     rc = cli.main(["--batch", str(corpus), "--lessons", "01_relu", "--hidden", str(HIDDEN_EXAMPLE),
+                   "--tasks", *cuda_tasks,
                    "--backend", env_backend if env_backend in ("sim", "cuda") else "sim",
                    # 60 s per case: at 20 s a loaded 2-core machine once timed out the torch-route case of a
                    # correct relu_torch.cu (fresh clone, 2026-11-23); the two endless-loop cases pay it

@@ -25,9 +25,10 @@ PUBLIC_SIZES = [1, 31, 32, 33, 1000, 2**20 + 3]  # SIZES in tests/test_01_relu.p
 
 
 def learner_copy(text: str) -> str:
-    """The solution as a learner would hand it in: markers and stub-only lines dropped."""
+    """The solution as a learner would hand it in: markers and stub-only lines dropped (// in kernels, # in
+    Python files such as the Triton twin)."""
     keep = [ln for ln in text.splitlines(keepends=True)
-            if not re.match(r"\s*//\s*(BEGIN SOLUTION|END SOLUTION|STUB:)", ln)]
+            if not re.match(r"\s*(//|#)\s*(BEGIN SOLUTION|END SOLUTION|STUB:)", ln)]
     return "".join(keep)
 
 
@@ -80,7 +81,10 @@ def build() -> dict[str, dict[str, str]]:
     # then builds it once per slot into its shared read-only cache (runner._warm_up), as it does for any file
     # identical to the instructor's. That path is tested here, and the corpus pays one torch-header build per
     # slot instead of one per case (about 30 s each on a 2-core machine).
-    base = {"relu.cu": learner_copy(relu.read_text()), "relu_torch.cu": torch_cu.read_text()}
+    # The Triton twin (tasks 1.T*) is handed in complete; test_corpus grades the CUDA tasks (the twins' grading,
+    # confined, is tested in tests/test_triton_track.py), so the corpus costs no Triton worker per case.
+    base = {"relu.cu": learner_copy(relu.read_text()), "relu_torch.cu": torch_cu.read_text(),
+            "relu_triton.py": learner_copy((SOL / "relu_triton.py").read_text())}
     r = base["relu.cu"]
     # Work on the marked solution for body replacement, then drop markers.
     sol = relu.read_text()
@@ -94,12 +98,13 @@ def build() -> dict[str, dict[str, str]]:
         CASES[name] = (desc, fails, cuda or [])
         d = dict(base)
         for k, v in files.items():
-            d[k.replace("_cu", ".cu")] = v
+            d[k.replace("_cu", ".cu").replace("_py", ".py")] = v
         out[name] = d
 
     case("solution", "the solution, unchanged: full points", [])
     case("stub", "the untouched stubs", ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.H"],
-         relu_cu=(STUB / "relu.cu").read_text(), relu_torch_cu=(STUB / "relu_torch.cu").read_text())
+         relu_cu=(STUB / "relu.cu").read_text(), relu_torch_cu=(STUB / "relu_torch.cu").read_text(),
+         relu_triton_py=(STUB / "relu_triton.py").read_text())
     case("compile_error", "a missing semicolon in relu.cu", ["1.1", "1.2", "1.3", "1.4", "1.5", "1.H"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x\nif (i < n) y[i] = fmaxf(x[i], 0.0f);"))
     case("endless_loop_kernel", "a kernel loop that never advances",
