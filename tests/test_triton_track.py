@@ -231,3 +231,13 @@ def test_while_grading_a_twin_runs_in_the_torch_worker_under_the_torch_guard(tmp
     r = subprocess.run([sys.executable, "-c", HOSTED, str(sol), str(cheat)], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout[-2000:] + r.stderr[-3000:]
+
+
+@pytest.mark.skipif(not HAVE_TRITON, reason="needs the triton package (make setup EXTRAS=triton)")
+def test_doctor_says_how_the_track_runs_here() -> None:
+    from cudacourse.doctor import diagnose
+    from cudacourse.loader import backend_name
+
+    fact = dict(diagnose().facts)["Triton track"]
+    want = "can run: " if backend_name() == "cuda" else "can run, on the CPU: "
+    assert fact.startswith(want) and "triton " in fact, fact
