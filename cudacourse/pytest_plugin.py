@@ -280,7 +280,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
 
     root = build_root()
     root.mkdir(parents=True, exist_ok=True)
-    timed = item.get_closest_marker("gpu") is not None
+    rec = state.records.get(item.nodeid) if state is not None else None
+    timed = item.get_closest_marker("gpu") is not None or (rec is not None and rec.gpu)  # (a gpu task's test)
     with open(root / ".gpu-turnstile.lock", "a") as turn, open(root / ".gpu-timing.lock", "a") as gpu:
         # The turnstile keeps a waiting timed test from starving: while it waits, no new test gets in.
         fcntl.flock(turn, fcntl.LOCK_EX)

@@ -513,6 +513,29 @@ def test_warm_ups_run_once_per_key_and_other_keys_at_the_same_time() -> None:
     assert sorted(r.split()[0] for r in ran) == ["01", "02"], ran  # each key once, and the two at the same time
 
 
+def test_gpu_gate_times_alone_without_starving() -> None:
+    """On a GPU a speed task's process runs with no other task process (shared holders wait for it, it waits
+    for them), and once it waits no new shared holder gets in before it (else a busy grade starves it)."""
+    import threading
+
+    from cudacourse.grading.staging import GpuGate
+
+    gate, order = GpuGate(), []
+    gate.acquire(exclusive=False)  # a correctness task is running
+    timed = threading.Thread(target=lambda: (gate.acquire(True), order.append("timed"), gate.release(True)))
+    timed.start()
+    while gate._waiting == 0:  # the speed task is waiting now
+        threading.Event().wait(0.01)
+    late = threading.Thread(target=lambda: (gate.acquire(False), order.append("late"), gate.release(False)))
+    late.start()
+    threading.Event().wait(0.2)
+    assert order == [], "nothing may run beside a correctness task's turn but another correctness task"
+    gate.release(exclusive=False)
+    timed.join(timeout=30)
+    late.join(timeout=30)
+    assert order == ["timed", "late"], order
+
+
 def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) -> None:
     (fake_course / "tests" / "test_01_relu.py").write_text("this is not python\n")
     out = tmp_path / "r.json"
