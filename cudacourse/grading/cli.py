@@ -459,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     if batch and args.json:
         write_gradebook(reports, args.json / "gradebook.csv")
     if not args.quiet:
-        print(f"graded {len(reports)} submission(s) in {time.monotonic() - t0:.0f} s")
+        what = f"{len(reports)} submissions" if batch else "grade"
+        print(f"{what} done in {time.monotonic() - t0:.0f} s")
     return EXIT_OK
 
 
