@@ -513,27 +513,40 @@ def test_warm_ups_run_once_per_key_and_other_keys_at_the_same_time() -> None:
     assert sorted(r.split()[0] for r in ran) == ["01", "02"], ran  # each key once, and the two at the same time
 
 
-def test_gpu_gate_times_alone_without_starving() -> None:
-    """On a GPU a speed task's process runs with no other task process (shared holders wait for it, it waits
-    for them), and once it waits no new shared holder gets in before it (else a busy grade starves it)."""
+def test_gpu_gate_times_speed_tasks_alone_and_correctness_first() -> None:
+    """On a GPU a speed task's process runs with no other task process: it waits for the correctness processes
+    running, and none starts while it times. A correctness process asking while a speed task waits goes first
+    (a lesson's correctness tasks, late after a slow build, must not queue behind every speed task)."""
     import threading
 
     from cudacourse.grading.staging import GpuGate
 
-    gate, order = GpuGate(), []
+    gate, order, timing = GpuGate(), [], threading.Event()
     gate.acquire(exclusive=False)  # a correctness task is running
-    timed = threading.Thread(target=lambda: (gate.acquire(True), order.append("timed"), gate.release(True)))
+
+    def speed() -> None:
+        gate.acquire(True)
+        order.append("speed")
+        timing.set()
+        threading.Event().wait(0.3)  # while it times, a correctness request must wait
+        order.append("speed done")
+        gate.release(True)
+
+    timed = threading.Thread(target=speed)
     timed.start()
-    while gate._waiting == 0:  # the speed task is waiting now
-        threading.Event().wait(0.01)
+    threading.Event().wait(0.2)
+    assert order == [], "a speed task started beside a running correctness task"
+    first = threading.Thread(target=lambda: (gate.acquire(False), order.append("first"), gate.release(False)))
+    first.start()  # a late correctness task is not held back by the waiting speed task
+    first.join(timeout=30)
+    assert order == ["first"], order
+    gate.release(exclusive=False)
+    assert timing.wait(30)
     late = threading.Thread(target=lambda: (gate.acquire(False), order.append("late"), gate.release(False)))
     late.start()
-    threading.Event().wait(0.2)
-    assert order == [], "nothing may run beside a correctness task's turn but another correctness task"
-    gate.release(exclusive=False)
     timed.join(timeout=30)
     late.join(timeout=30)
-    assert order == ["timed", "late"], order
+    assert order == ["first", "speed", "speed done", "late"], order
 
 
 def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) -> None:
