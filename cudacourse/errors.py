@@ -126,10 +126,13 @@ def build_stopped(path: str, seconds: float) -> CompileError:
 
 
 def repeated(err: CompileError) -> CompileError:
-    """The one-line error for the second and later uses of a file that does not compile, in one process:
-    the compiler's output was shown with the first failure."""
+    """The short error for the second and later uses of a file that does not compile, in one process: the
+    compiler's whole output goes with one failure only, which need not be the first one printed (pytest-xdist
+    reports in its own order), so this one names the place and the compiler's first error line."""
     where = f"{err.file}:{err.line}" if err.line else f"{err.file}"
-    return CompileError(f"does not compile: see the first failure above, {where}", file=err.file, line=err.line,
+    first = next((ln.strip() for ln in (err.compiler_output or "").splitlines() if "error" in ln), "")
+    return CompileError(f"does not compile: the compiler's whole message is with one other failure, {where}"
+                        + (f"\n    {first}" if first else ""), file=err.file, line=err.line,
                         compiler_output=err.compiler_output)
 
 

@@ -1,9 +1,18 @@
 """The simulator as a profiler: memory-traffic counters per kernel launch and per source line.
 
 ``cc.load(path, profile=True)`` (simulator backend) records, for every call, what each kernel launch did
-to memory, counted the way Nsight Compute counts it on a GPU; ``m.profile_report()`` returns the last
-call's :class:`ProfileReport` (``print(report)`` shows it; ``report.kernels[i].metrics`` holds the numbers
-under Nsight Compute's metric names).
+to memory, with Nsight Compute's definitions, for the accesses the source makes; ``m.profile_report()``
+returns the last call's :class:`ProfileReport` (``print(report)`` shows it; ``report.kernels[i].metrics``
+holds the numbers under Nsight Compute's metric names).
+
+How close that is, measured (``benchmarks/profile_vs_ncu.py``, results/nvidia-h100-80gb-hbm3/profile_vs_ncu.md:
+lesson 01-03 solution kernels under ``ncu`` on an H100): every access-pattern count is equal (global requests
+and sectors, shared-memory wavefronts, bank conflicts: 79 of 79). The simulator counts the *source's*
+accesses, so two kinds of count follow nvcc's code instead and can differ: the issued shared instructions
+(``smsp__inst_executed_op_shared_*``: a GPU also counts a warp whose lanes are all predicated off, which is
+how nvcc compiles ``if (tid < s) s[tid] += s[tid + s];``: 8,256 loads on the H100 where the simulator counts
+1,600 in ``reduce_v2_sequential``), and the wavefronts of accesses nvcc merged into wider ones (four
+``As[ty][k]`` reads become one ``LDS.128`` in ``sgemm_v3_shared``).
 
 Definitions (the simulator's model of the hardware):
 
@@ -19,7 +28,9 @@ Definitions (the simulator's model of the hardware):
   GTC 2019 talk S9593 "cuTENSOR", slide on 128-bit shared accesses, as discussed in
   Dao-AILab/flash-attention issue 738 and NVIDIA/cutlass issue 328). In a phase, each bank delivers one
   distinct 4-byte word per wavefront; lanes reading the same word share it (broadcast). Bank conflicts are
-  the wavefronts beyond one per phase.
+  the wavefronts beyond one per phase. Not confirmed for broadcasts: on the H100 a 128-bit read of one
+  16-byte word by the whole warp took 2 wavefronts (sgemm_v3_shared's ``LDS.128``, profile_vs_ncu.md),
+  where this rule counts 4.
 - **Active lanes.** Lanes taking part in a memory request, and with ``profile="branches"`` lanes entering
   a basic block together (that build adds ``-fsanitize-coverage=trace-pc``, a build of its own; code
   inlined from the runtime's headers counts in the totals but has no line of the learner's file); fewer
@@ -61,8 +72,10 @@ METRICS: dict[str, str] = {
     "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum": "32-byte sectors those stores touched",
     "l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum": "global atomic requests",
     "l1tex__t_sectors_pipe_lsu_mem_global_op_atom.sum": "32-byte sectors those atomics touched",
-    "smsp__inst_executed_op_shared_ld.sum": "shared-memory load instructions executed by warps",
-    "smsp__inst_executed_op_shared_st.sum": "shared-memory store instructions executed by warps",
+    "smsp__inst_executed_op_shared_ld.sum": "shared-memory load instructions executed by warps (the source's "
+                                            "loads; a GPU counts nvcc's, predicated-off ones included)",
+    "smsp__inst_executed_op_shared_st.sum": "shared-memory store instructions executed by warps (the source's "
+                                            "stores; a GPU counts nvcc's, predicated-off ones included)",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "wavefronts (passes) the shared loads needed",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum": "wavefronts the shared stores needed",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "extra wavefronts of shared loads: bank conflicts",
@@ -264,7 +277,7 @@ class ProfileReport:
         if not self.kernels:
             return f"{os.path.basename(self.path)}: the call launched no kernel."
         head = (f"profile of {os.path.basename(self.path)} on the CPU simulator (counts as Nsight Compute defines "
-                "them; see cudacourse.profile)")
+                "them, for the source's accesses; see cudacourse.profile)")
         return "\n".join([head, *(k.render() for k in self.kernels)])
 
 
@@ -355,7 +368,7 @@ def require_sim(backend: str, path: str, functions: list[str], torch_route: bool
     """Refuse profile mode where it cannot run, saying what to do instead (Nsight Compute on a GPU)."""
     if backend == "cuda":
         raise ValueError(
-            "profile=True needs the simulator (backend='sim'): on a GPU, Nsight Compute measures the same counters. "
+            "profile=True needs the simulator (backend='sim'): on a GPU, Nsight Compute measures the same metrics. "
             f"Run your script under it:\n  {ncu_command('python your_script.py')}")
     if torch_route:
         raise ValueError("profile=True works for plain exercise files (raw-pointer launchers), not the torch::Tensor "

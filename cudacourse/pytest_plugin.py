@@ -267,12 +267,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
     """Emit the ``start`` line before the test runs (the grader reads it after a crash).
 
     Under pytest-xdist on a GPU, a timed (``gpu``) test holds the GPU alone: it takes an exclusive lock
-    that every other test of the run holds shared, so no other worker's kernels share the GPU while it
-    times. (The grader runs its speed tasks one at a time after the others and needs no lock.)"""
+    that every other lesson test (a test of a task) holds shared, so no other worker's lesson kernels share
+    the GPU while it times. Tests of no task (the simulator's, the grader's, which run minutes on the CPU)
+    take no lock: holding one, they would stall every timed test behind them. (The grader gates its task
+    processes the same way: ``RunSettings.gpu_turn``.)"""
     state = item.config.stash.get(_STATE, None)
     if state is not None:
         state.emit({"event": "start", "nodeid": item.nodeid})
-    if not os.environ.get("PYTEST_XDIST_WORKER") or backend_name() != "cuda":
+    rec = state.records.get(item.nodeid) if state is not None else None
+    if not os.environ.get("PYTEST_XDIST_WORKER") or rec is None or rec.task is None or backend_name() != "cuda":
         return (yield)
     import fcntl  # stdlib: filelock has no shared (reader) lock, and these are two flocks on two files
 
@@ -280,7 +283,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
 
     root = build_root()
     root.mkdir(parents=True, exist_ok=True)
-    timed = item.get_closest_marker("gpu") is not None
+    timed = item.get_closest_marker("gpu") is not None or rec.gpu
     with open(root / ".gpu-turnstile.lock", "a") as turn, open(root / ".gpu-timing.lock", "a") as gpu:
         # The turnstile keeps a waiting timed test from starving: while it waits, no new test gets in.
         fcntl.flock(turn, fcntl.LOCK_EX)

@@ -159,7 +159,7 @@ def test_relu_grid_stride(n: int, blocks: int) -> None:
     y = check.poisoned(n, torch.float32, m.device)
     with check.unchanged(x, names=["x"]):
         m.relu_v2_grid_stride(x, y, n, blocks)
-    grid = f"{blocks} blocks" if blocks else "the launcher's own grid"
+    grid = f"{blocks} block{'s' * (blocks != 1)}" if blocks else "the launcher's own grid"
     check.assert_close(y, torch.relu(x), name=f"relu_v2_grid_stride y (n={n}, {grid})", task="1.2", hint=HINT_12,
                        **EXACT)
 
@@ -185,7 +185,7 @@ def test_relu_grid_stride_writes_each_element_once() -> None:
     need = math.ceil(n * 4 / 32)
     assert kernels and not any(k.sampled for k in kernels), "the profile of this small launch should count every block"
     if stored > need + 2 * len(kernels):  # (a sector or two more where y does not start on a sector)
-        raise AssertionError(
+        raise check.CheckFailure(
             f"relu_v2_grid_stride (task 1.2, n={n}, {blocks} blocks): the values are right, but the kernel stored "
             f"{stored:.0f} 32-byte sectors where one store per element needs {need} ({stored / need:.1f}x): several "
             "threads write each element. After its first element, a thread must step past every thread of the "

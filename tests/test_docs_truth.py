@@ -35,6 +35,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def committed_files() -> set[str]:
     """Paths (relative to the repository root) that git tracks, plus files staged for commit."""
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=ROOT, capture_output=True, text=True)
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != ROOT:
+        # a copy without its .git (a zip, the GPU machine's copy of the tree): which files are committed is unknown
+        pytest.skip("these checks compare the docs with the committed files: they need the course's git checkout",
+                    allow_module_level=True)
     out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     return {p for p in out.split("\0") if p}
 

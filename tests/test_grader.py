@@ -513,6 +513,42 @@ def test_warm_ups_run_once_per_key_and_other_keys_at_the_same_time() -> None:
     assert sorted(r.split()[0] for r in ran) == ["01", "02"], ran  # each key once, and the two at the same time
 
 
+def test_gpu_gate_times_speed_tasks_alone_and_correctness_first() -> None:
+    """On a GPU a speed task's process runs with no other task process: it waits for the correctness processes
+    running, and none starts while it times. A correctness process asking while a speed task waits goes first
+    (a lesson's correctness tasks, late after a slow build, must not queue behind every speed task)."""
+    import threading
+
+    from cudacourse.grading.staging import GpuGate
+
+    gate, order, timing = GpuGate(), [], threading.Event()
+    gate.acquire(exclusive=False)  # a correctness task is running
+
+    def speed() -> None:
+        gate.acquire(True)
+        order.append("speed")
+        timing.set()
+        threading.Event().wait(0.3)  # while it times, a correctness request must wait
+        order.append("speed done")
+        gate.release(True)
+
+    timed = threading.Thread(target=speed)
+    timed.start()
+    threading.Event().wait(0.2)
+    assert order == [], "a speed task started beside a running correctness task"
+    first = threading.Thread(target=lambda: (gate.acquire(False), order.append("first"), gate.release(False)))
+    first.start()  # a late correctness task is not held back by the waiting speed task
+    first.join(timeout=30)
+    assert order == ["first"], order
+    gate.release(exclusive=False)
+    assert timing.wait(30)
+    late = threading.Thread(target=lambda: (gate.acquire(False), order.append("late"), gate.release(False)))
+    late.start()
+    timed.join(timeout=30)
+    late.join(timeout=30)
+    assert order == ["first", "speed", "speed done", "late"], order
+
+
 def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) -> None:
     (fake_course / "tests" / "test_01_relu.py").write_text("this is not python\n")
     out = tmp_path / "r.json"

@@ -283,6 +283,18 @@ def test_bench_refuses_without_gpu():
         bench.time_kernel(lambda: None)
 
 
+def test_self_timed_case_reports_the_median_of_what_it_returns():
+    """A Case with own_ms (a launcher that times itself, lesson 07's decode rows) is the median of the times it
+    returns after its warm-ups, with no GPU needed to collect them; a NaN time is refused, not averaged."""
+    from cudacourse import bench
+
+    times = iter([99.0, 99.0, 3.0, 1.0, 2.0, 5.0, 4.0])  # two warm-ups, then five runs
+    med, spread = bench.self_timed_stats(lambda: next(times), warmup=2, reps=5)
+    assert med == 3.0 and spread > 0
+    with pytest.raises(ValueError, match="not a time"):
+        bench.self_timed_stats(lambda: float("nan"), warmup=0, reps=3)
+
+
 # ----------------------------------------------------------------------------------------------------
 # The notebook loop: edit a kernel file, call again, get the new kernel (simulator backend)
 # ----------------------------------------------------------------------------------------------------

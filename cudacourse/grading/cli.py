@@ -268,9 +268,12 @@ def grade(args: argparse.Namespace) -> list[Report]:
             by_lesson.setdefault(t.lesson, []).append(t)
         # Groups of tasks that share a process: one per (submission, lesson), split further while
         # there are fewer groups than jobs.
-        # On a GPU the speed tasks run last, one process at a time: timed beside other task processes on the
-        # same GPU, a solution's kernel measured 0.72x where it reaches 0.9x alone (H100, task 2.7).
+        # On a GPU the speed tasks run one process at a time, with no other task process on the GPU (the gate
+        # of RunSettings.gpu_turn): timed beside other task processes on the same GPU, a solution's kernel
+        # measured 0.72x where it reaches 0.9x alone (H100, task 2.7). Builds go on meanwhile: they hold no
+        # turn, so the speed tasks of lessons whose files are built need not wait for the slowest build.
         timed_alone = {(les, tid) for (les, tid), t in declared.items() if t.gpu} if backend == "cuda" else set()
+        st.timed = frozenset(timed_alone)
         split = max(1, -(-jobs // (len(subs) * max(1, len(by_lesson)))))
         groups: list[tuple[int, list[TaskSpec]]] = []
         speed_groups: list[tuple[int, list[TaskSpec]]] = []
@@ -286,7 +289,7 @@ def grade(args: argparse.Namespace) -> list[Report]:
         # Working folders ("slots") belong to the jobs, not to the submissions: each run first restores
         # its slot to the submission's pristine tree. Builds are cached by content, so a kernel file that
         # several submissions share (an untouched relu_torch.cu) is built once per slot, not per learner.
-        for k in range(max(1, min(jobs, len(groups)))):
+        for k in range(max(1, min(jobs, len(groups) + len(speed_groups)))):
             slot = work / f"slot{k}"
             shutil.copytree(harness, slot)
             st.slots.put(slot)
@@ -305,13 +308,11 @@ def grade(args: argparse.Namespace) -> list[Report]:
             sub.manifest = manifest(sub.pristine)
         results: dict[int, dict[str, TaskResult]] = {i: {} for i in range(len(subs))}
         with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futs = {pool.submit(safe_run_group, subs[i], g, st): i for i, g in groups}
+            # the speed groups are queued last: they start as the other groups finish
+            futs = {pool.submit(safe_run_group, subs[i], g, st): i for i, g in groups + speed_groups}
             for fut in cf.as_completed(futs):
                 for r in fut.result():
                     results[futs[fut]][f"{r.lesson}/{r.id}"] = r
-        for i, g in speed_groups:
-            for r in safe_run_group(subs[i], g, st):
-                results[i][f"{r.lesson}/{r.id}"] = r
         reports = []
         for i, sub in enumerate(subs):
             done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
@@ -458,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     if batch and args.json:
         write_gradebook(reports, args.json / "gradebook.csv")
     if not args.quiet:
-        print(f"graded {len(reports)} submission(s) in {time.monotonic() - t0:.0f} s")
+        what = f"{len(reports)} submissions" if batch else "grade"
+        print(f"{what} done in {time.monotonic() - t0:.0f} s")
     return EXIT_OK
 
 

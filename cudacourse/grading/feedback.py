@@ -134,7 +134,7 @@ def remove_answers(text: str, lesson: str, root: Path | None) -> str:
 
 
 _WHERE = re.compile(r"([^\s:'\"()]+\.(?:cuh?|py))(?::(\d+))?")
-REPEATED = "does not compile: see the first failure above"  # errors.repeated: later cases in one process
+REPEATED = "does not compile: the compiler's whole message is with one other failure"  # errors.repeated (later cases)
 
 
 def _compile_text(result: TaskResult) -> str | None:
@@ -160,8 +160,7 @@ def compile_error_key(result: TaskResult) -> str | None:
 
 def complete_compile_errors(results: list[TaskResult]) -> None:
     """Give every task blocked by a compile error the compiler's full message: in one test process only the
-    first case shows it, the later ones say "see the first failure above" (``errors.repeated``), which
-    means nothing in a report."""
+    first case shows it, the later ones point at it (``errors.repeated``), which means nothing in a report."""
     full: dict[str, str] = {}
     for r in results:
         key = compile_error_key(r)

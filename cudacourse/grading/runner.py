@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from cudacourse.course import Course, Task, task_sort_key
 from cudacourse.errors import UNBUILDABLE_ENV
 from cudacourse.grading.confine import Confinement, Limits, available, confined_popen, stop_group
 from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
-from cudacourse.grading.staging import Once, Submission, restore
+from cudacourse.grading.staging import GpuGate, Once, Submission, restore
 from cudacourse.settings import Settings, to_env
 
 # ----------------------------------------------------------------------------------------------------
@@ -240,6 +241,21 @@ class RunSettings:
     many: bool = False  # several submissions: progress lines name the submission
     instructor: dict[str, set[str]] = field(default_factory=dict)  # "lesson/file" -> sha256 of solution, stub
     shared_built: Once = field(default_factory=Once, repr=False)  # per (lesson, instructor files): the shared build
+    timed: frozenset[tuple[str, str]] = frozenset()  # (lesson, id) of the tasks timed alone (speed, on a GPU)
+    gate: GpuGate = field(default_factory=GpuGate, repr=False)
+
+    @contextlib.contextmanager
+    def gpu_turn(self, tasks: list[TaskSpec]) -> Iterator[None]:
+        """On a GPU, hold the gate while a task process runs: alone for speed tasks, shared for the others."""
+        if self.backend_name != "cuda":
+            yield
+            return
+        exclusive = all((t.lesson, t.id) in self.timed for t in tasks)
+        self.gate.acquire(exclusive)
+        try:
+            yield
+        finally:
+            self.gate.release(exclusive)
 
     def say(self, sub: Submission, line: str) -> None:
         """Print one progress line (thread-safe; nothing when quiet)."""
@@ -307,7 +323,7 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     cmd += files
     timed_out = False
     limit = 0.0
-    with open(log, "w") as logf:
+    with st.gpu_turn(tasks), open(log, "w") as logf:
         env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable)
         if sub.build_dir is not None:
             env[SHARED_ENV] = str(st.build_dir)

@@ -627,9 +627,11 @@ class SimLibrary:
                 running += f" at {os.path.basename(file)}:{line}"
                 break
         msg = (f"KernelTimeout: launcher {name} did not finish within {self.timeout_s:g} s{running}. Look for an "
-               "endless loop (a loop counter that never reaches its bound), or a spin-wait on a flag set by another "
-               "thread or block (blocks are not guaranteed to run at the same time). The worker was stopped; the "
-               "next call starts a fresh one.")
+               "endless loop (a loop counter that never reaches its bound), a loop that does far more work than "
+               "the size needs (one whose step is too small, so many threads repeat the same elements: the "
+               "simulator runs each thread in turn, so that costs minutes here where a GPU takes milliseconds), "
+               "or a spin-wait on a flag set by another thread or block (blocks are not guaranteed to run at the "
+               "same time). The worker was stopped; the next call starts a fresh one.")
         return KernelTimeout(msg, kernel=kernel, block=block, thread=thread, file=file, line=line, details=rec)
 
     def close(self) -> None:

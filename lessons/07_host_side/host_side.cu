@@ -11,8 +11,9 @@
 //   pipeline_stage_in / pipeline_run / pipeline_stage_out
 //                        task 7.1  chunked copy-in, compute, copy-out over N streams; the per-feature
 //                                  coefficients are uploaded once and every stream waits on their event
-//   decode_eager         worked    a decode-like step of three small kernels, launched one by one
-//   decode_graph         task 7.2  the same step captured once into a CUDA graph and replayed
+//   decode_eager         worked    a decode-like step of three short kernels, launched one by one
+//   decode_graph         task 7.2  the same step captured once into a CUDA graph, instantiated, replayed
+//                                  `steps` times; capture and replay are timed apart (host clock)
 //   swish_forward / swish_backward
 //                        worked    y = x * sigmoid(x) and its gradient, on the caller's stream: the kernels
 //                                  behind task 7.3's torch.library op (custom_op.py)
@@ -25,6 +26,7 @@
 // (most recently issued first): a missing cudaStreamWaitEvent gives a wrong answer there, not a lucky pass.
 // ====================================================================================================
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -136,18 +138,30 @@ void pipeline_run(float* ms, long long n, int d, int nchunks, int nstreams, int 
 }
 
 // ----------------------------------------------------------------------------------------------------
-// Part 2: a decode-like step of three small kernels (worked), launched eagerly and as a CUDA graph
+// Part 2: a decode-like step of three short kernels (worked), launched eagerly and as a CUDA graph
 // ----------------------------------------------------------------------------------------------------
 // One step on the state x (d floats) with a d x d weight W:  t = W x;  x = x + tanh(t);  x = rmsnorm(x).
-// Each kernel does microseconds of work at small d, so launching them one by one costs about as much as
-// running them: the step is launch-bound, as lesson 04's single-token decode is.
+// The kernels are short: on the H100 a graph replays the whole step at d = 256 in 5.8 us, while launching
+// the three kernels one by one costs the host about 4 us each (12.5 us per eager step, the same at d = 64).
+// Launched one by one, the step is bound by launches (as lesson 04's single-token decode is); a graph,
+// instantiated once and replayed, leaves the GPU only the kernels to run (benchmarks/decode_graph_sweep_h100.txt).
 
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = kBlock / kWarp;  // one warp per output row: 8 rows per block of 256 threads
+
+// t = W x, one warp per row r. Lane l reads W[r][l], W[r][l + 32], ...: the 32 lanes of a load read 32
+// consecutive floats (one 128-byte transaction), and the warp's partial sums meet by shuffles. (With one
+// thread per row instead, the 32 lanes of a load read 32 floats d apart and each thread loops over all d
+// inputs: at d = 256 that step took 42 us on the H100, far longer than its launches, and a graph saved 3%.)
 __global__ void matvec_kernel(const float* __restrict__ W, const float* __restrict__ x, float* __restrict__ t, int d) {
-    int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= d) return;
+    const int r = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    if (r >= d) return;  // the whole warp leaves together (r is the same for its 32 lanes): the shuffles stay legal
+    const float* row = W + (long long)r * d;
     float acc = 0.0f;
-    for (int c = 0; c < d; ++c) acc += W[(long long)r * d + c] * x[c];
-    t[r] = acc;
+    for (int c = lane; c < d; c += kWarp) acc += row[c] * x[c];
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) acc += __shfl_down_sync(0xffffffffu, acc, offset);
+    if (lane == 0) t[r] = acc;
 }
 
 __global__ void residual_tanh_kernel(float* __restrict__ x, const float* __restrict__ t, int d) {
@@ -155,24 +169,29 @@ __global__ void residual_tanh_kernel(float* __restrict__ x, const float* __restr
     if (i < d) x[i] += tanhf(t[i]);
 }
 
-// One block of kBlock threads: x = x / sqrt(mean(x^2) + 1e-6).
+// One block of kBlock threads: x = x / sqrt(mean(x^2) + 1e-6). The sum of squares meets by shuffles within
+// each warp, then across the block's 8 warps through shared memory: two barriers instead of a tree of eight.
 __global__ void rmsnorm_kernel(float* x, int d) {
-    __shared__ float partial[kBlock];
+    __shared__ float warp_sums[kRowsPerBlock];
+    __shared__ float inv_rms;
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     float s = 0.0f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) s += x[i] * x[i];
-    partial[threadIdx.x] = s;
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) s += __shfl_down_sync(0xffffffffu, s, offset);
+    if (lane == 0) warp_sums[warp] = s;
     __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-        if ((int)threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-        __syncthreads();
+    if (warp == 0) {
+        s = lane < kRowsPerBlock ? warp_sums[lane] : 0.0f;
+        for (int offset = kWarp / 2; offset > 0; offset /= 2) s += __shfl_down_sync(0xffffffffu, s, offset);
+        if (lane == 0) inv_rms = rsqrtf(s / d + 1e-6f);
     }
-    float inv = rsqrtf(partial[0] / d + 1e-6f);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) x[i] *= inv;
+    __syncthreads();
+    for (int i = threadIdx.x; i < d; i += blockDim.x) x[i] *= inv_rms;
 }
 
 // The three launches of one step, in order on stream s.
 static void decode_step(cudaStream_t s, float* x, const float* W, float* t, int d) {
-    matvec_kernel<<<ceil_div(d, kBlock), kBlock, 0, s>>>(W, x, t, d);
+    matvec_kernel<<<ceil_div(d, kRowsPerBlock), kBlock, 0, s>>>(W, x, t, d);
     residual_tanh_kernel<<<ceil_div(d, kBlock), kBlock, 0, s>>>(x, t, d);
     rmsnorm_kernel<<<1, kBlock, 0, s>>>(x, d);
 }
@@ -185,32 +204,58 @@ static cudaStream_t decode_stream() {
     return s;
 }
 
-// Worked example. Contract: x holds d floats (updated in place), W d*d floats, t d floats of scratch;
-// runs `steps` decode steps, 3 launches each, on the lesson's decode stream, and waits for them.
-void decode_eager(float* x, const float* W, float* t, int d, int steps) {
-    cudaStream_t s = decode_stream();
-    for (int i = 0; i < steps; ++i) decode_step(s, x, W, t, d);
-    CUDA_OK(cudaStreamSynchronize(s));
+// Host time in milliseconds since t0. The launchers time themselves with the host clock, around the launches
+// and the synchronisation that ends them: launch overhead is host time, which GPU events alone do not see.
+using HostClock = std::chrono::steady_clock;
+static double ms_since(HostClock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(HostClock::now() - t0).count();
 }
 
-// Contract: as decode_eager, but one step is captured into a CUDA graph and the graph is launched `steps`
-// times. info (device memory, 1 float): the number of nodes in the captured graph (3 for one step).
+// Write n floats of host values into device memory (the launchers' report; info is device memory).
+static void report(float* info, const float* values, int n) {
+    CUDA_OK(cudaMemcpy(info, values, n * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+// Worked example. Contract: x holds d floats (updated in place), W d*d floats, t d floats of scratch;
+// runs `steps` decode steps, 3 launches each, on the lesson's decode stream, and waits for them.
+// info (device memory, 1 float): the host time of the launches and the wait, in ms.
+void decode_eager(float* x, const float* W, float* t, float* info, int d, int steps) {
+    cudaStream_t s = decode_stream();
+    CUDA_OK(cudaStreamSynchronize(s));  // the clock starts on an idle stream
+    const HostClock::time_point t0 = HostClock::now();
+    for (int i = 0; i < steps; ++i) decode_step(s, x, W, t, d);
+    CUDA_OK(cudaStreamSynchronize(s));
+    const float ms = (float)ms_since(t0);
+    report(info, &ms, 1);
+}
+
+// Contract: as decode_eager, but one step is captured into a CUDA graph, instantiated, and the graph is
+// launched `steps` times (steps = 0: captured and instantiated only; x is unchanged). info (device memory,
+// 3 floats): the number of nodes in the captured graph (3 for one step), the host time of capture and
+// instantiation in ms, and the host time of the `steps` replays and the wait, in ms.
 void decode_graph(float* x, const float* W, float* t, float* info, int d, int steps) {
     cudaStream_t s = decode_stream();
+    CUDA_OK(cudaStreamSynchronize(s));
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    // TODO(task 7.2): capture one step into `graph`, instantiate it into `exec`, launch it `steps` times on
-    // s (~6 lines). The calls: cudaStreamBeginCapture / cudaStreamEndCapture around decode_step, then
-    // cudaGraphInstantiate and cudaGraphLaunch.
+    const HostClock::time_point t_capture = HostClock::now();
+    // TODO(task 7.2, part 1 of 2): capture one step into `graph` and instantiate it into `exec` (~4 lines).
+    // The calls: cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), decode_step on s,
+    // cudaStreamEndCapture(s, &graph), then cudaGraphInstantiate(&exec, graph, 0).
     // Hint: during the capture nothing runs: the launches are recorded, with their arguments (the same
     // pointers every replay, so the graph updates x in place each time). A synchronising call inside the
     // capture (cudaMemcpy, cudaDeviceSynchronize) is an error: the simulator names it.
+    const double capture_ms = ms_since(t_capture);
+    const HostClock::time_point t_replay = HostClock::now();
+    // TODO(task 7.2, part 2 of 2): launch `exec` `steps` times on s (~1 line): one cudaGraphLaunch per step.
+    // Hint: the launches queue up like kernel launches; the synchronisation below waits for them all.
     CUDA_OK(cudaStreamSynchronize(s));
+    const double replay_ms = ms_since(t_replay);
     if (graph) {
         size_t count = 0;
         CUDA_OK(cudaGraphGetNodes(graph, nullptr, &count));
-        const float nodes = (float)count;
-        CUDA_OK(cudaMemcpy(info, &nodes, sizeof nodes, cudaMemcpyHostToDevice));  // info is device memory
+        const float values[3] = {(float)count, (float)capture_ms, (float)replay_ms};
+        report(info, values, 3);
     }
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);
