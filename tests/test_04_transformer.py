@@ -758,9 +758,9 @@ def test_speed_flash_vs_unfused() -> None:
 HINT_4T1 = ("softmax_kernel (TODO task 4.T1 in norms_triton.py): one tile: load with other=-inf, e = exp(x - max), "
             "store e / sum(e); tiled: per-lane online (max, sum) with ref = where(m_new == -inf, 0, m_new), merge the "
             "lanes with exp(m - mx), then a second walk storing exp(x - mx) / total.")
-HINT_4T2 = ("layernorm_kernel (TODO task 4.T2 in norms_triton.py): one tile: mean, d = where(mask, x - mean, 0), "
-            "var = sum(d*d) / cols; tiled: shift by K = the row's first value before summing d and d*d, then "
-            "((x - K) - dm) * rsqrt(var + eps) * w + b.")
+HINT_4T2 = ("layernorm_kernel (TODO task 4.T2 in norms_triton.py): one tile: shift by the row's first value, then "
+            "mean, d = where(mask, xs - mean, 0), var = sum(d*d) / cols; tiled: shift by K = the row's first value "
+            "before summing d and d*d, then ((x - K) - dm) * rsqrt(var + eps) * w + b.")
 TRITON_LONG_ROWS = [16383, 16389]  # past the interpreter's tile: the tiled path; on a GPU, around the widest tile
 
 

@@ -317,6 +317,26 @@ def test_a_many_mb_file_is_refused_unread_costing_only_its_tasks(tmp_path: Path)
     assert (dst / "lessons/01_relu/relu_torch.cu").read_text() == (learner / "relu_torch.cu").read_text()
 
 
+def test_the_staged_lesson_keeps_the_instructors_bench_not_the_submissions(tmp_path: Path) -> None:
+    """Task 6.12's test times bench.py's own setup: the grader stages the instructor's bench.py next to
+    lesson.toml (it was deleted with the submission's files, and 6.12 failed with FileNotFoundError on the
+    H100); a bench.py in the submission is never used."""
+    import shutil
+
+    from cudacourse.grading.staging import stage_harness, stage_kernels
+
+    c = course()
+    learner = tmp_path / "learner" / "lessons" / "06_training"
+    shutil.copytree(c.kernel_dir("06_training", "solution"), learner)
+    (learner / "bench.py").write_text("raise SystemExit('the learner bench')\n")
+    dst = tmp_path / "staged"
+    stage_harness(dst, ["06_training"], None, c)
+    stage_kernels(Submission("learner", tmp_path / "learner", "submission"), dst, ["06_training"], c)
+    staged = dst / "lessons" / "06_training"
+    assert (staged / "bench.py").read_text() == (c.lessons_dir / "06_training" / "bench.py").read_text()
+    assert (staged / "lesson.toml").is_file() and (staged / "training.cu").is_file()
+
+
 def test_a_rejected_file_is_named_in_its_tasks_feedback_even_for_a_hidden_case() -> None:
     """A file refused at staging has no launchers left: its tasks fail with AttributeError (hidden cases first
     in brief mode); the feedback still leads with why the file was refused."""

@@ -138,6 +138,11 @@ class Submission:
     unbuildable: dict[str, float] = field(default_factory=dict)  # "lesson/file" -> build seconds when stopped
 
 
+# The instructor's files of a lesson folder that the harness stages: the course model, and the benchmark,
+# whose setup a speed test may time (task 6.12). A submission's copies of them are never used.
+HARNESS_LESSON_FILES = ("lesson.toml", "bench.py")
+
+
 def stage_harness(dst: Path, lessons: list[str], hidden: Path | None, course: Course) -> None:
     """Copy the instructor's package, course model, graded tests and hidden tests into ``dst``.
 
@@ -172,8 +177,7 @@ def stage_harness(dst: Path, lessons: list[str], hidden: Path | None, course: Co
         "pythonpath = .\n")
     for info in course:
         (dst / "lessons" / info.id).mkdir(parents=True)
-        # lesson.toml, and bench.py where a speed test times the benchmark's own setup (task 6.12)
-        for name in ("lesson.toml", "bench.py"):
+        for name in HARNESS_LESSON_FILES:
             if (course.lessons_dir / info.id / name).is_file():
                 shutil.copy2(course.lessons_dir / info.id / name, dst / "lessons" / info.id / name)
 
@@ -187,7 +191,7 @@ def stage_kernels(sub: Submission, dst: Path, lessons: list[str], course: Course
         out = dst / "lessons" / lesson
         out.mkdir(parents=True, exist_ok=True)
         for old in out.glob("*"):
-            if old.name != "lesson.toml":
+            if old.name not in HARNESS_LESSON_FILES:
                 old.unlink()
         for name in info.support_files:
             shutil.copy2(course.kernel_dir(lesson, "solution") / name, out / name)

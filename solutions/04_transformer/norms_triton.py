@@ -151,15 +151,18 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr)
     x_row, y_row = x_ptr + row * cols, y_ptr + row * cols
     offs = tl.arange(0, BLOCK)
     if cols <= BLOCK:
-        # TODO(task 4.T2, part 1 of 2): the row fits in one tile: mean = sum / cols, d = x - mean (0 past the
-        # end), var = sum(d * d) / cols, store d * rsqrt(var + eps) * w + b (~8 lines).
-        # Hint: with the row in registers the two-pass variance costs no extra read, and it is exact enough for
-        # rows of mean 1000; tl.where(mask, x - mean, 0.0) keeps the lanes past the end out of the variance.
+        # TODO(task 4.T2, part 1 of 2): the row fits in one tile: xs = x - the row's first value (0 past the
+        # end), mean = sum(xs) / cols, d = xs - mean (0 past the end), var = sum(d * d) / cols, store
+        # d * rsqrt(var + eps) * w + b (~9 lines).
+        # Hint: with the row in registers the two-pass variance costs no extra read. The shift keeps the mean
+        # exact for rows of mean 1000: a plain sum of a few values near 1000 rounds by ~1e-4 on the H100, which
+        # the tests catch; tl.where(mask, ..., 0.0) keeps the lanes past the end out of both sums.
         # BEGIN SOLUTION
         mask = offs < cols
         x = tl.load(x_row + offs, mask=mask, other=0.0)
-        mean = tl.sum(x, axis=0) / cols
-        d = tl.where(mask, x - mean, 0.0)
+        xs = tl.where(mask, x - tl.load(x_row), 0.0)
+        mean = tl.sum(xs, axis=0) / cols
+        d = tl.where(mask, xs - mean, 0.0)
         rstd = tl.rsqrt(tl.sum(d * d, axis=0) / cols + eps)
         w = tl.load(w_ptr + offs, mask=mask, other=0.0)
         b = tl.load(b_ptr + offs, mask=mask, other=0.0)
