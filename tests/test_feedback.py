@@ -179,6 +179,19 @@ def test_not_started_lessons_summarised_and_the_table_last() -> None:
     assert any(ln.startswith("2.1 ") for ln in out.getvalue().splitlines())
 
 
+def test_the_grade_header_explains_its_seed_only_when_tests_ran() -> None:
+    """A learner saw 'seed=1198345699' at the head of a grade that ran nothing, different each time, unexplained."""
+    started = _result("AssertionError", TAIL)
+    idle = [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail", reports.NOT_STARTED)
+            for t in course().lesson("02_reduce").tasks]
+    for tasks, shown in (([started, *idle], True), (idle, False)):
+        out = io.StringIO()
+        reports.print_report(Report("sim", "CPU simulator", "student", tasks, seed=4242), out=out)
+        head = out.getvalue().splitlines()[0]
+        assert ("random inputs: seed 4242 (make grade ARGS=--seed=4242 repeats them)" in head) == shown, head
+        assert "seed=4242 (" not in head and " seed=" not in head, head  # no bare "seed=N" any more
+
+
 def test_grade_skips_untouched_lessons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An untouched copy of the course is neither built nor run: every task 'not started' in the report."""
     sub = tmp_path / "learner"

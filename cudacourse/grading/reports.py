@@ -144,7 +144,9 @@ def print_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
     points table last, where the eye lands. ``verbose``: whole messages, every lesson's rows."""
     out = out or sys.stdout
     head = f"== {rep.name} ==" if rep.name else "== grade =="
-    print(f"{head} backend={rep.backend} impl={rep.impl} seed={rep.seed} ({rep.seconds:.0f} s)", file=out)
+    ran = any(t.message != NOT_STARTED for t in rep.tasks)  # (a seed means nothing when no test ran)
+    seed = f"; random inputs: seed {rep.seed} (make grade ARGS=--seed={rep.seed} repeats them)" if ran else ""
+    print(f"{head} backend={rep.backend} impl={rep.impl} ({rep.seconds:.0f} s){seed}", file=out)
     if verbose or rep.confinement.startswith("unconfined"):
         # a learner needs no sandbox details; an instructor must see when workers were not (fully) confined
         print(f"confinement: {rep.confinement}", file=out)
