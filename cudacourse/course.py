@@ -54,7 +54,7 @@ _TASK_ID = re.compile(r"^\d+\.[0-9A-Za-z]+$")
 _LESSON_KEYS = {"title": str, "write": str, "learn": str, "files": list, "torch_files": list,
                 "python_files": list, "triton_files": list, "support_files": list, "notebook": str}
 _TASK_KEYS = {"id": str, "title": str, "points": (int, float), "gpu": bool, "target": (int, float),
-              "target_of": str, "track": str}
+              "target_of": str, "track": str, "files": list}
 TRACKS = ("cuda", "triton")  # a task's track: the CUDA exercises, or the optional Triton twins
 
 
@@ -79,6 +79,7 @@ class Task:
     target: float | None = None
     target_of: str = "reference"  # "reference" (speed ratio) or "copy" (fraction of the copy bandwidth)
     track: str = "cuda"  # "cuda" or "triton" (a Triton twin: needs the triton package, see triton_track.py)
+    files: tuple[str, ...] = ()  # the exercise files its tests use, when not the default (LessonInfo.files_of)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,15 @@ class LessonInfo:
         """The graded test file's name in ``tests/``: ``test_01_relu.py``."""
         return f"test_{self.id}.py"
 
+    def files_of(self, task: Task) -> tuple[str, ...]:
+        """The exercise files ``task``'s tests use: its declared ``files``, else the lesson's ``triton_files``
+        for a Triton twin and ``files`` + ``python_files`` for the others. A task that uses a torch-route file
+        (slow to build) names it, so the grader starts the other tasks without waiting for that build and
+        leaves the task unrun while the file is the untouched stub."""
+        if task.files:
+            return task.files
+        return self.triton_files if task.track == "triton" else self.files + self.python_files
+
     def task(self, task_id: str) -> Task:
         """The declared task ``task_id`` (``KeyError`` naming the declared ones otherwise)."""
         for t in self.tasks:
@@ -150,7 +160,7 @@ def _parse_task(lesson_id: str, t: dict[str, Any], tw: str) -> Task:
         raise CourseModelError(f"{tw}: track must be one of {', '.join(map(repr, TRACKS))}, got {t['track']!r}")
     return Task(t["id"], lesson_id, t["title"], float(t["points"]), bool(t.get("gpu", False)),
                 None if t.get("target") is None else float(t["target"]), t.get("target_of", "reference"),
-                t.get("track", "cuda"))
+                t.get("track", "cuda"), tuple(t.get("files", ())))
 
 
 def parse_lesson(lesson_id: str, text: str, where: str = "") -> LessonInfo:
@@ -180,6 +190,13 @@ def parse_lesson(lesson_id: str, text: str, where: str = "") -> LessonInfo:
     not_py = [n for n in les.get("triton_files", []) if not n.endswith(".py")]
     if not_py:
         raise CourseModelError(f"{where}: triton_files are Python files (name.py): {not_py}")
+    exercise = set(names) - set(les.get("support_files", []))
+    for t in tasks:
+        unknown = [n for n in t.files if n not in exercise]
+        if unknown:
+            raise CourseModelError(f"{where}: task {t.id} names files = {unknown}, which are not exercise files of "
+                                   f"the lesson (files, torch_files, python_files, triton_files): "
+                                   f"{', '.join(sorted(exercise))}")
     if any(t.track == "triton" for t in tasks) and not les.get("triton_files"):
         raise CourseModelError(f"{where}: a task of track 'triton' needs the lesson's triton_files (its *_triton.py)")
     return LessonInfo(lesson_id, les["title"], les["write"], les["learn"], tuple(les["files"]),

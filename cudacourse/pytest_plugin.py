@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "each hint once")
     group.addoption("--cc-report", default=None, metavar="FILE",
                     help="(grader) append a JSON line per test to FILE")
+    group.addoption("--cc-wait-file", default=None, metavar="FILE",
+                    help="(grader) after collection, wait until FILE exists before the first test (a timed task "
+                         "waiting for the GPU to itself)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -116,6 +120,50 @@ def pytest_configure(config: pytest.Config) -> None:
     state = _State(report_path=config.getoption("cc_report"), only_tasks=set(config.getoption("cc_task")),
                    course=course_model(st.root))
     config.stash[_STATE] = state
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Under ``--cc-wait-file``: start the CUDA context, then wait for the grader's go before the first test.
+
+    The grader starts a timed task's process while other task processes still use the GPU, so its start-up
+    (Python, torch, the tests' imports, the context) overlaps their work, and creates the file once the GPU is
+    this process's alone. A process stopped by the grader while it waits is simply killed.
+    """
+    path = session.config.getoption("cc_wait_file")
+    if not path or session.config.option.collectonly:
+        return
+    if backend_name() == "cuda":
+        import torch
+
+        torch.empty(1, device="cuda")  # the context and allocator, created before the turn
+    _preload(session)
+    while not Path(path).exists():
+        time.sleep(0.05)
+
+
+def _preload(session: pytest.Session) -> None:
+    """Load the kernel modules the collected tests will use (their GPU workers start now, not in a timed test's
+    wall time). A file that does not load is left to its tests, which report it."""
+    from cudacourse import loader
+
+    state = session.config.stash.get(_STATE, None)
+    if state is None:
+        return
+    wanted: set[tuple[str, str]] = set()
+    for item in session.items:
+        try:
+            task = _declared(state, item)
+            if task is not None:
+                info = state.course.lesson(task.lesson)
+                wanted |= {(task.lesson, f) for f in info.files_of(task) if f.endswith(".cu")}
+        except (ValueError, CourseError, KeyError):
+            continue
+    for lesson, name in sorted(wanted):
+        try:
+            loader.lesson(lesson).module(name)
+        except Exception:  # noqa: BLE001, S112 - its tests report what is wrong with it
+            continue
 
 
 def backend_name() -> str:

@@ -491,6 +491,123 @@ def test_grading_the_checkout_again_reuses_its_builds(fake_course: Path, tmp_pat
     assert rep["earned"] == rep["possible"] - rep["not_graded"] > 0, rep["tasks"]
 
 
+def test_plugin_waits_for_the_go_file_before_the_first_test(tmp_path: Path) -> None:
+    """Issue 14: the grader starts a timed task's process while others still use the GPU and lets its tests run
+    only once the GPU is free, by creating the ``--cc-wait-file``. The process collects first, and no test
+    starts before the file exists."""
+    _toy_lesson(tmp_path, "09_fake", PLUGIN_LESSON)
+    (tmp_path / "test_09_fake.py").write_text(PLUGIN_TESTS)
+    report, go = tmp_path / "r.jsonl", tmp_path / "go"
+    env = {**os.environ, "CUDA_COURSE_BACKEND": "sim", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "cudacourse.pytest_plugin", "-q",
+                             "-p", "no:cacheprovider", "--cc-task", "9.2", "--cc-report", str(report),
+                             "--cc-wait-file", str(go), str(tmp_path)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def events() -> list[str]:
+        return [json.loads(ln)["event"] for ln in report.read_text().splitlines()] if report.exists() else []
+
+    try:
+        while "collected" not in events():
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.1)
+        time.sleep(1.0)  # time to start a test if it were not waiting (it must not, however long this takes)
+        assert "start" not in events() and proc.poll() is None, events()
+        go.touch()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert events()[-3:] == ["start", "result", "finished"], events()
+
+
+def test_task_groups_twins_first_torch_files_last_speed_in_one_process() -> None:
+    """Issue 14: a lesson's tasks share a process only with tasks on the same files, in runs of consecutive ids
+    (progress lines come out in order); the Triton twins (no build) are queued first, a task on a torch-route
+    file (the slowest build) last, and all timed tasks of a submission together in one process after the rest."""
+    import threading
+
+    from cudacourse.grading.results import TaskSpec
+    from cudacourse.grading.runner import RunSettings
+    from cudacourse.grading.staging import Submission
+
+    c = course(ROOT)
+    declared = {(t.lesson, t.id): t for t in c.tasks()}
+    tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in c.tasks() if t.lesson in ("01_relu", "02_reduce")]
+    st = RunSettings(["01_relu", "02_reduce"], 1, "cuda", 60.0, 300.0, ROOT, "brief", False, "cuda",
+                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()},
+                     builders=threading.Semaphore(1))
+    st.timed = frozenset(k for k, t in declared.items() if t.gpu)
+    sub = Submission("", None, "solution")
+    groups = cli.task_groups(c, [sub], tasks, {0: {("01_relu", "1.5")}}, st, jobs=4)
+    ids = [[t.id for t in g] for _, g in groups]
+    assert ids[-1] == ["1.7", "2.7", "2.8", "2.9"], ids  # every timed task, one process, last
+    flat = [i for g in ids for i in g]
+    assert "1.5" not in flat and sorted(flat) == sorted(t.id for t in tasks if t.id != "1.5"), ids
+    assert ids.index(["1.6"]) == len(ids) - 2, ids  # relu_torch.cu alone, the last before the timed tasks
+    twins = [n for n, g in enumerate(ids) if all(".T" in i for i in g)]
+    assert twins == list(range(len(twins))) and twins, ids  # the twins first
+    order = [t.id for t in c.tasks()]
+    for g in ids[:-1]:
+        assert len({i.split(".")[0] for i in g}) == 1 and not any(i in ("1.7", "2.7") for i in g), ids
+        at = [order.index(i) for i in g]
+        assert at == list(range(at[0], at[0] + len(at))) or at == sorted(at), ids  # consecutive, in order
+
+
+def test_a_task_on_an_untouched_file_is_neither_built_nor_run(fake_course: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 15 (stumble 13): a learner who had not opened relu_torch.cu waited 63 s for its build in every
+    grade. A task that names its files in lesson.toml is "not started" while they are all still the stubs: not
+    built, not run, and its lesson's other tasks are graded as usual."""
+    lesson = fake_course / "lessons" / "01_relu"
+    toml = FAKE_LESSON.replace('files = ["relu.cu"]', 'files = ["relu.cu"]\ntorch_files = ["bind.cu"]')
+    (lesson / "lesson.toml").write_text(toml + '\n[[task]]\nid = "1.4"\ntitle = "Binding"\npoints = 2\n'
+                                          'files = ["bind.cu"]\n')
+    (fake_course / "tests" / "test_01_relu.py").write_text(FAKE_TESTS + '''
+@pytest.mark.task("1.4")
+def test_binding():
+    """Binding."""
+    text = (Path(os.environ["CUDA_COURSE_SUBMISSION"]) / "lessons" / "01_relu" / "bind.cu").read_text()
+    assert "bound" in text, "bind.cu is not written"
+''')
+    solution = "// given\n// TODO(task 1.4): bind\n// BEGIN SOLUTION\n// bound\n// END SOLUTION\n"
+    (fake_course / "solutions" / "01_relu" / "bind.cu").write_text(solution)
+    from cudacourse import stubs
+
+    (lesson / "bind.cu").write_text(stubs.derive(solution))
+    (lesson / "relu.cu").write_text("// fine, my own\n")  # the learner's work: relu.cu only
+    out = tmp_path / "r.json"
+    capsys.readouterr()
+    assert _grade(fake_course, "--impl", "student", "--json", str(out)) == 0
+    got = {t["id"]: t for t in json.loads(out.read_text())["tasks"]}
+    assert {i: t["status"] for i, t in got.items()} == {"1.1": "pass", "1.2": "pass", "1.3": "not-graded",
+                                                         "1.4": "fail"}, got
+    assert got["1.4"]["message"] == "not started: bind.cu is still the stub", got["1.4"]
+    printed = capsys.readouterr().out
+    assert "relu.cu built in" in printed and "bind.cu" not in printed.split("== grade ==")[0], printed
+    # Written, the task is built and graded like any other.
+    (lesson / "bind.cu").write_text(solution)
+    assert _grade(fake_course, "--impl", "student", "--tasks", "1.4", "--json", str(out), "-q") == 0
+    got = {t["id"]: t["status"] for t in json.loads(out.read_text())["tasks"]}
+    assert got == {"1.4": "pass"}, got
+
+
+def test_a_gpu_failure_with_its_own_verdict_is_not_graded_again_alone() -> None:
+    """Issue 14 (failed-fast): on a GPU a task that failed in company is graded again alone only when the failure
+    could come from another task (a crash, a CUDA error); wrong values or a compile error are its own."""
+    from cudacourse.grading.runner import _own_verdicts
+
+    def rec(exc: str, outcome: str = "failed") -> TestRecord:
+        r = _rec("1.1", outcome)
+        r.exc_type = exc
+        return r
+
+    assert _own_verdicts([rec("CheckFailure"), rec("", "passed"), rec("AssertionError")])
+    assert _own_verdicts([rec("CompileError")])
+    assert not _own_verdicts([rec("CheckFailure"), rec("KernelError")])
+    assert not _own_verdicts([rec("RuntimeError")]) and not _own_verdicts([rec("", "passed")])
+
+
 def test_warm_ups_run_once_per_key_and_other_keys_at_the_same_time() -> None:
     """The grader builds a lesson once per submission (every slot shares the build) while other lessons build at
     the same time: one lock for all lessons had made a many-job grade warm its lessons up one after another."""

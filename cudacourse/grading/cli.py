@@ -98,12 +98,49 @@ def not_started(course: Course, sub: Submission, lessons: list[str]) -> set[str]
     return out
 
 
-def not_started_results(declared: dict[tuple[str, str], Task], lessons: set[str], backend: str) -> list[TaskResult]:
-    """One result per declared task of ``lessons`` (untouched, so never run): ``fail`` with the message
-    "not started"; a GPU task on the simulator stays ``not-graded``, as it would after a run."""
-    return [TaskResult(t.id, t.lesson, t.title, t.points, 0.0,
-                       "not-graded" if t.gpu and backend != "cuda" else "fail", NOT_STARTED)
-            for (lid, _), t in declared.items() if lid in lessons]
+def untouched_tasks(course: Course, sub: Submission, declared: dict[tuple[str, str], Task],
+                    lessons: list[str]) -> set[tuple[str, str]]:
+    """(lesson, id) of the tasks of ``lessons`` that ``sub`` has not started: every task of a lesson not started
+    (:func:`not_started`), and in a started lesson each task whose files (``LessonInfo.files_of``) are all
+    still the stubs (a lesson 01 learner who has not opened relu_torch.cu waits for no build of it)."""
+    from cudacourse import stubs
+
+    idle_lessons = not_started(course, sub, lessons)
+    out = {k for k in declared if k[0] in idle_lessons}
+    if sub.impl == "solution":
+        return out
+    for lid in lessons:
+        if lid in idle_lessons:
+            continue
+        info = course.lesson(lid)
+        folder = sub.source / "lessons" / lid if sub.source is not None else course.kernel_dir(lid, "student")
+        untouched = set()
+        for name in info.exercise_files:
+            src, dst = course.kernel_dir(lid, "solution") / name, folder / name
+            if not src.is_file() or not dst.is_file():
+                continue
+            want = stubs.expected(src)
+            want_b = want.encode() if isinstance(want, str) else want
+            if want_b != src.read_bytes() and dst.read_bytes() == want_b:  # a stub with a TODO, untouched
+                untouched.add(name)
+        out |= {(lid, t.id) for (les, _), t in declared.items() if les == lid and set(info.files_of(t)) <= untouched}
+    return out
+
+
+def not_started_results(course: Course, declared: dict[tuple[str, str], Task], idle: set[tuple[str, str]],
+                        idle_lessons: set[str], backend: str) -> list[TaskResult]:
+    """One result per task of ``idle`` (untouched, so never run): ``fail`` with the message "not started" (a
+    whole lesson not started) or what is untouched (a task of a started lesson); a GPU task on the simulator
+    stays ``not-graded``, as it would after a run."""
+    out = []
+    for key in sorted(idle):
+        t = declared[key]
+        files = course.lesson(t.lesson).files_of(t)
+        msg = NOT_STARTED if t.lesson in idle_lessons else \
+            f"not started: {', '.join(files)} {'is' if len(files) == 1 else 'are'} still the stub"
+        out.append(TaskResult(t.id, t.lesson, t.title, t.points, 0.0,
+                              "not-graded" if t.gpu and backend != "cuda" else "fail", msg))
+    return out
 
 
 def resolve_backend(requested: str) -> tuple[str, str]:
@@ -155,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds one test case may run before its task fails as hung (default 120)")
     p.add_argument("--build-timeout", type=float, default=300.0,
                    help="seconds to build a lesson's kernel files before its tests run (default 300)")
-    p.add_argument("--jobs", "-j", type=int, default=0, help="tasks at a time (default: CPU count, at most 8)")
+    p.add_argument("--jobs", "-j", type=int, default=0,
+                   help="task processes at a time (default: CPU count, at most 8; on a GPU at most 16)")
     p.add_argument("--backend", choices=["auto", "cuda", "sim"], default="auto")
     p.add_argument("--seed", type=int, default=None, help="base seed (default: fresh for every run)")
     p.add_argument("--hidden-feedback", choices=["brief", "full"], default="brief",
@@ -227,12 +265,17 @@ def grade(args: argparse.Namespace) -> list[Report]:
                                f"({', '.join(lessons)}); tasks: {', '.join(tid for (_, tid) in declared)}")
     chosen = {k: t for k, t in declared.items() if not args.tasks or t.id in args.tasks}
     backend, device = resolve_backend(args.backend)
-    # Lessons whose exercise files are all still the stubs are not built or run: they cannot earn points.
-    unstarted = {i: not_started(course, sub, lessons) for i, sub in enumerate(subs)}
-    run_lessons = [lid for lid in lessons if any(lid not in ns for ns in unstarted.values())
-                   and any(lesson == lid for (lesson, _) in chosen)]
+    # Tasks whose exercise files are all still the stubs (whole lessons, or a task's own file) are not built
+    # or run: they cannot earn points.
+    idle_lessons = {i: not_started(course, sub, lessons) for i, sub in enumerate(subs)}
+    idle = {i: untouched_tasks(course, sub, chosen, lessons) for i, sub in enumerate(subs)}
+    run_lessons = [lid for lid in lessons if any((les, tid) not in idle[i] for i in idle for (les, tid) in chosen
+                                                  if les == lid)]
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
-    jobs = args.jobs if args.jobs and args.jobs > 0 else min(8, os.cpu_count() or 1)
+    cpus = os.cpu_count() or 1
+    # On a GPU a task process mostly waits for the GPU, its worker or a compiler (Triton), not for a core: twice
+    # as many run at once.
+    jobs = args.jobs if args.jobs and args.jobs > 0 else (min(16, cpus) if backend == "cuda" else min(8, cpus))
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
     own = len(subs) == 1 and subs[0].source is None and args.workdir is None  # a learner grading the checkout
@@ -246,53 +289,15 @@ def grade(args: argparse.Namespace) -> list[Report]:
     st = RunSettings(lessons, seed, None if args.backend == "auto" else args.backend, args.timeout,
                      args.build_timeout, build_dir, args.hidden_feedback, args.sanitize, backend,
                      progress=None if args.quiet else _progress_line, many=len(subs) > 1,
-                     instructor=instructor_hashes(course))
+                     instructor=instructor_hashes(course),
+                     task_files={k: course.lesson(k[0]).files_of(t) for k, t in declared.items()},
+                     # at most `jobs` warm-up workers, each compiling a few files at once: about one compiler
+                     # per core (nvcc and g++ run single-threaded)
+                     builders=threading.Semaphore(jobs), build_threads=max(1, min(4, cpus // jobs)))
     t_start = time.monotonic()
     try:
         harness = work / "harness"
         stage_harness(harness, lessons, args.hidden, course)
-        # Collect with the checkout's own kernels staged (collection never builds).
-        collect_dir = work / "collect"
-        shutil.copytree(harness, collect_dir)
-        # Collection imports torch and every test file but runs nothing of a submission: on a busy machine
-        # that alone can take longer than one case's --timeout, so it gets a limit of its own.
-        if run_lessons:
-            st.say(subs[0] if len(subs) == 1 else Submission("", None, impl),
-                   f"collecting the tasks of {', '.join(run_lessons)} ...")
-        tasks = collect_tasks(collect_dir, course, declared, run_lessons, seed, st.backend, build_dir,
-                              max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout)) if run_lessons else []
-        if args.tasks:
-            tasks = [t for t in tasks if t.id in args.tasks]
-        by_lesson: dict[str, list[TaskSpec]] = {}
-        for t in tasks:
-            by_lesson.setdefault(t.lesson, []).append(t)
-        # Groups of tasks that share a process: one per (submission, lesson), split further while
-        # there are fewer groups than jobs.
-        # On a GPU the speed tasks run one process at a time, with no other task process on the GPU (the gate
-        # of RunSettings.gpu_turn): timed beside other task processes on the same GPU, a solution's kernel
-        # measured 0.72x where it reaches 0.9x alone (H100, task 2.7). Builds go on meanwhile: they hold no
-        # turn, so the speed tasks of lessons whose files are built need not wait for the slowest build.
-        timed_alone = {(les, tid) for (les, tid), t in declared.items() if t.gpu} if backend == "cuda" else set()
-        st.timed = frozenset(timed_alone)
-        split = max(1, -(-jobs // (len(subs) * max(1, len(by_lesson)))))
-        groups: list[tuple[int, list[TaskSpec]]] = []
-        speed_groups: list[tuple[int, list[TaskSpec]]] = []
-        for i in range(len(subs)):
-            for all_lt in by_lesson.values():
-                if all_lt[0].lesson in unstarted[i]:
-                    continue
-                lt = [t for t in all_lt if (t.lesson, t.id) not in timed_alone]
-                timed = [t for t in all_lt if (t.lesson, t.id) in timed_alone]
-                speed_groups += [(i, timed)] if timed else []
-                k = min(split, len(lt))
-                groups += [(i, lt[j::k]) for j in range(k)]
-        # Working folders ("slots") belong to the jobs, not to the submissions: each run first restores
-        # its slot to the submission's pristine tree. Builds are cached by content, so a kernel file that
-        # several submissions share (an untouched relu_torch.cu) is built once per slot, not per learner.
-        for k in range(max(1, min(jobs, len(groups) + len(speed_groups)))):
-            slot = work / f"slot{k}"
-            shutil.copytree(harness, slot)
-            st.slots.put(slot)
         all_lessons = list(course.lessons)
         for i, sub in enumerate(subs):
             sub.pristine = work / f"sub{i:03d}"
@@ -306,10 +311,48 @@ def grade(args: argparse.Namespace) -> list[Report]:
             # own lesson 02 and 03 kernels.
             stage_kernels(sub, sub.pristine, all_lessons, course)
             sub.manifest = manifest(sub.pristine)
+            # Builds start now, before the tasks are collected: the kernel files of every task to run, a
+            # lesson's files side by side; a task process then waits only for the files its tasks use.
+            sub.build_slot = work / f"bslot{i:03d}"
+            shutil.copytree(sub.pristine, sub.build_slot)
+            for lid in run_lessons:
+                names = sorted({f for (les, tid), t in chosen.items() if les == lid and (les, tid) not in idle[i]
+                                for f in st.task_files[(les, tid)] if f.endswith(".cu")})
+                if names:
+                    sub.to_build[lid] = names
+            # the slow torch-route builds first: they are the longest wait
+            for lid in sorted(sub.to_build, key=lambda les: not set(sub.to_build[les]) & set(
+                    course.lesson(les).torch_files)):
+                runner.start_builds(sub, lid, sub.to_build[lid], st)
+        # Collect with the checkout's own kernels staged (collection never builds).
+        collect_dir = work / "collect"
+        shutil.copytree(harness, collect_dir)
+        # Collection imports torch and every test file but runs nothing of a submission: on a busy machine
+        # that alone can take longer than one case's --timeout, so it gets a limit of its own.
+        if run_lessons:
+            st.say(subs[0] if len(subs) == 1 else Submission("", None, impl),
+                   f"collecting the tasks of {', '.join(run_lessons)} ...")
+        tasks = collect_tasks(collect_dir, course, declared, run_lessons, seed, st.backend, build_dir,
+                              max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout)) if run_lessons else []
+        if args.tasks:
+            tasks = [t for t in tasks if t.id in args.tasks]
+        # On a GPU the speed tasks run in one process per submission, alone on the GPU (the gate of
+        # RunSettings.gpu_turn): timed beside other task processes on the same GPU, a solution's kernel
+        # measured 0.72x where it reaches 0.9x alone (H100, task 2.7). It starts up while the other tasks
+        # still run and times once they are done; builds go on meanwhile (they hold no turn).
+        timed_alone = {(les, tid) for (les, tid), t in declared.items() if t.gpu} if backend == "cuda" else set()
+        st.timed = frozenset(timed_alone)
+        groups = task_groups(course, subs, tasks, idle, st, jobs)
+        # Working folders ("slots") belong to the jobs, not to the submissions: each run first restores
+        # its slot to the submission's pristine tree. Builds are cached by content, so a kernel file that
+        # several submissions share (an untouched relu_torch.cu) is built once per slot, not per learner.
+        for k in range(max(1, min(jobs, len(groups)))):
+            slot = work / f"slot{k}"
+            shutil.copytree(harness, slot)
+            st.slots.put(slot)
         results: dict[int, dict[str, TaskResult]] = {i: {} for i in range(len(subs))}
         with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
-            # the speed groups are queued last: they start as the other groups finish
-            futs = {pool.submit(safe_run_group, subs[i], g, st): i for i, g in groups + speed_groups}
+            futs = {pool.submit(safe_run_group, subs[i], g, st): i for i, g in groups}
             for fut in cf.as_completed(futs):
                 for r in fut.result():
                     results[futs[fut]][f"{r.lesson}/{r.id}"] = r
@@ -331,7 +374,8 @@ def grade(args: argparse.Namespace) -> list[Report]:
         elapsed = time.monotonic() - t_start
         for i, sub in enumerate(subs):
             done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
-            done = sorted(done + not_started_results(chosen, unstarted[i], backend),
+            done = sorted(done + not_started_results(course, chosen, {k for k in idle[i] if k in chosen},
+                                                     idle_lessons[i], backend),
                           key=lambda r: (lessons.index(r.lesson), task_sort_key(r.id)))
             reports.append(Report(backend, device, sub.impl, done, name=sub.name, seed=seed, seconds=elapsed,
                                   rejected=[r.text() for r in sub.rejections]))
@@ -344,6 +388,43 @@ def grade(args: argparse.Namespace) -> list[Report]:
             lock.release()
         elif args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec], idle: dict[int, set[tuple[str, str]]],
+                st: RunSettings, jobs: int) -> list[tuple[int, list[TaskSpec]]]:
+    """(submission index, tasks) of each task process, in the order they are queued.
+
+    A process runs the tasks of one lesson that use the same files (so 1.6, on relu_torch.cu, does not wait
+    with 1.1-1.5 for that slow build), split further into runs of consecutive tasks while there are fewer
+    processes than twice the jobs. The Triton twins go first (they need no build), tasks on a torch-route file
+    last (the longest build), and each submission's timed tasks (``st.timed``) last of all, in one process.
+    """
+    out: list[tuple[int, list[TaskSpec]]] = []
+    for i in range(len(subs)):
+        mine = [t for t in tasks if (t.lesson, t.id) not in idle[i]]
+        timed = [t for t in mine if (t.lesson, t.id) in st.timed]
+        keyed: dict[tuple[str, tuple[str, ...]], list[TaskSpec]] = {}
+        for t in mine:
+            if (t.lesson, t.id) not in st.timed:
+                keyed.setdefault((t.lesson, st.task_files.get((t.lesson, t.id), ())), []).append(t)
+        # about two processes per job: a long task (the lesson 06 capstone) then holds up fewer others, and a
+        # job that finishes early finds work left
+        split = max(1, -(-2 * jobs // (len(subs) * max(1, len(keyed)))))
+
+        def order(key: tuple[str, tuple[str, ...]]) -> tuple[int, str]:
+            info = course.lesson(key[0])
+            return (0 if set(key[1]) <= set(info.triton_files) else 2 if set(key[1]) & set(info.torch_files) else 1,
+                    key[0])
+
+        for key in sorted(keyed, key=order):
+            lt = keyed[key]
+            k = min(split, len(lt))
+            size = -(-len(lt) // k)
+            out += [(i, lt[j:j + size]) for j in range(0, len(lt), size)]
+        if timed:
+            out.append((i, timed))
+    # every submission's ordinary processes before any timed one
+    return sorted(out, key=lambda g: all((t.lesson, t.id) in st.timed for t in g[1]))
 
 
 def _own_work_lock(course: Course, impl: str) -> filelock.FileLock:

@@ -243,14 +243,24 @@ class RunSettings:
     shared_built: Once = field(default_factory=Once, repr=False)  # per (lesson, instructor files): the shared build
     timed: frozenset[tuple[str, str]] = frozenset()  # (lesson, id) of the tasks timed alone (speed, on a GPU)
     gate: GpuGate = field(default_factory=GpuGate, repr=False)
+    task_files: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)  # (lesson, id) -> files_of
+    builders: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(1), repr=False)  # warm-ups
+    build_threads: int = 1  # files one warm-up worker builds at once
+
+    def kernels_of(self, tasks: Sequence[TaskSpec]) -> set[tuple[str, str]]:
+        """(lesson, file) of the kernel files (``.cu``) the tests of ``tasks`` use (``LessonInfo.files_of``)."""
+        return {(t.lesson, f) for t in tasks for f in self.task_files.get((t.lesson, t.id), ()) if f.endswith(".cu")}
+
+    def timed_alone(self, tasks: Sequence[TaskSpec]) -> bool:
+        """Whether ``tasks`` time kernels and so run alone on the GPU (``gate``, exclusive)."""
+        return self.backend_name == "cuda" and all((t.lesson, t.id) in self.timed for t in tasks)
 
     @contextlib.contextmanager
-    def gpu_turn(self, tasks: list[TaskSpec]) -> Iterator[None]:
+    def gpu_turn(self, exclusive: bool) -> Iterator[None]:
         """On a GPU, hold the gate while a task process runs: alone for speed tasks, shared for the others."""
         if self.backend_name != "cuda":
             yield
             return
-        exclusive = all((t.lesson, t.id) in self.timed for t in tasks)
         self.gate.acquire(exclusive)
         try:
             yield
@@ -302,7 +312,7 @@ class _Run:
 def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSettings, tag: str) -> _Run:
     """Run the tests of ``tasks`` in one pytest process in ``slot`` under a progress watchdog.
 
-    Each lesson's kernel files are built first (:func:`_warm_up`, up to ``st.build_timeout``); the
+    It first waits for the warm-up builds of the kernel files these tasks use (:func:`wait_built`); the
     watchdog then stops the process when one test case runs longer than ``st.timeout``.
     """
     assert sub.pristine is not None
@@ -312,18 +322,27 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     report = scratch_of(slot) / f"{sub.pristine.name}-{slot.name}-{tag}.jsonl"
     report.unlink(missing_ok=True)
     log = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.log"
-    for lesson in sorted({t.lesson for t in tasks}):
-        # builds are shared by every slot (their keys leave out the folder): once per lesson, the others wait
-        sub.warm.run(lesson, lambda lesson=lesson: _warm_up(sub, slot, lesson, st))
+    for lesson, name in sorted(st.kernels_of(tasks)):
+        wait_built(sub, lesson, name, st)  # only the files these tasks use: not every build of the lesson
     files = sorted({f for t in tasks for f in t.files})
     cmd = [_python(), "-m", "pytest", "-q", "-c", str(slot / "pytest.ini"), "--rootdir", str(slot),
            "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), "--tb=short", "-p", "no:randomly"]
     for t in tasks:
         cmd += ["--cc-task", t.id]
+    # A process that times starts up (python, torch, pytest, the CUDA context) while other task processes
+    # still use the GPU, and runs its first test once it has the GPU alone: the grader then creates ``go``.
+    # (A process that creates ``go`` itself only times itself beside others: slower, never faster.)
+    alone = st.timed_alone(tasks)
+    go = scratch_of(slot) / f"go-{sub.pristine.name}-{slot.name}-{tag}"
+    go.unlink(missing_ok=True)
+    if alone:
+        cmd += ["--cc-wait-file", str(go)]
     cmd += files
     timed_out = False
     limit = 0.0
-    with st.gpu_turn(tasks), open(log, "w") as logf:
+    with contextlib.ExitStack() as turn, open(log, "w") as logf:
+        if not alone:
+            turn.enter_context(st.gpu_turn(exclusive=False))
         env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable)
         if sub.build_dir is not None:
             env[SHARED_ENV] = str(st.build_dir)
@@ -331,6 +350,9 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
                             readable=[st.build_dir] if sub.build_dir is not None else [], stdout=logf,
                             stderr=subprocess.STDOUT)
         LIVE.add(proc)
+        if alone:
+            turn.enter_context(st.gpu_turn(exclusive=True))
+            go.touch()
         size, last = -1, time.monotonic()
         finished_at: float | None = None
         while True:
@@ -374,47 +396,88 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
 _WARM_UP = """
 import os
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 import cudacourse as cc
 m = cc.lesson(sys.argv[1])
-only = set(sys.argv[2:])  # the files to build (default: every kernel file of the lesson; "-": none)
+threads = int(sys.argv[2])
+only = set(sys.argv[3:])  # the files to build (default: every kernel file of the lesson; "-": none)
 if m.backend == "sim":
     from cudacourse.sim import runtime_object
 
     runtime_object()  # the simulator's runtime: the instructor's code, built once into the cache
-for f in m.files():
-    if f.suffix not in (".cu", ".cuh") or (only and f.name not in only):
-        continue
-    print("start", f.name, flush=True)
+lock = threading.Lock()
+
+def say(*words):
+    with lock:
+        sys.stdout.write(" ".join(words) + "\\n")
+        sys.stdout.flush()
+
+def build(f):
+    say("start", f.name)
     t0 = time.monotonic()
     try:
         m.module(f.name)
-        print("done", f.name, f"{time.monotonic() - t0:.1f}", flush=True)
+        say("done", f.name, f"{time.monotonic() - t0:.1f}")
     except Exception as e:
-        print("fail", f.name, f"{time.monotonic() - t0:.1f}", type(e).__name__, flush=True)
+        say("fail", f.name, f"{time.monotonic() - t0:.1f}", type(e).__name__)
+
+todo = [f for f in m.files() if f.suffix in (".cu", ".cuh") and (not only or f.name in only)]
+with ThreadPoolExecutor(max(1, threads)) as pool:  # the compilers run as child processes: threads suffice
+    list(pool.map(build, todo))
 os._exit(0)  # never wait on a slow interpreter exit
 """
 
 
-def _warm_up(sub: Submission, slot: Path, lesson: str, st: RunSettings) -> None:
-    """Build every kernel file of ``lesson`` in ``slot`` (a cold build) before the tests run.
+def start_builds(sub: Submission, lesson: str, names: Sequence[str], st: RunSettings) -> None:
+    """Start building ``names`` (kernel files of ``lesson``) for ``sub`` in the background, unless started."""
+    if not sub.builds.claim(lesson):
+        return
+    for n in names:
+        sub.builds.event(lesson, n)
+    threading.Thread(target=_warm_up, args=(sub, lesson, list(names), st), daemon=True,
+                     name=f"build-{sub.name}-{lesson}").start()
 
-    A submission's files identical to the instructor's (its solution or stub) are first built into the
-    run's shared cache by a worker that loads nothing else of the submission (:func:`_instructor_files`);
-    the submission's own workers read that cache and write only their own. Building runs none of the
-    submission's code, so the tests' watchdog can then hold each case to ``--timeout`` alone. A file that
-    does not compile is left to the tests, which report it. A file whose build is still running after
-    ``st.build_timeout`` is recorded in ``sub.unbuildable``: the tests then fail at once with that verdict
-    instead of building it again. Prints a line as each file's build starts and ends (``st.progress``).
+
+def wait_built(sub: Submission, lesson: str, name: str, st: RunSettings) -> None:
+    """Wait until the warm-up has built ``name`` of ``lesson`` (or given up on it); starts it if not started."""
+    start_builds(sub, lesson, sub.to_build.get(lesson, [name]), st)
+    sub.builds.event(lesson, name).wait()
+
+
+def _warm_up(sub: Submission, lesson: str, names: list[str], st: RunSettings) -> None:
+    """Build ``names`` of ``lesson`` for ``sub`` (cold builds) before the tests that use them run.
+
+    Runs in a thread of its own from the start of the grade, at most ``jobs`` lessons at a time
+    (``st.builders``), in ``sub.build_slot``, a copy of the staged submission that no test uses. A submission's
+    files identical to the instructor's (its solution or stub) are first built into the run's shared cache by a
+    worker that loads nothing else of the submission (:func:`_instructor_files`); the submission's own workers
+    read that cache and write only their own. Building runs none of the submission's code, so the tests'
+    watchdog can then hold each case to ``--timeout`` alone. A file that does not compile is left to the
+    tests, which report it. A file whose build is still running after ``st.build_timeout`` is recorded in
+    ``sub.unbuildable``: the tests then fail at once with that verdict instead of building it again. Every
+    file's event is set in the end, whatever happened, so no task process waits for ever.
     """
-    assert sub.pristine is not None
-    if sub.build_dir is not None:
-        mine = _instructor_files(sub, lesson, st)
-        # (with no file of the instructor's: the simulator's runtime alone)
-        st.shared_built.run((lesson, tuple(mine)), lambda: _build(
-            sub, slot, lesson, st, [n for n, _ in mine] or ["-"], st.build_dir, shared=None,
-            label="the course's copy"))
-    _build(sub, slot, lesson, st, [], build_dir_of(sub, st), shared=st.build_dir if sub.build_dir else None)
+    try:
+        with st.builders:
+            if STOPPING.is_set():
+                return
+            assert sub.build_slot is not None
+            if sub.build_dir is not None:
+                mine = [(n, h) for n, h in _instructor_files(sub, lesson, st) if n in names]
+                # (with no file of the instructor's: the simulator's runtime alone)
+                st.shared_built.run((lesson, tuple(mine)), lambda: _build(
+                    sub, sub.build_slot, lesson, st, [n for n, _ in mine] or ["-"], st.build_dir, shared=None,
+                    label="the course's copy"))
+            _build(sub, sub.build_slot, lesson, st, names or ["-"], build_dir_of(sub, st),
+                   shared=st.build_dir if sub.build_dir else None,
+                   on_file=lambda n: sub.builds.event(lesson, n).set())
+    except Exception as e:  # noqa: BLE001 - the tasks then build (and report) the file themselves
+        st.say(sub, f"{lesson}: the warm-up build failed ({type(e).__name__}: {e}); the tests build the files")
+    finally:
+        for n in names:
+            sub.builds.event(lesson, n).set()
 
 
 def _instructor_files(sub: Submission, lesson: str, st: RunSettings) -> list[tuple[str, str]]:
@@ -431,32 +494,36 @@ def _instructor_files(sub: Submission, lesson: str, st: RunSettings) -> list[tup
 
 
 def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list[str], build_dir: Path,
-           shared: Path | None, label: str = "") -> None:
-    """One warm-up worker: build ``only`` (default every kernel file of ``lesson``) into ``build_dir``,
-    reading ``shared`` first; progress lines as files start and end; stopped after ``st.build_timeout``."""
+           shared: Path | None, label: str = "", on_file: Callable[[str], None] | None = None) -> None:
+    """One warm-up worker: build ``only`` (``["-"]``: none) of ``lesson`` into ``build_dir``, reading ``shared``
+    first; progress lines as files start and end, ``on_file(name)`` as each ends; stopped after
+    ``st.build_timeout``."""
     env = child_env(slot, st.seed, st.backend, build_dir)
     if shared is not None:
         env[SHARED_ENV] = str(shared)
-    proc = start_worker([_python(), "-c", _WARM_UP, lesson, *only], cwd=slot, env=env, scratch=scratch_of(slot),
-                        writable=[build_dir], readable=[shared] if shared is not None else [],
+    proc = start_worker([_python(), "-c", _WARM_UP, lesson, str(st.build_threads), *only], cwd=slot, env=env,
+                        scratch=scratch_of(slot), writable=[build_dir], readable=[shared] if shared is not None else [],
                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace")
     LIVE.add(proc)
     t0 = time.monotonic()
     what = f" ({label})" if label else ""
     st.say(sub, f"{lesson}: building the kernel files{what} ...")
-    building: list[str] = []  # the file being built now (the reader thread's view)
+    building: list[str] = []  # the files being built now (the reader thread's view)
 
     def read() -> None:
         assert proc.stdout is not None
         for raw in proc.stdout:
             word = raw.split()
             if len(word) >= 2 and word[0] == "start":
-                building[:] = [word[1]]
+                building.append(word[1])
                 st.say(sub, f"{lesson}: {word[1]} ...")
             elif len(word) >= 3 and word[0] in ("done", "fail"):
-                building.clear()
+                if word[1] in building:
+                    building.remove(word[1])
                 how = "built" if word[0] == "done" else f"does not build ({' '.join(word[3:4]) or 'error'})"
                 st.say(sub, f"{lesson}: {word[1]} {how} in {word[2]} s")
+                if on_file is not None:
+                    on_file(word[1])
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -468,9 +535,9 @@ def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list
         kill_group(proc)
         proc.wait()
         reader.join(timeout=5.0)
-        for name in building[:1]:
+        for name in list(building):
             sub.unbuildable[f"{lesson}/{name}"] = st.build_timeout
-        st.say(sub, f"{lesson}: the build{' of ' + building[0] if building else 's'} stopped after "
+        st.say(sub, f"{lesson}: the build{' of ' + ', '.join(building) if building else 's'} stopped after "
                     f"{st.build_timeout:g} s (--build-timeout)")
     finally:
         LIVE.discard(proc)
@@ -502,6 +569,17 @@ def _records(task: TaskSpec, run: _Run) -> list[TestRecord]:
             rec.outcome = "not-run"
         out.append(rec)
     return out
+
+
+# Failures that only the task's own code can cause: no confirming run alone on a GPU (a corrupted CUDA context
+# shows as a CUDA error in a later case, never as wrong values or a compile error).
+_OWN_VERDICTS = frozenset({"AssertionError", "CheckFailure", "CompileError"})
+
+
+def _own_verdicts(recs: list[TestRecord]) -> bool:
+    """True when every failed case of a task failed with a verdict of its own (:data:`_OWN_VERDICTS`)."""
+    failed = [r for r in recs if r.outcome == "failed"]
+    return bool(failed) and all(r.exc_type in _OWN_VERDICTS for r in failed)
 
 
 def _verdict(sub: Submission, task: TaskSpec, recs: list[TestRecord], st: RunSettings, note: str = "",
@@ -569,10 +647,12 @@ def run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> list[T
                     nxt.append(t)  # its tests were not collected in company (should not happen)
                     continue
                 v = _verdict(sub, t, recs, st, note, run.culprit, run.timed_out, run.tampered if alone else None)
-                # On a GPU a failure may come from a context an earlier case corrupted: confirm it alone.
-                # The simulator runs kernels in a worker process per module, so its verdicts in company stand.
+                # On a GPU a failure may come from a context an earlier case corrupted: confirm it alone,
+                # unless every failed case has a verdict of its own (wrong values, a compile error), which no
+                # other task can cause. The simulator runs kernels in a worker process per module, so its
+                # verdicts in company stand.
                 if (v.status == "fail" and not alone and st.backend_name == "cuda"
-                        and not (holds_culprit and run.timed_out)):
+                        and not (holds_culprit and run.timed_out) and not _own_verdicts(recs)):
                     confirm.append(t)
                 else:
                     final[t.id] = v

@@ -122,6 +122,28 @@ class GpuGate:
             self._cond.notify_all()
 
 
+class Builds:
+    """The warm-up builds of one submission: one worker per lesson, started once, building the lesson's kernel
+    files side by side; a task process waits only for the files its tasks use (``RunSettings.kernels_of``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lessons: set[str] = set()
+        self._built: dict[tuple[str, str], threading.Event] = {}
+
+    def event(self, lesson: str, name: str) -> threading.Event:
+        """Set once the build of ``name`` has ended (built, failed or stopped)."""
+        with self._lock:
+            return self._built.setdefault((lesson, name), threading.Event())
+
+    def claim(self, lesson: str) -> bool:
+        """True for the first caller of ``lesson``: it starts that lesson's warm-up."""
+        with self._lock:
+            first = lesson not in self._lessons
+            self._lessons.add(lesson)
+            return first
+
+
 @dataclass
 class Submission:
     """One thing to grade: a learner's folder, or this checkout's lessons/ or solutions/."""
@@ -133,7 +155,9 @@ class Submission:
     missing: list[str] = field(default_factory=list)
     pristine: Path | None = None
     manifest: dict[str, str] = field(default_factory=dict)
-    warm: Once = field(default_factory=Once, repr=False)  # per lesson: its kernel files built for this submission
+    builds: Builds = field(default_factory=Builds, repr=False)  # the warm-up builds of its kernel files
+    build_slot: Path | None = None  # the folder its warm-up builds run in (a copy of ``pristine`` no test uses)
+    to_build: dict[str, list[str]] = field(default_factory=dict)  # lesson -> the kernel files its tasks use
     build_dir: Path | None = None  # its own build cache (None: the run's, for this checkout's own kernels)
     unbuildable: dict[str, float] = field(default_factory=dict)  # "lesson/file" -> build seconds when stopped
 
