@@ -160,6 +160,7 @@ class LearnerOutput:
     def __init__(self, titles: dict[str, str]) -> None:
         self.titles = titles
         self.shown: dict[tuple[str, str], str] = {}  # (test function, message without its numbers) -> case words
+        self.texts: dict[tuple[str, str], str] = {}  # the same key -> the message shown in full
 
     @staticmethod
     def case(item: Any) -> str:
@@ -187,6 +188,9 @@ class LearnerOutput:
             short = _first_sentence(text)
             if key not in self.shown:
                 self.shown[key] = case
+                self.texts[key] = text
+            elif text == self.texts[key]:
+                report.longrepr = f"The same failure as for {self.shown[key].split(', ', 1)[-1]} above."
             elif short.strip() != text.strip():
                 report.longrepr = f"{short}\n  The rest: the same as for {self.shown[key].split(', ', 1)[-1]} above."
         return report
