@@ -517,8 +517,9 @@ def test_float4_kernel_without_its_tail_is_told_so() -> None:
 def test_lesson_01_hints_are_directions_not_code() -> None:
     """The 1.3 hint spelled the solution line by line (reinterpret_cast, fmaxf on .x .y .z .w)."""
     import test_01_relu as t
+    import test_02_reduce as r
 
-    for hint in (t.HINT_13, t.HINT_16, t.HINT_1T1, t.HINT_1T2):
-        for code in ("reinterpret_cast", ".x .y", "empty_like", "getCurrentCUDAStream", "tl.maximum", "arange(",
-                     "exp(-2", "i % cols"):
+    for hint in (t.HINT_13, t.HINT_16, t.HINT_1T1, t.HINT_1T2, r.HINT_21, r.HINT_24, r.HINT_25, r.HINT_2T1):
+        for code in ("reinterpret_cast", ".x .y", "empty_like", "getCurrentCUDAStream", "tl.maximum", "arange",
+                     "exp(-2", "i % cols", "+=", "s_data[", "out[row] =", "fmaxf", "tl.atomic_add", "range(0,"):
             assert code not in hint, (code, hint)
