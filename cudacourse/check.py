@@ -190,8 +190,8 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
         if nbad == total and vector > 1 and total < vector:
             specific = True
             lines.append(f"  Nothing was written: with n = {total} there is no whole {whole} (n / {vector} = 0), so "
-                         f"only the kernel's tail part runs here, and it must write these {total} leftover "
-                         f"element{'s' * (total > 1)}.")
+                         f"only the kernel's tail part runs here, and it must write "
+                         + (f"these {total} leftover elements." if total > 1 else "this leftover element."))
         elif nbad == total:
             small = f" If it is written: no thread stored anything for this small size ({total})." if total < 32 else ""
             lines.append("  Nothing was written at all: is the kernel body still the stub?" + small)

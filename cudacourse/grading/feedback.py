@@ -267,7 +267,7 @@ def choose_hints(recs: list[TestRecord], message: str, bounds_checked: bool = Fa
     f_sizes = [s for r in failed for s in _int_sizes(r.params)]
     p_sizes = [s for r in passed for s in _int_sizes(r.params)]
     if (f_sizes and p_sizes and all(s % 32 for s in f_sizes) and any(s % 32 == 0 for s in p_sizes)
-            and not stub and not {"index", "grid", "launch"} & set(keys)):
+            and not stub and not vector_tail and not {"index", "grid", "launch", "short"} & set(keys)):
         add("bounds")
     hidden_failed = [r for r in failed if "/hidden/" in r.file.replace("\\", "/")]
     public_failed = [r for r in failed if r not in hidden_failed]
