@@ -419,6 +419,8 @@ def test_grade_failure_is_headed_by_title_and_case_in_words() -> None:
                      message="AssertionError: relu_backward dx (n=1) (task 1.4): 1 of 1 elements differ")
     (task,) = fold_tasks([rec])
     assert task.message.startswith("relu backward kernel, n=1: AssertionError: relu_backward dx (n=1)")
+    rec.message = "LaunchError: LaunchError: relu_v1_scalar_kernel<<<(0,1,1), (256,1,1), 0>>> at relu.cu:63"
+    assert fold_tasks([rec])[0].message.startswith("relu backward kernel, n=1: LaunchError: relu_v1_scalar_kernel")
     out = io.StringIO()
     reports.print_report(Report("sim", "CPU simulator", "student", [task]), out=out)
     text = out.getvalue()
@@ -458,6 +460,12 @@ def test_unwritten_tail_blames_a_changed_launcher_not_the_kernel(tmp_path: Path)
     msg = feedback(_result("AssertionError", "AssertionError: " + LAUNCHER_TAIL), sub, root=ROOT)
     assert "The launcher is the one given (unchanged)" in msg and HINTS["short"] in msg
     assert HINTS["grid"] not in msg and "Check how many threads the launcher starts" not in msg
+    # the task's message shows another case first (nothing written at n = 33): the tail case still decides the hint
+    other = _result("AssertionError", "AssertionError: " + STUB.replace("1000", "33"), n=33)
+    both = TaskResult("1.1", "01_relu", "relu", 2.0, 0.0, "fail", other.message,
+                      [*other.tests, *_result("AssertionError", "AssertionError: " + LAUNCHER_TAIL).tests])
+    msg = feedback(both, sub, root=ROOT)
+    assert HINTS["short"] in msg and HINTS["grid"] not in msg
 
 
 def test_function_unchanged_ignores_comments_and_spacing(tmp_path: Path) -> None:

@@ -343,7 +343,9 @@ def feedback(result: TaskResult, sub: Submission, hidden_feedback: str = "brief"
     if checked:
         msg = msg.replace(_SIM_GUARD, "Your kernel has a bounds check: check the index arithmetic.")
     msg = _SIM_GRID_EXAMPLE.sub("", msg)
-    given = _launcher_given(recs, result.lesson, sub, root) if _LAUNCHER_TAIL in msg else None
+    # (any failed case's message: the first failure shown may be another size's, e.g. an empty grid at n = 1)
+    told = "\n".join([msg, *(r.message for r in failed)])
+    given = _launcher_given(recs, result.lesson, sub, root) if _LAUNCHER_TAIL in told else None
     if given is True:
         msg = msg.replace(_LAUNCHER_TAIL, "The launcher is the one given (unchanged), so the kernel stops short of "
                                           "these elements: check its loop or its bound.")

@@ -5,6 +5,7 @@ Shared by the pytest plugin (which writes records) and the grader (which folds t
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,7 +105,8 @@ def fold_tasks(records: list[TestRecord]) -> list[TaskResult]:
             status = "fail"
             first = failed[0]
             case = case_words(first.nodeid, first.params)
-            msg = f"{case}: {first.message}" if first.message else f"{case}: failed"
+            text = re.sub(r"^(\w+): \1: ", r"\1: ", first.message)  # ("LaunchError: LaunchError: ..." once)
+            msg = f"{case}: {text}" if text else f"{case}: failed"
             real = [r for r in failed if r.exc_type != "NotRun"]
             if len(failed) > 1:
                 msg += f"\n({len(real)} of {len(recs)} cases failed" + (
