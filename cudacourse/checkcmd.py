@@ -152,15 +152,16 @@ class LearnerOutput:
 
     - each failure is headed by its task and the case in words (``task 1.1 (relu_v1_scalar: ...): relu scalar,
       n=31``), not the raw test id ``test_relu_scalar[31]``; ``-v`` keeps the raw ids;
-    - a failure whose message is the same as an earlier one of the same test but for its numbers (the same
-      mistake at another size) prints its first sentence and "the rest: as for n=1 above";
+    - a failure whose message is the same as an earlier one but for its numbers (the same mistake at another
+      size) prints its first sentence and "The rest: the same as for n=1 above" (another test's case is named
+      whole);
     - the closing count leaves out pytest's "68 deselected" (the other tasks' tests, never meant to run).
     """
 
     def __init__(self, titles: dict[str, str]) -> None:
         self.titles = titles
-        self.shown: dict[tuple[str, str], str] = {}  # (test function, message without its numbers) -> case words
-        self.texts: dict[tuple[str, str], str] = {}  # the same key -> the message shown in full
+        self.shown: dict[str, str] = {}  # a message without its numbers -> the case words of its first failure
+        self.texts: dict[str, str] = {}  # the same key -> the message shown in full
 
     @staticmethod
     def case(item: Any) -> str:
@@ -184,15 +185,19 @@ class LearnerOutput:
         report.location = (fspath, lineno, head)
         text = report.longrepr if isinstance(report.longrepr, str) else ""
         if text.strip():
-            key = (getattr(item, "originalname", item.name), _shape_of(text))
+            key = _shape_of(text)  # (any test of the run: a task's other test may fail the same way)
             short = _first_sentence(text)
             if key not in self.shown:
                 self.shown[key] = case
                 self.texts[key] = text
-            elif text == self.texts[key]:
-                report.longrepr = f"The same failure as for {self.shown[key].split(', ', 1)[-1]} above."
-            elif short.strip() != text.strip():
-                report.longrepr = f"{short}\n  The rest: the same as for {self.shown[key].split(', ', 1)[-1]} above."
+            else:
+                seen = self.shown[key]
+                test, _, params = seen.partition(", ")
+                where = params if params and case.startswith(test + ", ") else seen
+                if text == self.texts[key]:
+                    report.longrepr = f"The same failure as for {where} above."
+                elif short.strip() != text.strip():
+                    report.longrepr = f"{short}\n  The rest: the same as for {where} above."
         return report
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -113,7 +113,7 @@ HINT_11 = ("relu_v1_scalar_kernel (TODO task 1.1): each thread computes its glob
 @pytest.mark.task("1.1")
 @pytest.mark.parametrize("n", SIZES)
 def test_relu_scalar(n: int) -> None:
-    """Scalar ReLU with a bounds check (relu_v1_scalar); at n = 1000 also the refusal of bad inputs."""
+    """Scalar ReLU with a bounds check (relu_v1_scalar)."""
     m = _m()
     x = _input(f"1.1-n{n}", n, m)
     y = check.poisoned(n, torch.float32, m.device)
@@ -121,11 +121,23 @@ def test_relu_scalar(n: int) -> None:
         m.relu_v1_scalar(x, y, n)
     check.assert_close(y, torch.relu(x), name=f"relu_v1_scalar y (n={n})", task="1.1", hint=HINT_11,
                        launcher_given=_given(m, "relu_v1_scalar"), **EXACT)
-    if n == 1000:
-        # Checked after the values, in the same case: the binding (not the learner's code) refuses these, so on
-        # its own case it passed on the untouched stub, and a stub must fail every case of its task.
-        for bad in ["dtype", "non-contiguous", "device", "output dtype"]:
-            _scalar_rejects(m, bad)
+
+
+@pytest.mark.task("1.1")
+def test_relu_scalar_rejects_bad_inputs() -> None:
+    """The generated binding refuses tensors a raw float* cannot take, naming the parameter, running nothing.
+    Checked after a valid call gives the right values: the refusals are the binding's, not the learner's code, so
+    on their own they passed on the untouched stub (a learner read "6 failed, 4 passed" for an empty kernel), and
+    a stub must fail every case of its task."""
+    m = _m()
+    n = 100
+    x = _input("1.1-bad-valid", n, m)
+    y = check.poisoned(n, torch.float32, m.device)
+    m.relu_v1_scalar(x, y, n)
+    check.assert_close(y, torch.relu(x), name=f"relu_v1_scalar y (n={n})", task="1.1", hint=HINT_11,
+                       launcher_given=_given(m, "relu_v1_scalar"), **EXACT)
+    for bad in ["dtype", "non-contiguous", "device", "output dtype"]:
+        _scalar_rejects(m, bad)
 
 
 def _scalar_rejects(m: cc.Lesson, bad: str) -> None:
