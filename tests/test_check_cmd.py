@@ -138,6 +138,12 @@ def test_check_output_is_the_courses_messages_each_hint_once(tmp_path: Path) -> 
     assert "task 1.1 (relu_v1_scalar: one thread per element, with a bounds check): relu scalar, n=1000" in text
     assert text.count("elements were never written (still poison)") < 5
     assert "The rest: the same as for n=" in text
+    # --verbose: the raw test ids and every message whole
+    out = subprocess.run([sys.executable, "-m", "cudacourse", "check", "1.1", "--verbose", "--", "--submission",
+                          str(sub.parent.parent), "--backend", "sim", "-p", "no:xdist"],
+                         cwd=c.root, env=env, capture_output=True, text=True)
+    verbose = out.stdout + out.stderr
+    assert out.returncode == 1 and "test_relu_scalar[31]" in verbose and "The rest: the same" not in verbose
 
 
 def test_the_simulator_runtime_build_is_announced_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
