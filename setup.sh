@@ -11,6 +11,17 @@
 # once stay installed.
 set -euo pipefail
 cd "$(dirname "$0")"
+# pip_lines: the lines of pip's output (stdin) a learner sees: each package collected, each large download with
+# its size (a download of 100 MB or more, such as torch's ~190 MB CPU wheel, says that pip stays quiet until it
+# is done: pip's progress bar does not pass through the log), what was installed, and errors.
+pip_lines() {
+  grep -E --line-buffered '^(Collecting|Successfully installed|ERROR|error)|^ *Downloading .*\([0-9.]+ (MB|GB)\)$' \
+    | sed -E -e 's#^ *Downloading .*/([^/ ]+) \(#  Downloading \1 (#' \
+             -e 's#(\(([0-9]{3,}(\.[0-9]+)? MB|[0-9.]+ GB)\))$#\1: a large download; pip prints nothing more until it is done#' \
+             -e 's/%2B/+/g' -e 's/^/setup:   /' || true
+}
+if [ "${1:-}" = "--pip-lines" ]; then pip_lines; exit 0; fi  # (for the course's tests: filter stdin, install nothing)
+
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.cudacourse-setup  # "<hash of pyproject.toml and setup.sh> <extras installed>"
@@ -30,8 +41,7 @@ step() {
   echo "setup: $name ..."
   local log=/dev/null
   [ -d "$VENV" ] && log=$LOG
-  "$@" 2>&1 | tee -a "$log" | { grep -E --line-buffered '^(Collecting|Successfully installed|ERROR|error)' \
-                 | sed 's/^/setup:   /' || true; } || rc=$?
+  "$@" 2>&1 | tee -a "$log" | pip_lines || rc=$?
   if [ "$rc" = 0 ]; then echo "setup: $name: done in $((SECONDS - t0)) s"; return 0; fi
   echo "setup: $name: FAILED (exit $rc); pip's last network complaints (all of its output is in $LOG):"
   grep -E 'Name or service not known|Failed to establish|Could not fetch|connection' "$LOG" 2>/dev/null | tail -n 3 | sed 's/^/setup:   /' || true

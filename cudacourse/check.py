@@ -126,12 +126,21 @@ def _fmt_err(v: float) -> str:
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "output", rtol: float | None = None,
                  atol: float | None = None, task: str | None = None, hint: str | None = None,
-                 max_show: int = 5) -> None:
+                 max_show: int = 5, vector: int = 1, launcher_given: bool | None = None) -> None:
     """Assert ``actual`` matches ``expected`` within tolerances, with a report a learner can act on.
 
     The report gives shape and dtype, how many elements are wrong, the max absolute and relative error,
     the first mismatching indices (yours vs expected), and says so when outputs were never written
     (poison left) or when the answer is all zeros. NaN and infinities must match exactly.
+
+    What the failure shows picks the diagnosis, and ``hint`` (the task's direction) is left out where the
+    diagnosis already names the cause elsewhere than the task's kernel body:
+
+    - ``vector``: the kernel handles whole groups of ``vector`` elements (4: a float4) and then a tail of
+      ``n % vector`` single ones: nothing written at ``n < vector``, or exactly the tail unwritten, is the tail
+      part's doing (not a stub, not the launcher);
+    - ``launcher_given``: whether the launcher is the course's own, unchanged (:func:`given_unchanged`; ``None``:
+      not known): an unwritten tail is then the kernel's doing (``True``) or points at the launcher (``False``).
     """
     __tracebackhide__ = True  # pytest shows the learner's test line, not this harness frame
     where = f"{name}" + (f" (task {task})" if task else "")
@@ -170,13 +179,20 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
         lines.append(f"  at {idx if len(idx) > 1 else idx[0]}: yours {_fmt(flat_a[k].item())}, expected "
                      f"{_fmt(flat_e[k].item())}")
     poison = flat_a.isnan() & ~flat_e.isnan() if a.dtype.is_floating_point else (flat_a == INT_POISON)
+    specific = False  # the diagnosis names a cause the task's hint (about the kernel body) does not cover
+    whole = "float4" if vector == 4 else f"group of {vector}"
     if bool(poison.any()):
         first = poison.nonzero().flatten()
         count = int(poison.sum())
         lines.append(f"  {count} element{'s were' if count > 1 else ' was'} never written (still poison), first at "
                      f"flat index {first[0].item()}, last at {first[-1].item()}: does every output element get a "
                      "thread, and did you implement the TODO?")
-        if nbad == total:
+        if nbad == total and vector > 1 and total < vector:
+            specific = True
+            lines.append(f"  Nothing was written: with n = {total} there is no whole {whole} (n / {vector} = 0), so "
+                         f"only the kernel's tail part runs here, and it must write "
+                         + (f"these {total} leftover elements." if total > 1 else "this leftover element."))
+        elif nbad == total:
             small = f" If it is written: no thread stored anything for this small size ({total})." if total < 32 else ""
             lines.append("  Nothing was written at all: is the kernel body still the stub?" + small)
     elif bool((flat_a == 0).all()) and not bool((flat_e == 0).all()):
@@ -186,17 +202,46 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
         if first > 0 and last == total - 1 and nbad == total - first and nbad <= max(64, total // 4):
             tail = f"  Only the tail is wrong (flat indices {first}..{last} of {total})"
             if bool(poison[first:].all()) and not bool(poison[:first].any()):
-                lines.append(f"{tail}, and it was never written: no thread reached it. Check how many threads the "
-                             "launcher starts (a block count that rounds down leaves the tail without threads), and "
-                             "the kernel's loop bound or tail handling.")
+                if vector > 1 and first == total // vector * vector:
+                    specific = True
+                    lines.append(f"{tail}, and it was never written: the n % {vector} = {nbad} element"
+                                 f"{'s' * (nbad > 1)} after the last whole {whole}. The {whole} part is right; the "
+                                 f"kernel's tail part must write {'them' if nbad > 1 else 'it'}.")
+                elif launcher_given is True:
+                    lines.append(f"{tail}, and it was never written: no thread reached it. The launcher is the one "
+                                 "given (unchanged), so the kernel stops short of these elements: check its loop or "
+                                 "its bound.")
+                elif launcher_given is False:
+                    specific = True
+                    lines.append(f"{tail}, and it was never written: no thread reached it. Your launcher differs "
+                                 "from the one given: check how many threads it starts (a block count that rounds "
+                                 "down leaves the tail without threads).")
+                else:
+                    lines.append(f"{tail}, and it was never written: no thread reached it. Check how many threads "
+                                 "the launcher starts (a block count that rounds down leaves the tail without "
+                                 "threads), and the kernel's loop bound or tail handling.")
             else:
                 lines.append(f"{tail}: check the bounds or tail handling for sizes that are not a multiple of your "
                              "block or vector width.")
         elif first == 0 and nbad == last + 1 and nbad <= total // 4:
             lines.append("  Only the start is wrong: check the index arithmetic of the first block.")
-    if hint:
+    if hint and not specific:
         lines.append(f"  Hint: {hint}")
     raise CheckFailure("\n".join(lines))
+
+
+def given_unchanged(path: Any, function: str) -> bool | None:
+    """Whether ``function`` (a launcher the course gives complete) in the learner's kernel file ``path`` is still
+    the course's own: the same code as in the stub derived from ``solutions/`` (comments and spacing aside).
+    ``None`` where that cannot be told (no ``solutions/`` in the course root, as in a grader's worker, or no such
+    function). A diagnosis then knows whether to point at the launcher or at the kernel."""
+    from pathlib import Path
+
+    from cudacourse.grading.feedback import function_unchanged
+    from cudacourse.settings import current
+
+    path = Path(path)
+    return function_unchanged(path, current().root / "solutions" / path.parent.name / path.name, function)
 
 
 # Poisoned floats placed after an output by ``guarded``: a write past the end of the output lands there.

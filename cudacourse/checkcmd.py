@@ -11,9 +11,15 @@ one process per task. ``make check T=1.1`` is the same command.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from cudacourse.course import Course, CourseError, LessonInfo, course
 
@@ -66,15 +72,53 @@ def pytest_args(c: Course, lessons: list[LessonInfo], task_ids: list[str], extra
     return args + ["-q", "-p", "no:cacheprovider", "--tb=short", "--cc-brief", "-rN", *extra]
 
 
+@contextmanager
+def _saying_runtime_builds() -> Iterator[None]:
+    """While active, the simulator's runtime build (once per machine and runtime version: most of a first
+    check's time) is announced as what it is, before it starts: a learner saw "building relu.cu ... built in
+    18.2 s" and could not tell why later builds of the same file took 2 s."""
+    import cudacourse.sim as sim
+
+    plain = sim.cached
+
+    def announcing(kind: str, key: str, build: Callable[[Path], None], **kw: Any) -> Path:
+        if kind != "sim-rt":
+            return plain(kind, key, build, **kw)
+
+        def build_and_say(d: Path) -> None:
+            print("cudacourse check: building the simulator's runtime (once: later checks reuse it) ...", end=" ",
+                  flush=True)
+            t0 = time.monotonic()
+            build(d)
+            print(f"built in {time.monotonic() - t0:.1f} s", flush=True)
+
+        return plain(kind, key, build_and_say, **kw)
+
+    sim.cached = announcing  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sim.cached = plain  # type: ignore[assignment]
+
+
 def prebuild(lessons: list[LessonInfo], task_ids: list[str], impl: str | None) -> None:
     """Build the kernel files the checked tasks use (those holding their ``TODO(task ...)``; every file of a
     lesson checked whole) before pytest starts, a line for each, into the cache the tests then use: the first
-    build (a minute for a torch-route file on a CPU) no longer looks like a hang. A file that does not build
-    is left to the tests, which report it."""
+    build (a minute for a torch-route file on a CPU) no longer looks like a hang. On the simulator its runtime
+    is built first, once, with a line of its own. A file that does not build is left to the tests, which report
+    it."""
     import cudacourse as cc
 
     for les in lessons:
         m = cc.lesson(les.id, impl=impl)
+        if m.backend == "sim":
+            from cudacourse.sim import runtime_object
+
+            with _saying_runtime_builds():
+                try:
+                    runtime_object()
+                except Exception:  # noqa: BLE001 - the tests report it, with the whole message
+                    print("failed (the tests below say why)", flush=True)
         for f in m.files():
             text = f.read_text(errors="replace")
             if task_ids and not any(f"TODO(task {t})" in text for t in task_ids):
@@ -88,6 +132,79 @@ def prebuild(lessons: list[LessonInfo], task_ids: list[str], impl: str | None) -
                 print("does not build (the tests below say why)", flush=True)
 
 
+def _first_sentence(text: str) -> str:
+    """The first line of a failure message up to its first full stop or its details in parentheses."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    m = re.search(r"\. |\s\(shape ", line)
+    return line[: m.start() + (1 if line[m.start()] == "." else 0)] if m else line
+
+
+def _shape_of(message: str) -> str:
+    """A failure message without what changes from one size to the next: its numbers, the values it lists
+    ("at 3: yours nan, expected 0.37") and its hint lines (the course plugin shortens a repeated hint)."""
+    lines = [ln for ln in message.splitlines()
+             if not re.match(r"\s*(at .*: yours |Hint:)", ln)]
+    return re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "#", "\n".join(lines))
+
+
+class LearnerOutput:
+    """Pytest plugin of ``cudacourse check``: output for a learner, not for a pytest user.
+
+    - each failure is headed by its task and the case in words (``task 1.1 (relu_v1_scalar: ...): relu scalar,
+      n=31``), not the raw test id ``test_relu_scalar[31]``; ``-v`` keeps the raw ids;
+    - a failure whose message is the same as an earlier one but for its numbers (the same mistake at another
+      size) prints its first sentence and "The rest: the same as for n=1 above" (another test's case is named
+      whole);
+    - the closing count leaves out pytest's "68 deselected" (the other tasks' tests, never meant to run).
+    """
+
+    def __init__(self, titles: dict[str, str]) -> None:
+        self.titles = titles
+        self.shown: dict[str, str] = {}  # a message without its numbers -> the case words of its first failure
+        self.texts: dict[str, str] = {}  # the same key -> the message shown in full
+
+    @staticmethod
+    def case(item: Any) -> str:
+        from cudacourse.grading.results import case_words
+
+        cs = getattr(item, "callspec", None)
+        params = dict(cs.params) if cs is not None else {}
+        return case_words(item.nodeid, params)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
+        """Rename a failure's heading and shorten a repeated message (after the course plugin's own brief form)."""
+        report = yield
+        if not report.failed or item.config.get_verbosity() >= 0:  # (make check passes -q; -v or --verbose: ids)
+            return report
+        mark = item.get_closest_marker("task")
+        task = str(mark.args[0]) if mark is not None and mark.args else None
+        case = self.case(item)
+        head = f"task {task} ({self.titles[task]}): {case}" if task in self.titles else case
+        fspath, lineno, _domain = report.location
+        report.location = (fspath, lineno, head)
+        text = report.longrepr if isinstance(report.longrepr, str) else ""
+        if text.strip():
+            key = _shape_of(text)  # (any test of the run: a task's other test may fail the same way)
+            short = _first_sentence(text)
+            if key not in self.shown:
+                self.shown[key] = case
+                self.texts[key] = text
+            else:
+                seen = self.shown[key]
+                test, _, params = seen.partition(", ")
+                where = params if params and case.startswith(test + ", ") else seen
+                if text == self.texts[key]:
+                    report.longrepr = f"The same failure as for {where} above."
+                elif short.strip() != text.strip():
+                    report.longrepr = f"{short}\n  The rest: the same as for {where} above."
+        return report
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """Drop the count of deselected tests from the closing line (the other tasks' tests)."""
+        terminalreporter.stats.pop("deselected", None)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``cudacourse check``; returns pytest's exit code (0: every case passed), 2 for a bad id."""
     p = argparse.ArgumentParser(prog="cudacourse check", description=(
@@ -95,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         "every lesson you have started. Extra options after -- go to pytest (e.g. -- -x --seed 7)."))
     p.add_argument("target", nargs="?", default=None, help="a task id (1.1) or a lesson (01_relu, 01)")
     p.add_argument("--solution", action="store_true", help="check the reference solutions instead of lessons/")
+    p.add_argument("--verbose", action="store_true", help="every message in full, failures named by their test ids")
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in argv:
@@ -113,10 +231,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.solution:
         extra = ["--impl=solution", *extra]
+    if args.verbose:
+        extra = ["-v", *extra]
     what = f"task {task_ids[0]}" if task_ids else ", ".join(les.id for les in lessons)
     print(f"cudacourse check: {what}", flush=True)
     if not any(a.startswith("--submission") for a in extra):  # (another folder's files: the tests build those)
         prebuild(lessons, task_ids, "solution" if args.solution else None)
     import pytest
 
-    return int(pytest.main(pytest_args(c, lessons, task_ids, extra)))
+    titles = {t.id: t.title for t in c.tasks()}
+    return int(pytest.main(pytest_args(c, lessons, task_ids, extra), plugins=[LearnerOutput(titles)]))

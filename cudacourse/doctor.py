@@ -25,6 +25,9 @@ class Report:
     facts: list[tuple[str, str]] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (what is wrong, what to type)
     fatal: bool = False
+    # For instructors grading others' submissions only (how their code is isolated): printed under its own
+    # heading, after the learner's facts, so a learner does not read sandbox details as a problem of theirs.
+    instructors: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _run(cmd: list[str]) -> str:
@@ -161,11 +164,11 @@ def diagnose() -> Report:
     from cudacourse.grading.confine import available, describe_for_grading
 
     conf = available()
-    r.facts.append(("grading confinement", describe_for_grading()))
-    if not conf.confined:  # grading still works; its reports say "unconfined"
-        r.problems.append(("graded code would run unconfined: " + "; ".join(conf.missing),
-                           "see docs/CONFINEMENT.md (what is needed); grading still works, its reports say "
-                           "\"unconfined\""))
+    r.instructors.append(("grading confinement", describe_for_grading()))
+    if not conf.confined:  # grading still works, a learner's own included; reports of others' work say "unconfined"
+        r.instructors.append(("note", "submissions graded here would run unconfined: " + "; ".join(conf.missing)
+                              + ". Grading still works (its reports say \"unconfined\"); docs/CONFINEMENT.md "
+                              "says what is needed"))
     return r
 
 
@@ -184,4 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("\nno problems found")
     print("\nthe course can run here" if not r.fatal else "\nthe course cannot run here until the above is fixed")
+    if r.instructors:
+        print("\nfor instructors (how `make grade ARGS=--submission ...` isolates others' code; nothing to do for "
+              "your own work):")
+        w = max(len(k) for k, _ in r.instructors)
+        for k, v in r.instructors:
+            print(f"  {k:<{w}}  {v}")
     return 1 if r.fatal else 0

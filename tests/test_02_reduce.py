@@ -91,9 +91,10 @@ def test_worked_row_sum_thread_per_row() -> None:
 # Task 2.1: block tree reduction in shared memory
 # ----------------------------------------------------------------------------------------------------
 
-HINT_21 = ("reduce_v2_sequential_kernel (TODO task 2.1): load x[i] or 0 past the end into s_data, "
-           "__syncthreads(), then for s = blockDim.x/2 down to 1: if (tid < s) s_data[tid] += s_data[tid + s]; "
-           "__syncthreads(); finally thread 0 writes partial[blockIdx.x] = s_data[0].")
+# Hints give a direction, never the code line by line (the TODO comments hold the rest).
+HINT_21 = ("reduce_v2_sequential_kernel (TODO task 2.1): v1 above with another loop: the distance between the two "
+           "slots a thread adds starts at half the block and halves each step, and only the threads below that "
+           "distance add; a barrier after the load and after every step.")
 
 
 @pytest.mark.task("2.1")
@@ -211,10 +212,11 @@ def test_vector_sum_special_inputs(version: str) -> None:
 # Tasks 2.4 and 2.5: row-wise sum and max
 # ----------------------------------------------------------------------------------------------------
 
-HINT_24 = ("row_sum_kernel (TODO task 2.4): float acc = 0; for (c = lane; c < cols; c += 32) acc += xr[c]; "
-           "acc = warp_reduce_sum(acc) (task 2.2); if (lane == 0) out[row] = acc.")
-HINT_25 = ("row_max_kernel (TODO task 2.5): start from -INFINITY (not 0), take fmaxf over xr[lane], "
-           "xr[lane + 32], ..., then warp_reduce_max (also task 2.5); lane 0 writes out[row].")
+HINT_24 = ("row_sum_kernel (TODO task 2.4): each lane sums the columns lane, lane + 32, ... of its row (all 32 lanes, "
+           "also those with no column), then one warp_reduce_sum (task 2.2); one lane writes the row's result.")
+HINT_25 = ("row_max_kernel (TODO task 2.5): row_sum_kernel with a maximum in place of the sum, starting from "
+           "-INFINITY (from 0, an all-negative row gives 0); warp_reduce_max (also task 2.5) is warp_reduce_sum "
+           "with a maximum.")
 
 
 def _rows_input(name: str, rows: int, cols: int, m: cc.Lesson, *, scale: float = 1.0,
@@ -436,9 +438,9 @@ def test_speed_argmax() -> None:
 # without the triton package they are "not graded", with the command that installs it.
 # ----------------------------------------------------------------------------------------------------
 
-HINT_2T1 = ("vector_sum_kernel (TODO task 2.T1 in reduce_triton.py): a [BLOCK] accumulator, the grid-stride loop "
-            "`for base in range(0, n, NPROG * BLOCK)` loading base + program_id * BLOCK + arange (masked, other=0.0), "
-            "then tl.atomic_add(out_ptr, tl.sum(acc, axis=0)): every program adds its part, none overwrites another's.")
+HINT_2T1 = ("vector_sum_kernel (TODO task 2.T1 in reduce_triton.py): each program accumulates a tile over a "
+            "grid-stride loop (masked loads, 0 past the end), then adds its tile's sum to the output atomically: "
+            "every program adds its part, none overwrites another's.")
 HINT_2T2 = ("row_sum_kernel (TODO task 2.T2 in reduce_triton.py): row_max_kernel with 0 for -inf, + for max and "
             "tl.sum for tl.max; the row starts at x_ptr + row * cols (64-bit).")
 TRITON_SIZES = [1, 31, 32, 33, 1000, 2**16 + 7]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -362,3 +363,175 @@ def test_a_rejected_file_is_named_in_its_tasks_feedback_even_for_a_hidden_case()
     text = feedback(r, sub, root=ROOT)
     assert text.startswith("lessons/01_relu/relu.cu was rejected before building: relu.cu is too large"), text
     assert "a hidden case failed" in text
+
+
+# ----------------------------------------------------------------------------------------------------
+# Issue 15, a learner's second walkthrough: headings, titles, reasons, hints that fit what the failure shows
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_points_table_wraps_titles_at_spaces_never_mid_word() -> None:
+    """Titles such as 'relu_v1_scalar: one thread per element, with a bounds check' were cut to '... a bounds...'."""
+    from cudacourse.grading.results import points_table
+
+    tasks = [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail", "x") for t in course().tasks()]
+    lines = points_table(tasks)
+    text = "\n".join(lines)
+    assert "..." not in text
+    assert any(len(t.title) > 56 for t in tasks)  # (else the test proves nothing)
+    words = " ".join(" ".join(ln.split()) for ln in lines).split()
+    for t in tasks:
+        row = next(i for i, ln in enumerate(lines) if ln.startswith(f"{t.id} "))
+        title = " ".join(lines[row].split()[1:-3])
+        k = row + 1
+        while k < len(lines) and lines[k].startswith(" "):
+            title += " " + lines[k].strip()
+            k += 1
+        assert title == t.title, (title, t.title)
+    assert all(w in words for w in "bounds check".split())
+
+
+def test_not_graded_total_says_why_triton_or_gpu() -> None:
+    """Triton twins not graded because triton is missing were counted as 'need a GPU'."""
+    from cudacourse.grading.results import points_table
+    from cudacourse.triton_track import Status, not_graded_reason
+
+    why = not_graded_reason(Status("missing", None, "the triton package is not installed in this Python (x); "
+                                                    "install it with `make setup EXTRAS=triton`"))
+    twin = TaskResult("1.T1", "01_relu", "twin", 1.0, 0.0, "not-graded", why)
+    speed = TaskResult("1.7", "01_relu", "speed", 2.0, 0.0, "not-graded",
+                       "not graded: needs a GPU (this run uses the CPU simulator; speed is measured on a GPU)")
+    assert points_table([twin])[-1] == "total: 0 / 1 points (1 not graded: triton is not installed (make setup " \
+                                       "EXTRAS=triton))"
+    assert points_table([speed])[-1].endswith("(2 not graded: need a GPU)")
+    both = points_table([speed, twin])[-1]
+    assert "need a GPU" in both and "triton is not installed" in both
+
+
+def test_grade_failure_is_headed_by_title_and_case_in_words() -> None:
+    """'task 1.4 failed: test_relu_backward_kernel[1]: ...' named a raw test id; now the title and the case in
+    words, the raw ids only with --verbose."""
+    from cudacourse.grading.results import fold_tasks
+
+    rec = TestRecord(nodeid="tests/test_01_relu.py::test_relu_backward_kernel[1]", file="t.py", lesson="01_relu",
+                     task="1.4", points=2.0, title="relu_backward: the backward kernel of an autograd.Function",
+                     gpu=False, params={"n": 1}, outcome="failed", exc_type="AssertionError",
+                     message="AssertionError: relu_backward dx (n=1) (task 1.4): 1 of 1 elements differ")
+    (task,) = fold_tasks([rec])
+    assert task.message.startswith("relu backward kernel, n=1: AssertionError: relu_backward dx (n=1)")
+    rec.message = "LaunchError: LaunchError: relu_v1_scalar_kernel<<<(0,1,1), (256,1,1), 0>>> at relu.cu:63"
+    assert fold_tasks([rec])[0].message.startswith("relu backward kernel, n=1: LaunchError: relu_v1_scalar_kernel")
+    out = io.StringIO()
+    reports.print_report(Report("sim", "CPU simulator", "student", [task]), out=out)
+    text = out.getvalue()
+    assert ("task 1.4 failed (relu_backward: the backward kernel of an autograd.Function): relu backward kernel, "
+            "n=1:") in text
+    assert "test_relu_backward_kernel" not in text
+    out = io.StringIO()
+    reports.print_report(Report("sim", "CPU simulator", "student", [task]), verbose=True, out=out)
+    assert "failed test ids: tests/test_01_relu.py::test_relu_backward_kernel[1]" in out.getvalue()
+
+
+LAUNCHER_TAIL = ("relu_v1_scalar y (n=1000) (task 1.1): 232 of 1000 elements differ\n"
+                 "  232 elements were never written (still poison), first at flat index 768, last at 999: does every "
+                 "output element get a thread, and did you implement the TODO?\n"
+                 "  Only the tail is wrong (flat indices 768..999 of 1000), and it was never written: no thread "
+                 "reached it. Check how many threads the launcher starts (a block count that rounds down leaves the "
+                 "tail without threads), and the kernel's loop bound or tail handling.\n"
+                 "  Hint: relu_v1_scalar_kernel (TODO task 1.1): each thread computes its global index")
+
+
+def test_unwritten_tail_blames_a_changed_launcher_not_the_kernel(tmp_path: Path) -> None:
+    """A learner's right kernel with a launcher of n / 256 blocks got the kernel's hint after 'Only the tail is
+    wrong'; an untouched launcher got 'check how many threads the launcher starts'."""
+    body = "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = fmaxf(x[i], 0.0f);"
+    sub, _ = _submission(tmp_path, body)
+    f = tmp_path / "learner/lessons/01_relu/relu.cu"
+    text = f.read_text()
+    given = "relu_v1_scalar_kernel<<<ceil_div(n, kBlock), kBlock>>>(x, y, n);"
+    assert text.count(given) == 2  # the launcher of 1.1 and the misaligned fallback of 1.3
+    i = text.index("void relu_v1_scalar(")
+    f.write_text(text[:i] + text[i:].replace(given, "relu_v1_scalar_kernel<<<n / kBlock, kBlock>>>(x, y, n);", 1))
+    msg = feedback(_result("AssertionError", "AssertionError: " + LAUNCHER_TAIL), sub, root=ROOT)
+    assert "Your launcher differs from the one given" in msg and HINTS["grid"] in msg
+    assert "relu_v1_scalar_kernel (TODO task 1.1)" not in msg and "kernel's loop bound" not in msg
+    # the same failure with the launcher as given: the kernel stops short
+    f.write_text(text)
+    msg = feedback(_result("AssertionError", "AssertionError: " + LAUNCHER_TAIL), sub, root=ROOT)
+    assert "The launcher is the one given (unchanged)" in msg and HINTS["short"] in msg
+    assert HINTS["grid"] not in msg and "Check how many threads the launcher starts" not in msg
+    # the task's message shows another case first (nothing written at n = 33): the tail case still decides the hint
+    other = _result("AssertionError", "AssertionError: " + STUB.replace("1000", "33"), n=33)
+    both = TaskResult("1.1", "01_relu", "relu", 2.0, 0.0, "fail", other.message,
+                      [*other.tests, *_result("AssertionError", "AssertionError: " + LAUNCHER_TAIL).tests])
+    msg = feedback(both, sub, root=ROOT)
+    assert HINTS["short"] in msg and HINTS["grid"] not in msg
+
+
+def test_function_unchanged_ignores_comments_and_spacing(tmp_path: Path) -> None:
+    from cudacourse.grading.feedback import function_unchanged
+
+    sol = ROOT / "solutions/01_relu/relu.cu"
+    mine = tmp_path / "relu.cu"
+    text = (ROOT / "lessons/01_relu/relu.cu").read_text()
+    mine.write_text(text.replace("void relu_v1_scalar(const float* x, float* y, int n) {",
+                                 "void relu_v1_scalar(const float*  x, float* y, int n)   // mine\n{"))
+    assert function_unchanged(mine, sol, "relu_v1_scalar") is True
+    mine.write_text(text.replace("if (n == 0) return;\n    relu_v1_scalar_kernel", "relu_v1_scalar_kernel", 1))
+    assert function_unchanged(mine, sol, "relu_v1_scalar") is False
+    assert function_unchanged(mine, sol, "no_such_launcher") is None
+    assert function_unchanged(mine, tmp_path / "missing.cu", "relu_v1_scalar") is None
+
+
+def _close_message(got: Any, want: Any, **kw: Any) -> str:
+    from cudacourse import check
+
+    with pytest.raises(AssertionError) as e:
+        check.assert_close(got, want, name="y", task="1.3", hint="THE TASK HINT", rtol=0.0, atol=0.0, **kw)
+    return str(e.value)
+
+
+def test_float4_kernel_without_its_tail_is_told_so() -> None:
+    """n < 4 with nothing written was 'is the kernel body still the stub?'; the tail-only failure printed the launcher
+    advice and the float4 hint for a kernel whose float4 part was right."""
+    import torch
+
+    from cudacourse.grading.feedback import choose_hints
+
+    want = torch.arange(1.0, 4.0)
+    msg = _close_message(torch.full((3,), float("nan")), want, vector=4)
+    assert "no whole float4" in msg and "still the stub" not in msg and "THE TASK HINT" not in msg
+    assert "Nothing was written at all" not in msg
+    want = torch.arange(1.0, 1002.0)
+    got = want.clone()
+    got[1000:] = float("nan")
+    msg = _close_message(got, want, vector=4)
+    assert "after the last whole float4" in msg and "The float4 part is right" in msg
+    assert "THE TASK HINT" not in msg and "launcher" not in msg
+    rec = TestRecord("t::test_relu_float4[1001]", "t.py", "01_relu", "1.3", 3.0, "t", False, {"n": 1001}, "failed",
+                     msg, "AssertionError")
+    hints = choose_hints([rec], msg)
+    assert HINTS["grid"] not in hints and HINTS["unwritten"] not in hints and HINTS["bounds"] not in hints
+    # nor from the sizes' pattern (n = 32 and 1000 pass, the odd sizes fail): the diagnosis named the tail part
+    ok = [TestRecord(f"t::test_relu_float4[{n}]", "t.py", "01_relu", "1.3", 3.0, "t", False, {"n": n}, "passed")
+          for n in (32, 1000)]
+    assert HINTS["bounds"] not in choose_hints([rec, *ok], msg)
+    # without vector= (another kernel), the same tail keeps the general advice and the hint
+    msg = _close_message(got, want)
+    assert "Check how many threads the launcher starts" in msg and "THE TASK HINT" in msg
+    # a changed launcher: its diagnosis, not the kernel's hint
+    msg = _close_message(got, want, launcher_given=False)
+    assert "Your launcher differs" in msg and "THE TASK HINT" not in msg
+    msg = _close_message(got, want, launcher_given=True)
+    assert "kernel stops short" in msg and "Check how many threads" not in msg
+
+
+def test_lesson_01_hints_are_directions_not_code() -> None:
+    """The 1.3 hint spelled the solution line by line (reinterpret_cast, fmaxf on .x .y .z .w)."""
+    import test_01_relu as t
+    import test_02_reduce as r
+
+    for hint in (t.HINT_13, t.HINT_16, t.HINT_1T1, t.HINT_1T2, r.HINT_21, r.HINT_24, r.HINT_25, r.HINT_2T1):
+        for code in ("reinterpret_cast", ".x .y", "empty_like", "getCurrentCUDAStream", "tl.maximum", "arange",
+                     "exp(-2", "i % cols", "+=", "s_data[", "out[row] =", "fmaxf", "tl.atomic_add", "range(0,"):
+            assert code not in hint, (code, hint)

@@ -22,6 +22,9 @@ LESSON_TESTS = [les.test_file for les in course(ROOT)]
 
 # Exceptions a stub may fail with: assertion messages from the checks, or a stub's own TODO error.
 CLEAN = {"AssertionError", "Failed"}
+# Lessons where no case of any task may pass on the untouched stub (see the test). The other lessons are not held
+# to it yet (not checked: a check of a given binding or wrapper on a case of its own passes on a stub).
+EVERY_CASE_FAILS = {"test_01_relu.py"}
 
 
 @pytest.mark.xdist_group("stubs")
@@ -49,6 +52,11 @@ def test_untouched_stubs_fail_cleanly(test_file: str, tmp_path: Path) -> None:
     for task, recs in tasks.items():
         if all(rec["gpu"] for rec in recs):
             continue  # speed tasks: not graded on the simulator, failing on a GPU
+        if test_file in EVERY_CASE_FAILS:
+            # A learner's first `make check T=1.1` said "6 failed, 4 passed" for an empty kernel: in these lessons
+            # every case of a task fails on its stub (or is not graded), so "passed" always means work was done.
+            passed = [rec["nodeid"] for rec in recs if rec["outcome"] == "passed"]
+            assert not passed, f"task {task}: cases that pass on the untouched stub: {passed}"
         failed = [rec for rec in recs if rec["outcome"] == "failed"]
         assert failed, f"task {task} earns points on the untouched stub: no test of it failed"
         for rec in failed:

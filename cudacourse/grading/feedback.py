@@ -38,6 +38,8 @@ HINTS = {
              "index you access must be the one your check tests).",
     "grid": "Hint: the elements at the tail were never written, so no thread reached them: check the launcher's "
             "grid size (a number of blocks that rounds down leaves the tail without threads).",
+    "short": "Hint: the elements at the tail were never written, and the launcher is the one given: the kernel "
+             "stops short of them (check its loop and its bound).",
     "launch": "Hint: the launcher line named above launches an empty grid for this n: check the launcher's grid "
               "size for sizes smaller than one block.",
     "race": "Hint: a thread read shared memory another thread writes without a barrier in between: put "
@@ -86,6 +88,39 @@ def has_bounds_check(path: Path, line: int) -> bool:
     body = "\n".join(lines[start:line])
     body = re.sub(r"//[^\n]*", "", body)  # the TODO comment itself says "if i < n"
     return bool(_BOUNDS_CHECK.search(body))
+
+
+def function_text(source: str, name: str) -> str | None:
+    """The code of the global-scope function ``name`` in C++ ``source`` (from its ``void name(`` line to its
+    closing brace), without comments and whitespace; ``None`` if there is none."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", source, flags=re.S)
+    m = re.search(r"^void\s+" + re.escape(name) + r"\s*\(", code, flags=re.M)
+    if m is None:
+        return None
+    start = code.find("{", m.end())
+    depth, i = 0, start
+    while 0 <= i < len(code):
+        depth += {"{": 1, "}": -1}.get(code[i], 0)
+        if depth == 0:
+            return re.sub(r"\s+", "", code[m.start():i + 1])
+        i += 1
+    return None
+
+
+def function_unchanged(learner: Path, solution: Path, name: str) -> bool | None:
+    """Whether function ``name`` in the learner's file reads as in the stub derived from ``solution`` (the course
+    gives it complete: a launcher); ``None`` when either file or the function is missing."""
+    from cudacourse import stubs
+
+    try:
+        mine = function_text(learner.read_text(errors="replace"), name)
+        given_text = stubs.expected(solution)
+    except Exception:  # noqa: BLE001 - no solution to compare with (a grader's worker), unreadable, bad markers
+        return None
+    given = function_text(given_text if isinstance(given_text, str) else given_text.decode(errors="replace"), name)
+    if mine is None or given is None:
+        return None
+    return mine == given
 
 
 def solution_lines(root: Path | None, lesson: str) -> set[str]:
@@ -176,11 +211,14 @@ def complete_compile_errors(results: list[TaskResult]) -> None:
                            lambda _m, whole=whole: whole, r.message, count=1)
 
 
-def choose_hints(recs: list[TestRecord], message: str, bounds_checked: bool = False) -> list[str]:
+def choose_hints(recs: list[TestRecord], message: str, bounds_checked: bool = False,
+                 launcher_given: bool | None = None) -> list[str]:
     """The hints that apply to a failed task, from its failures' types, messages and sizes.
 
     ``bounds_checked``: the kernel that wrote out of bounds already has a bounds check, so the hint is about
-    the index arithmetic, not about adding a check."""
+    the index arithmetic, not about adding a check. ``launcher_given``: the failing launcher is the course's own,
+    unchanged (``True``), changed (``False``) or not known: an unwritten tail then points at the kernel, not at
+    the launcher's grid."""
     failed = [r for r in recs if r.outcome == "failed" and r.exc_type != "NotRun"]
     passed = [r for r in recs if r.outcome == "passed"]
     text = (message + "\n" + "\n".join(r.exc_type + " " + r.message for r in failed)).lower()
@@ -204,9 +242,13 @@ def choose_hints(recs: list[TestRecord], message: str, bounds_checked: bool = Fa
         add("index" if bounds_checked else "bounds")
     if "a grid or block dimension is 0" in text:
         add("launch")
+    # check.assert_close(vector=4) said the float4 part is right and named the tail part: no launcher or bounds hint
+    vector_tail = "after the last whole" in text or "there is no whole" in text
     tail_unwritten = "never written" in text and "only the tail is wrong" in text and not stub
-    if tail_unwritten and not oob:
-        add("grid")
+    if vector_tail:
+        pass
+    elif tail_unwritten and not oob:
+        add("short" if launcher_given else "grid")
     elif "only the tail is wrong" in text and not oob:
         add("bounds")
     if "raceerror" in text or " race" in text:
@@ -217,7 +259,7 @@ def choose_hints(recs: list[TestRecord], message: str, bounds_checked: bool = Fa
         add("timeout")
     if "was modified by the kernel" in text:
         add("mutation")
-    if "never written" in text and not stub and not tail_unwritten and not oob:
+    if "never written" in text and not stub and not tail_unwritten and not oob and not vector_tail:
         add("unwritten")
     if any(r.exc_type in ("Crash",) for r in failed):
         add("crash")
@@ -225,7 +267,7 @@ def choose_hints(recs: list[TestRecord], message: str, bounds_checked: bool = Fa
     f_sizes = [s for r in failed for s in _int_sizes(r.params)]
     p_sizes = [s for r in passed for s in _int_sizes(r.params)]
     if (f_sizes and p_sizes and all(s % 32 for s in f_sizes) and any(s % 32 == 0 for s in p_sizes)
-            and not stub and not {"index", "grid", "launch"} & set(keys)):
+            and not stub and not vector_tail and not {"index", "grid", "launch", "short"} & set(keys)):
         add("bounds")
     hidden_failed = [r for r in failed if "/hidden/" in r.file.replace("\\", "/")]
     public_failed = [r for r in failed if r not in hidden_failed]
@@ -247,6 +289,30 @@ def _oob_bounds_checked(msg: str, lesson: str, sub: Submission, root: Path | Non
         return False
     folder = base / ("solutions" if sub.impl == "solution" and sub.source is None else "lessons") / lesson
     return has_bounds_check(folder / name, line)
+
+
+_LAUNCHER_TAIL = ("Check how many threads the launcher starts (a block count that rounds down leaves the tail without "
+                  "threads), and the kernel's loop bound or tail handling.")  # check.assert_close, launcher not known
+
+
+def _launcher_given(recs: list[TestRecord], lesson: str, sub: Submission, root: Path | None) -> bool | None:
+    """Whether the launcher a failed case called (the first word of its check's message, e.g. ``relu_v1_scalar``)
+    is the course's own, unchanged, in the learner's files; ``None`` when that cannot be told."""
+    base = sub.source if sub.source is not None else root
+    if base is None or root is None:
+        return None
+    folder = base / ("solutions" if sub.impl == "solution" and sub.source is None else "lessons") / lesson
+    for r in recs:
+        if r.outcome != "failed":
+            continue
+        m = re.match(r"(?:\w+: )?([A-Za-z_]\w*) ", r.message)
+        if m is None:
+            continue
+        for f in sorted(folder.glob("*.cu")):
+            known = function_unchanged(f, root / "solutions" / lesson / f.name, m.group(1))
+            if known is not None:
+                return known
+    return None
 
 
 def feedback(result: TaskResult, sub: Submission, hidden_feedback: str = "brief", root: Path | None = None) -> str:
@@ -277,7 +343,17 @@ def feedback(result: TaskResult, sub: Submission, hidden_feedback: str = "brief"
     if checked:
         msg = msg.replace(_SIM_GUARD, "Your kernel has a bounds check: check the index arithmetic.")
     msg = _SIM_GRID_EXAMPLE.sub("", msg)
-    hints = choose_hints(recs, msg, bounds_checked=checked)
+    # (any failed case's message: the first failure shown may be another size's, e.g. an empty grid at n = 1)
+    told = "\n".join([msg, *(r.message for r in failed)])
+    given = _launcher_given(recs, result.lesson, sub, root) if _LAUNCHER_TAIL in told else None
+    if given is True:
+        msg = msg.replace(_LAUNCHER_TAIL, "The launcher is the one given (unchanged), so the kernel stops short of "
+                                          "these elements: check its loop or its bound.")
+    elif given is False:  # the launcher it is: the task's hint (about the kernel body) does not fit
+        msg = msg.replace(_LAUNCHER_TAIL, "Your launcher differs from the one given: check how many threads it "
+                                          "starts (a block count that rounds down leaves the tail without threads).")
+        msg = "\n".join(ln for ln in msg.splitlines() if not ln.strip().startswith("Hint:"))
+    hints = choose_hints(recs, msg, bounds_checked=checked, launcher_given=given)
     msg = remove_answers(display_paths(msg, sub, root), result.lesson, root)
     msg = trim_message(msg, lines=16, chars=2400)
     hints = [h for h in hints if h.split(":", 1)[1].strip()[:40].lower() not in msg.lower()]

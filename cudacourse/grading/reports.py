@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cudacourse.grading.feedback import compile_error_key
-from cudacourse.grading.results import TaskResult, format_points, points_table
+from cudacourse.grading.results import TaskResult, format_points, not_graded_why, points_table
 
 NOT_STARTED = "not started"  # the message of every task of a lesson whose exercise files are untouched
 
@@ -106,7 +106,7 @@ def markdown_report(rep: Report) -> str:
     title = f"# Grading report{': ' + rep.name if rep.name else ''}"
     lines = [title, "",
              f"**{format_points(earned)} / {format_points(possible)} points**"
-             + (f" ({format_points(ng)} not graded here: they need a GPU)" if ng else ""), "",
+             + (f" ({format_points(ng)} not graded here: {not_graded_why(rep.tasks)})" if ng else ""), "",
              f"Backend `{rep.backend}` ({rep.device}); inputs drawn with `CUDA_COURSE_SEED={rep.seed}` "
              f"(replay: `CUDA_COURSE_SEED={rep.seed} python -m pytest tests/`).", "",
              f"Confinement of the graded code: {rep.confinement}.", ""]
@@ -135,7 +135,7 @@ def markdown_report(rep: Report) -> str:
     ungraded = [t for t in rep.tasks if t.status == "not-graded"]
     if ungraded:
         lines += ["", "Not graded on this machine: " + ", ".join(f"task {t.id}" for t in ungraded)
-                  + " (speed tasks need a GPU)."]
+                  + f" ({not_graded_why(rep.tasks)})."]
     return "\n".join(lines) + "\n"
 
 
@@ -175,7 +175,13 @@ def print_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
             print(f"{what}, blocks task{'s' if len(ids) > 1 else ''} {', '.join(ids)}:", file=out)
         body = lines if verbose else lines[:6]
         more = "" if verbose or len(lines) <= 6 else f"\n    ... ({len(lines) - 6} more lines: --verbose)"
-        print(f"task {t.id} failed: " + "\n    ".join(body) + more, file=out)
+        # headed by the task's title; the message starts with the case in words (results.case_words); the raw
+        # test ids only with --verbose
+        print(f"task {t.id} failed ({t.title}): " + "\n    ".join(body) + more, file=out)
+        if verbose:
+            ids = [r.nodeid for r in t.tests if r.outcome in ("failed", "not-run")]
+            if ids:
+                print("    failed test ids: " + ", ".join(ids), file=out)
     for r in rep.rejected:
         print(f"REJECTED: {r}", file=out)
     for e in rep.errors:

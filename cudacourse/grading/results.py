@@ -5,6 +5,8 @@ Shared by the pytest plugin (which writes records) and the grader (which folds t
 
 from __future__ import annotations
 
+import re
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +45,24 @@ def trim_message(text: str, lines: int = _MSG_LINES, chars: int = _MSG_CHARS) ->
     if len(text) > chars:
         text, cut = text[:chars], True
     return text + ("\n[...]" if cut else "")
+
+
+def _value_words(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "x".join(str(e) for e in v)
+    return str(v)
+
+
+def case_words(nodeid: str, params: dict[str, Any] | None = None) -> str:
+    """A test case in words for a learner: ``tests/test_01_relu.py::test_relu_scalar[31]`` with params
+    ``{"n": 31}`` is ``relu scalar, n=31``; ``test_relu_backward_autograd[shape2]`` with ``{"shape": [17, 61]}``
+    is ``relu backward autograd, shape=17x61``. (The raw id is for ``--verbose``.)"""
+    name = nodeid.split("::")[-1]
+    base = name.split("[", 1)[0].removeprefix("test_").replace("_", " ").strip()
+    if params:
+        return f"{base}, " + ", ".join(f"{k}={_value_words(v)}" for k, v in params.items())
+    inside = name[len(name.split("[", 1)[0]):]
+    return base + (f", case {inside.strip('[]')}" if inside else "")
 
 
 @dataclass
@@ -84,8 +104,9 @@ def fold_tasks(records: list[TestRecord]) -> list[TaskResult]:
         if failed:
             status = "fail"
             first = failed[0]
-            case = first.nodeid.split("::", 1)[-1]
-            msg = f"{case}: {first.message}" if first.message else f"{case}: failed"
+            case = case_words(first.nodeid, first.params)
+            text = re.sub(r"^(\w+): \1: ", r"\1: ", first.message)  # ("LaunchError: LaunchError: ..." once)
+            msg = f"{case}: {text}" if text else f"{case}: failed"
             real = [r for r in failed if r.exc_type != "NotRun"]
             if len(failed) > 1:
                 msg += f"\n({len(real)} of {len(recs)} cases failed" + (
@@ -107,8 +128,29 @@ def format_points(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
+def not_graded_why(tasks: list[TaskResult]) -> str:
+    """Why the not-graded tasks among ``tasks`` were not graded, in a few words for the total line: "need a GPU"
+    (speed tasks on the simulator), "triton is not installed (make setup EXTRAS=triton)" (the Triton twins), or
+    both. The reason comes from each task's message (the skip reason of its tests)."""
+    reasons: list[str] = []
+    for t in tasks:
+        if t.status != "not-graded":
+            continue
+        low = t.message.lower()
+        if "triton package is not installed" in low:
+            why = "triton is not installed (make setup EXTRAS=triton)"
+        elif "triton track cannot run here" in low:
+            why = "the Triton track cannot run here (make doctor says why)"
+        else:
+            why = "need a GPU"
+        if why not in reasons:
+            reasons.append(why)
+    return "; ".join(reasons)
+
+
 def points_table(tasks: list[TaskResult]) -> list[str]:
-    """Lines of the points table (one block per lesson, a total line)."""
+    """Lines of the points table (one block per lesson, a total line). A title longer than the column wraps
+    at a space onto the next lines (never cut mid-word)."""
     if not tasks:
         return []
     w_id = max(4, *(len(t.id) for t in tasks))
@@ -119,14 +161,15 @@ def points_table(tasks: list[TaskResult]) -> list[str]:
         if t.lesson != lesson:
             lesson = t.lesson
             lines.append(f"-- {lesson} " + "-" * max(0, w_id + w_title + 24 - len(lesson)))
-        title = t.title if len(t.title) <= w_title else t.title[: w_title - 3] + "..."
-        lines.append(f"{t.id:<{w_id}}  {title:<{w_title}}  {format_points(t.points):>6}  "
+        parts = textwrap.wrap(t.title, w_title, break_long_words=False, break_on_hyphens=False) or [""]
+        lines.append(f"{t.id:<{w_id}}  {parts[0]:<{w_title}}  {format_points(t.points):>6}  "
                      f"{format_points(t.earned):>6}  {t.status}")
+        lines += [f"{'':<{w_id}}  {p}" for p in parts[1:]]
     earned = sum(t.earned for t in tasks)
     possible = sum(t.points for t in tasks)
     ng = sum(t.points for t in tasks if t.status == "not-graded")
     lines.append(f"total: {format_points(earned)} / {format_points(possible)} points"
-                 + (f" ({format_points(ng)} not graded: need a GPU)" if ng else ""))
+                 + (f" ({format_points(ng)} not graded: {not_graded_why(tasks)})" if ng else ""))
     return lines
 
 
