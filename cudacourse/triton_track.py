@@ -9,8 +9,12 @@ in ``triton_files``; stubs are derived from ``solutions/`` like every exercise f
 Where a twin runs:
 
 - on a GPU (backend ``cuda``): compiled by Triton. Each kernel carries ``@triton.autotune`` over the
-  block sizes and warp counts that :func:`configs` lists; the first call for each new size times them all
-  and keeps the fastest, which :func:`chosen` names. :func:`load` sets ``TRITON_PRINT_AUTOTUNING=1`` (unless
+  block sizes and warp counts that :func:`configs` lists; the first call for each new *size class* times them
+  all and keeps the fastest, which :func:`chosen` names. The autotuner's key is not the size itself but
+  :func:`size_class` of it, an extra kernel argument the wrapper computes (a power of two, with one class for
+  every size below a floor): keyed on the exact size, each ragged size of a graded test re-timed every config
+  (21-30 s per twin task on an H100); keyed on the class, a test run tunes a few times, and the bench's large
+  sizes (classes of their own) are still tuned for exactly their class. :func:`load` sets ``TRITON_PRINT_AUTOTUNING=1`` (unless
   set), so each autotuning prints the config it kept; ``make bench`` prints it too, with the time it took;
 - on the CPU (backend ``sim``): Triton's interpreter runs the same kernels with numpy, one program after
   another. :func:`load` sets ``TRITON_INTERPRET=1`` before it imports the file, and :func:`configs` then
@@ -116,6 +120,21 @@ def configs(interpreter: dict[str, Any], **space: Sequence[Any]) -> list[Any]:
         return [make(interpreter)]
     names = list(space)
     return [make(dict(zip(names, combo, strict=True))) for combo in itertools.product(*(space[k] for k in names))]
+
+
+def size_class(n: int, floor: int = 2**20) -> int:
+    """The autotuning key of a size ``n``: the power of two at or above it, and ``floor`` for every size up to
+    ``floor``. ``size_class(1000) == size_class(1) == 2**20``; ``size_class(2**20 + 3) == 2**21``.
+
+    A twin's wrapper passes it as an extra kernel argument named in ``@triton.autotune(key=[...])``, so sizes of
+    one class share one tuning (the first call of the class times the configs, later calls reuse the winner).
+    The floor is where every config is about as fast (launch-bound sizes: one class). Pure Python: it does not
+    import triton. Raises ``ValueError`` for a negative size or a floor that is not a power of two."""
+    if n < 0:
+        raise ValueError(f"size_class(): the size must be >= 0, got {n}")
+    if floor < 1 or floor & (floor - 1):
+        raise ValueError(f"size_class(): the floor must be a power of two, got {floor}")
+    return max(floor, 1 << max(n - 1, 0).bit_length())
 
 
 def chosen(kernel: Any) -> str:

@@ -80,6 +80,23 @@ def test_configs_tune_on_a_gpu_and_fix_one_on_the_interpreter(monkeypatch: pytes
         triton_track.configs({"BLOCK": 64})
 
 
+def test_size_class_groups_sizes_into_few_tunings() -> None:
+    """The autotuners' key: one class below the floor, then the power of two at or above the size, so the ragged
+    sizes of a graded test share a few tunings while the bench's large sizes keep classes of their own."""
+    sc = triton_track.size_class
+    assert {sc(n) for n in (0, 1, 31, 33, 1000, 3 * 1024 + 5, 2**14 + 3, 2**20)} == {2**20}
+    assert (sc(2**20 + 1), sc(2**21), sc(2**24 + 1), sc(2**28)) == (2**21, 2**21, 2**25, 2**28)
+    assert (sc(1, 1024), sc(1000, 1024), sc(1025, 1024), sc(4099, 1024), sc(4096, 1024)) == (1024, 1024, 2048, 8192,
+                                                                                              4096)
+    # the twin tests' sizes on a GPU: few classes, so few tunings (each times every config once)
+    relu_sizes = [1, 31, 32, 33, 1000, 3 * 1024 + 5, 2**14 + 3, 2**20 + 3, 2**24 + 1]
+    assert len({sc(n) for n in relu_sizes}) == 3
+    with pytest.raises(ValueError, match="floor must be a power of two"):
+        sc(5, 1000)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        sc(-1)
+
+
 def test_check_tensors_names_the_parameter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     x, y = torch.zeros(8), torch.zeros(8)
@@ -224,7 +241,7 @@ def test_while_grading_a_twin_runs_in_the_torch_worker_under_the_torch_guard(tmp
     sol = ROOT / "solutions" / "01_relu" / "relu_triton.py"
     cheat = tmp_path / "cheat" / "relu_triton.py"
     cheat.parent.mkdir()
-    old = 'relu_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n)'
+    old = 'relu_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n, size_class(n))'
     assert sol.read_text().count(old) == 1
     cheat.write_text(sol.read_text().replace(old, "y.copy_(torch.relu(x))"))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
