@@ -14,8 +14,9 @@ Where a twin runs:
   :func:`size_class` of it, an extra kernel argument the wrapper computes (a power of two, with one class for
   every size below a floor): keyed on the exact size, each ragged size of a graded test re-timed every config
   (21-30 s per twin task on an H100); keyed on the class, a test run tunes a few times, and the bench's large
-  sizes (classes of their own) are still tuned for exactly their class. :func:`load` sets ``TRITON_PRINT_AUTOTUNING=1`` (unless
-  set), so each autotuning prints the config it kept; ``make bench`` prints it too, with the time it took;
+  sizes (classes of their own) are still tuned for exactly their class. :func:`load` sets
+  ``TRITON_PRINT_AUTOTUNING=1`` (unless set), so each autotuning prints the config it kept; ``make bench``
+  prints it too, with the time it took;
 - on the CPU (backend ``sim``): Triton's interpreter runs the same kernels with numpy, one program after
   another. :func:`load` sets ``TRITON_INTERPRET=1`` before it imports the file, and :func:`configs` then
   keeps one fixed configuration (timing configurations on the interpreter would say nothing about a GPU);
