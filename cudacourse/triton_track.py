@@ -100,13 +100,15 @@ def interpreting() -> bool:
     return os.environ.get(_INTERPRET, "0") == "1"
 
 
-def configs(interpreter: dict[str, Any], **space: Sequence[Any]) -> list[Any]:
+def configs(interpreter: dict[str, Any], keep: Callable[[dict[str, Any]], bool] | None = None,
+            **space: Sequence[Any]) -> list[Any]:
     """The ``triton.Config`` list of a kernel's ``@triton.autotune``.
 
     ``space`` maps each tuned name to its candidates: constexpr arguments of the kernel (``BLOCK=[1024,
-    4096]``) and the launch options ``num_warps`` / ``num_stages``; every combination is one config. Under the
-    interpreter only ``interpreter`` (one fixed config, same keys) is returned: the autotuner then has nothing
-    to time. ``configs({"BLOCK": 1024}, BLOCK=[1024, 4096], num_warps=[4, 8])`` is 4 configs on a GPU.
+    4096]``) and the launch options ``num_warps`` / ``num_stages``; every combination is one config, unless
+    ``keep`` (given a combination as a dict) returns False for it. Under the interpreter only ``interpreter``
+    (one fixed config, same keys) is returned: the autotuner then has nothing to time.
+    ``configs({"BLOCK": 1024}, BLOCK=[1024, 4096], num_warps=[4, 8])`` is 4 configs on a GPU.
     """
     import triton
 
@@ -120,7 +122,11 @@ def configs(interpreter: dict[str, Any], **space: Sequence[Any]) -> list[Any]:
         _fix_interpreter_index()  # (also in a worker process, which imports the twin without load())
         return [make(interpreter)]
     names = list(space)
-    return [make(dict(zip(names, combo, strict=True))) for combo in itertools.product(*(space[k] for k in names))]
+    combos = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(space[k] for k in names))]
+    kept = [make(c) for c in combos if keep is None or keep(c)]
+    if not kept:
+        raise ValueError("configs(): keep() refused every combination; keep at least one")
+    return kept
 
 
 def size_class(n: int, floor: int = 2**20) -> int:
@@ -299,18 +305,21 @@ def twin_or_not_graded(lesson: str, file: str | None = None) -> ModuleType:
 # ----------------------------------------------------------------------------------------------------
 
 
-def bench_twin(m: Any) -> tuple[ModuleType | None, str]:
+def bench_twin(m: Any, file: str | None = None) -> tuple[ModuleType | None, str]:
     """(the Triton twin of the lesson module ``m`` that ``make bench`` times, compiled; or None and why not).
 
-    The twin comes from the folder ``m`` was loaded from (``solutions/`` for ``make bench``)."""
+    The twin comes from the folder ``m`` was loaded from (``solutions/`` for ``make bench``); ``file`` picks one
+    of the lesson's ``triton_files`` (default: its first)."""
     from cudacourse import settings
     from cudacourse.course import course as course_model
 
     info = course_model(settings.current().root).lesson(m.name)
     if not info.triton_files:
         return None, f"lesson {info.id} has no Triton twin"
+    if file is not None and file not in info.triton_files:
+        return None, f"lesson {info.id}: {file!r} is not one of its triton_files ({', '.join(info.triton_files)})"
     try:
-        return load(m.dir / info.triton_files[0], backend=m.backend), ""
+        return load(m.dir / (file or info.triton_files[0]), backend=m.backend), ""
     except Exception as e:  # noqa: BLE001 - the bench keeps its other rows and says why these are missing
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
 
