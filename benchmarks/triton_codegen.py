@@ -21,8 +21,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FLOAT_ARGS = {"a", "eps"}  # scalar float arguments of the twins' kernels; other scalars are int32
-PICK = {"BLOCK": 4096, "num_warps": 8}  # the configuration compiled (the first one with these values)
+# scalar float arguments of the twins' kernels; other scalars are int32
+FLOAT_ARGS = {"a", "eps", "qk_scale", "inv_count", "lr", "beta1", "beta2", "weight_decay", "step_size",
+              "inv_bc2_sqrt"}
+INT_POINTERS = {"labels_ptr"}  # int32 pointers; other pointers are float32
+PICK = {"BLOCK": 4096, "num_warps": 8}  # the configuration compiled (the first one with these values) ...
+# ... or, for the tiled kernels, the first one with these (an autotuner on an H100 may keep another: `make bench`
+# prints the one it kept)
+PICK_BY_KERNEL = {"sgemm_kernel": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8},
+                  "attention_flash_kernel": {"BQ": 64, "BK": 64}}
+EXTRA_CONSTEXPRS = {"NPROG": 528, "GROUP_M": 8, "BLOCK_D": 64}  # constexprs the wrappers pass (not tuned)
 
 
 def kernels(path: Path) -> list[tuple[str, object]]:
@@ -35,23 +43,25 @@ def kernels(path: Path) -> list[tuple[str, object]]:
     return [(n, v) for n, v in vars(mod).items() if isinstance(v, Autotuner)]
 
 
-def pick_config(configs: list) -> object:
-    """The config compiled: the first with BLOCK=4096 and 8 warps, else the first with BLOCK=4096, else the first."""
-    for want in (PICK, {"BLOCK": PICK["BLOCK"]}):
+def pick_config(configs: list, name: str = "") -> object:
+    """The config compiled: for kernel ``name`` in PICK_BY_KERNEL the first matching it; else the first with
+    BLOCK=4096 and 8 warps, else the first with BLOCK=4096, else the first."""
+    wants = [PICK_BY_KERNEL[name]] if name in PICK_BY_KERNEL else [PICK, {"BLOCK": PICK["BLOCK"]}]
+    for want in wants:
         for c in configs:
             if all(c.kwargs.get(k, getattr(c, k, None)) == v for k, v in want.items()):
                 return c
     return configs[0]
 
 
-def compile_one(tuner: object, aligned: bool, extra_constexprs: dict) -> tuple[str, object]:
+def compile_one(tuner: object, aligned: bool, extra_constexprs: dict, name: str = "") -> tuple[str, object]:
     """PTX and the compiled kernel of ``tuner``'s picked config, with or without the 16-divisibility hints."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fn = tuner.fn
-    cfg = pick_config(tuner.configs)
+    cfg = pick_config(tuner.configs, name)
     params = list(inspect.signature(fn.fn).parameters)
     constexprs = {**extra_constexprs, **cfg.kwargs}
     sig, attrs = {}, {}
@@ -59,7 +69,7 @@ def compile_one(tuner: object, aligned: bool, extra_constexprs: dict) -> tuple[s
         if p in constexprs:
             sig[p] = "constexpr"
         elif p.endswith("_ptr"):
-            sig[p] = "*fp32"
+            sig[p] = "*i32" if p in INT_POINTERS else "*fp32"
             if aligned:
                 attrs[(i,)] = [["tt.divisibility", 16]]
         elif p in FLOAT_ARGS:
@@ -76,7 +86,9 @@ def compile_one(tuner: object, aligned: bool, extra_constexprs: dict) -> tuple[s
 
 
 def summary(ptx: str, k: object) -> str:
-    """One line: global load/store widths, shuffles, barriers, shared memory, atomics."""
+    """One line: global load/store widths, shuffles, barriers, shared memory, atomics, and for the tiled kernels
+    the float32 FMAs (a tl.dot in "ieee" precision) and asynchronous global-to-shared copies (cp.async: the
+    pipelining of num_stages)."""
     def widths(op: str) -> str:
         found = sorted(set(re.findall(rf"\b{op}\.global(?:\.\w+)*?(\.v[248])?\.[bfu]32\b", ptx)))
         return "/".join({"": "4 B", ".v2": "8 B", ".v4": "16 B", ".v8": "32 B"}[w] for w in found) or "none"
@@ -84,8 +96,12 @@ def summary(ptx: str, k: object) -> str:
     bar = len(re.findall(r"\bbar\.sync|\bbarrier\.sync", ptx))
     atom = len(re.findall(r"\b(?:atom|red)\.global", ptx))
     smem = getattr(k.metadata, "shared", 0)
+    fma = len(re.findall(r"\bfma\.rn\.f32", ptx))
+    cp_async = len(re.findall(r"\bcp\.async\.(?:ca|cg)", ptx))
+    mma = len(re.findall(r"\b(?:mma\.sync|wgmma\.mma_async)", ptx))
+    tiled = f"; fma.rn.f32 {fma}, cp.async {cp_async}, mma {mma}" if (cp_async or mma) else ""
     return (f"loads {widths('ld')}, stores {widths('st')}; shfl.sync {shfl}, bar.sync {bar}, shared memory {smem} B, "
-            f"global atomics {atom}")
+            f"global atomics {atom}{tiled}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,11 +123,12 @@ def main(argv: list[str] | None = None) -> int:
             path = c.kernel_dir(les.id, args.impl) / f
             print(f"\n{les.id}/{f}")
             for name, tuner in kernels(path):
-                cfg = pick_config(tuner.configs)
-                extra = {"NPROG": 528} if "NPROG" in inspect.signature(tuner.fn.fn).parameters else {}
+                cfg = pick_config(tuner.configs, name)
+                params = inspect.signature(tuner.fn.fn).parameters
+                extra = {k: v for k, v in EXTRA_CONSTEXPRS.items() if k in params}
                 conf = ", ".join(f"{k}={v}" for k, v in {**cfg.kwargs, **extra}.items())
                 for aligned in (True, False):
-                    ptx, k = compile_one(tuner, aligned, extra)
+                    ptx, k = compile_one(tuner, aligned, extra, name)
                     what = "aligned, ints % 16 == 0" if aligned else "no alignment known    "
                     print(f"  {name} [{conf}, num_warps={cfg.num_warps}] {what}: {summary(ptx, k)}")
     return 0
