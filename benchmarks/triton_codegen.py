@@ -3,7 +3,8 @@
 For every autotuned kernel of every ``solutions/NN_topic/*_triton.py`` (or ``lessons/`` with ``--impl student``),
 this compiles one configuration to PTX and SASS-ready cubin (Triton's bundled ptxas; no driver) and prints what the
 explainers' "The same kernels in Triton" sections cite: the width of the global loads and stores, the warp
-shuffles, barriers and shared memory the compiler added, and the atomics. Each kernel is compiled twice where it
+shuffles, barriers and shared memory the compiler added, the atomics, the float32 FMAs and cp.async copies of the
+tiled kernels, and the rounding of divisions and square roots. Each kernel is compiled twice where it
 matters: with its pointers 16-byte aligned and its integer arguments multiples of 16 (how Triton specializes a
 call whose arguments are), and without.
 
@@ -100,8 +101,11 @@ def summary(ptx: str, k: object) -> str:
     cp_async = len(re.findall(r"\bcp\.async\.(?:ca|cg)", ptx))
     mma = len(re.findall(r"\b(?:mma\.sync|wgmma\.mma_async)", ptx))
     tiled = f"; fma.rn.f32 {fma}, cp.async {cp_async}, mma {mma}" if (cp_async or mma) else ""
+    # float32 divisions and square roots: .rn rounds as CUDA's / and sqrtf; .full / .approx are Triton's defaults
+    forms = sorted(set(re.findall(r"\b((?:div|sqrt)\.[a-z.]+\.f32)", ptx)))
+    rounding = f"; {' '.join(forms)}" if forms else ""
     return (f"loads {widths('ld')}, stores {widths('st')}; shfl.sync {shfl}, bar.sync {bar}, shared memory {smem} B, "
-            f"global atomics {atom}{tiled}")
+            f"global atomics {atom}{tiled}{rounding}")
 
 
 def main(argv: list[str] | None = None) -> int:
