@@ -27,9 +27,9 @@ FLOAT_ARGS = {"a", "eps", "qk_scale", "inv_count", "lr", "beta1", "beta2", "weig
               "inv_bc2_sqrt"}
 INT_POINTERS = {"labels_ptr"}  # int32 pointers; other pointers are float32
 PICK = {"BLOCK": 4096, "num_warps": 8}  # the configuration compiled (the first one with these values) ...
-# ... or, for the tiled kernels, the first one with these (an autotuner on an H100 may keep another: `make bench`
-# prints the one it kept)
-PICK_BY_KERNEL = {"sgemm_kernel": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8},
+# ... or, for the tiled kernels, the first one with these: the configs the H100 kept in
+# results/nvidia-h100-80gb-hbm3/triton_twins/results.md (sgemm at 2048^3 and 4096^3, attention at d = 64)
+PICK_BY_KERNEL = {"sgemm_kernel": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8},
                   "attention_flash_kernel": {"BQ": 64, "BK": 64}}
 EXTRA_CONSTEXPRS = {"NPROG": 528, "GROUP_M": 8, "BLOCK_D": 64}  # constexprs the wrappers pass (not tuned)
 
@@ -98,9 +98,11 @@ def summary(ptx: str, k: object) -> str:
     atom = len(re.findall(r"\b(?:atom|red)\.global", ptx))
     smem = getattr(k.metadata, "shared", 0)
     fma = len(re.findall(r"\bfma\.rn\.f32", ptx))
-    cp_async = len(re.findall(r"\bcp\.async\.(?:ca|cg)", ptx))
+    copies = re.findall(r"\bcp\.async\.(?:ca|cg)\.shared\.global\s*\[[^\]]*\],\s*\[[^\]]*\],\s*(0x[0-9a-f]+|\d+)", ptx)
+    sizes = "/".join(f"{n} B" for n in sorted({int(c, 0) for c in copies}))
+    cp_async = f"{len(copies)} ({sizes})" if copies else "0"
     mma = len(re.findall(r"\b(?:mma\.sync|wgmma\.mma_async)", ptx))
-    tiled = f"; fma.rn.f32 {fma}, cp.async {cp_async}, mma {mma}" if (cp_async or mma) else ""
+    tiled = f"; fma.rn.f32 {fma}, cp.async {cp_async}, mma {mma}" if (copies or mma) else ""
     # float32 divisions and square roots: .rn rounds as CUDA's / and sqrtf; .full / .approx are Triton's defaults
     forms = sorted(set(re.findall(r"\b((?:div|sqrt)\.[a-z.]+\.f32)", ptx)))
     rounding = f"; {' '.join(forms)}" if forms else ""
