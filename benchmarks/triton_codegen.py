@@ -3,7 +3,8 @@
 For every autotuned kernel of every ``solutions/NN_topic/*_triton.py`` (or ``lessons/`` with ``--impl student``),
 this compiles one configuration to PTX and SASS-ready cubin (Triton's bundled ptxas; no driver) and prints what the
 explainers' "The same kernels in Triton" sections cite: the width of the global loads and stores, the warp
-shuffles, barriers and shared memory the compiler added, and the atomics. Each kernel is compiled twice where it
+shuffles, barriers and shared memory the compiler added, the atomics, the float32 FMAs and cp.async copies of the
+tiled kernels, and the rounding of divisions and square roots. Each kernel is compiled twice where it
 matters: with its pointers 16-byte aligned and its integer arguments multiples of 16 (how Triton specializes a
 call whose arguments are), and without.
 
@@ -21,8 +22,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FLOAT_ARGS = {"a", "eps"}  # scalar float arguments of the twins' kernels; other scalars are int32
-PICK = {"BLOCK": 4096, "num_warps": 8}  # the configuration compiled (the first one with these values)
+# scalar float arguments of the twins' kernels; other scalars are int32
+FLOAT_ARGS = {"a", "eps", "qk_scale", "inv_count", "lr", "beta1", "beta2", "weight_decay", "step_size",
+              "inv_bc2_sqrt"}
+INT_POINTERS = {"labels_ptr"}  # int32 pointers; other pointers are float32
+PICK = {"BLOCK": 4096, "num_warps": 8}  # the configuration compiled (the first one with these values) ...
+# ... or, for the tiled kernels, the first one with these: the configs the H100 kept in
+# results/nvidia-h100-80gb-hbm3/triton_twins/results.md (sgemm at 2048^3 and 4096^3, attention at d = 64)
+PICK_BY_KERNEL = {"sgemm_kernel": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8},
+                  "attention_flash_kernel": {"BQ": 64, "BK": 64}}
+EXTRA_CONSTEXPRS = {"NPROG": 528, "GROUP_M": 8, "BLOCK_D": 64}  # constexprs the wrappers pass (not tuned)
 
 
 def kernels(path: Path) -> list[tuple[str, object]]:
@@ -35,23 +44,25 @@ def kernels(path: Path) -> list[tuple[str, object]]:
     return [(n, v) for n, v in vars(mod).items() if isinstance(v, Autotuner)]
 
 
-def pick_config(configs: list) -> object:
-    """The config compiled: the first with BLOCK=4096 and 8 warps, else the first with BLOCK=4096, else the first."""
-    for want in (PICK, {"BLOCK": PICK["BLOCK"]}):
+def pick_config(configs: list, name: str = "") -> object:
+    """The config compiled: for kernel ``name`` in PICK_BY_KERNEL the first matching it; else the first with
+    BLOCK=4096 and 8 warps, else the first with BLOCK=4096, else the first."""
+    wants = [PICK_BY_KERNEL[name]] if name in PICK_BY_KERNEL else [PICK, {"BLOCK": PICK["BLOCK"]}]
+    for want in wants:
         for c in configs:
             if all(c.kwargs.get(k, getattr(c, k, None)) == v for k, v in want.items()):
                 return c
     return configs[0]
 
 
-def compile_one(tuner: object, aligned: bool, extra_constexprs: dict) -> tuple[str, object]:
+def compile_one(tuner: object, aligned: bool, extra_constexprs: dict, name: str = "") -> tuple[str, object]:
     """PTX and the compiled kernel of ``tuner``'s picked config, with or without the 16-divisibility hints."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fn = tuner.fn
-    cfg = pick_config(tuner.configs)
+    cfg = pick_config(tuner.configs, name)
     params = list(inspect.signature(fn.fn).parameters)
     constexprs = {**extra_constexprs, **cfg.kwargs}
     sig, attrs = {}, {}
@@ -59,7 +70,7 @@ def compile_one(tuner: object, aligned: bool, extra_constexprs: dict) -> tuple[s
         if p in constexprs:
             sig[p] = "constexpr"
         elif p.endswith("_ptr"):
-            sig[p] = "*fp32"
+            sig[p] = "*i32" if p in INT_POINTERS else "*fp32"
             if aligned:
                 attrs[(i,)] = [["tt.divisibility", 16]]
         elif p in FLOAT_ARGS:
@@ -76,7 +87,9 @@ def compile_one(tuner: object, aligned: bool, extra_constexprs: dict) -> tuple[s
 
 
 def summary(ptx: str, k: object) -> str:
-    """One line: global load/store widths, shuffles, barriers, shared memory, atomics."""
+    """One line: global load/store widths, shuffles, barriers, shared memory, atomics, and for the tiled kernels
+    the float32 FMAs (a tl.dot in "ieee" precision) and asynchronous global-to-shared copies (cp.async: the
+    pipelining of num_stages)."""
     def widths(op: str) -> str:
         found = sorted(set(re.findall(rf"\b{op}\.global(?:\.\w+)*?(\.v[248])?\.[bfu]32\b", ptx)))
         return "/".join({"": "4 B", ".v2": "8 B", ".v4": "16 B", ".v8": "32 B"}[w] for w in found) or "none"
@@ -84,8 +97,17 @@ def summary(ptx: str, k: object) -> str:
     bar = len(re.findall(r"\bbar\.sync|\bbarrier\.sync", ptx))
     atom = len(re.findall(r"\b(?:atom|red)\.global", ptx))
     smem = getattr(k.metadata, "shared", 0)
+    fma = len(re.findall(r"\bfma\.rn\.f32", ptx))
+    copies = re.findall(r"\bcp\.async\.(?:ca|cg)\.shared\.global\s*\[[^\]]*\],\s*\[[^\]]*\],\s*(0x[0-9a-f]+|\d+)", ptx)
+    sizes = "/".join(f"{n} B" for n in sorted({int(c, 0) for c in copies}))
+    cp_async = f"{len(copies)} ({sizes})" if copies else "0"
+    mma = len(re.findall(r"\b(?:mma\.sync|wgmma\.mma_async)", ptx))
+    tiled = f"; fma.rn.f32 {fma}, cp.async {cp_async}, mma {mma}" if (copies or mma) else ""
+    # float32 divisions and square roots: .rn rounds as CUDA's / and sqrtf; .full / .approx are Triton's defaults
+    forms = sorted(set(re.findall(r"\b((?:div|sqrt)\.[a-z.]+\.f32)", ptx)))
+    rounding = f"; {' '.join(forms)}" if forms else ""
     return (f"loads {widths('ld')}, stores {widths('st')}; shfl.sync {shfl}, bar.sync {bar}, shared memory {smem} B, "
-            f"global atomics {atom}")
+            f"global atomics {atom}{tiled}{rounding}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,11 +129,12 @@ def main(argv: list[str] | None = None) -> int:
             path = c.kernel_dir(les.id, args.impl) / f
             print(f"\n{les.id}/{f}")
             for name, tuner in kernels(path):
-                cfg = pick_config(tuner.configs)
-                extra = {"NPROG": 528} if "NPROG" in inspect.signature(tuner.fn.fn).parameters else {}
+                cfg = pick_config(tuner.configs, name)
+                params = inspect.signature(tuner.fn.fn).parameters
+                extra = {k: v for k, v in EXTRA_CONSTEXPRS.items() if k in params}
                 conf = ", ".join(f"{k}={v}" for k, v in {**cfg.kwargs, **extra}.items())
                 for aligned in (True, False):
-                    ptx, k = compile_one(tuner, aligned, extra)
+                    ptx, k = compile_one(tuner, aligned, extra, name)
                     what = "aligned, ints % 16 == 0" if aligned else "no alignment known    "
                     print(f"  {name} [{conf}, num_warps={cfg.num_warps}] {what}: {summary(ptx, k)}")
     return 0

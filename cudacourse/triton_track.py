@@ -9,9 +9,14 @@ in ``triton_files``; stubs are derived from ``solutions/`` like every exercise f
 Where a twin runs:
 
 - on a GPU (backend ``cuda``): compiled by Triton. Each kernel carries ``@triton.autotune`` over the
-  block sizes and warp counts that :func:`configs` lists; the first call for each new size times them all
-  and keeps the fastest, which :func:`chosen` names. :func:`load` sets ``TRITON_PRINT_AUTOTUNING=1`` (unless
-  set), so each autotuning prints the config it kept; ``make bench`` prints it too, with the time it took;
+  block sizes and warp counts that :func:`configs` lists; the first call for each new *size class* times them
+  all and keeps the fastest, which :func:`chosen` names. The autotuner's key is not the size itself but
+  :func:`size_class` of it, an extra kernel argument the wrapper computes (a power of two, with one class for
+  every size below a floor): keyed on the exact size, each ragged size of a graded test re-timed every config
+  (21-30 s per twin task on an H100); keyed on the class, a test run tunes a few times, and the bench's large
+  sizes (classes of their own) are still tuned for exactly their class. :func:`load` sets
+  ``TRITON_PRINT_AUTOTUNING=1`` (unless set), so each autotuning prints the config it kept; ``make bench``
+  prints it too, with the time it took;
 - on the CPU (backend ``sim``): Triton's interpreter runs the same kernels with numpy, one program after
   another. :func:`load` sets ``TRITON_INTERPRET=1`` before it imports the file, and :func:`configs` then
   keeps one fixed configuration (timing configurations on the interpreter would say nothing about a GPU);
@@ -95,13 +100,15 @@ def interpreting() -> bool:
     return os.environ.get(_INTERPRET, "0") == "1"
 
 
-def configs(interpreter: dict[str, Any], **space: Sequence[Any]) -> list[Any]:
+def configs(interpreter: dict[str, Any], keep: Callable[[dict[str, Any]], bool] | None = None,
+            **space: Sequence[Any]) -> list[Any]:
     """The ``triton.Config`` list of a kernel's ``@triton.autotune``.
 
     ``space`` maps each tuned name to its candidates: constexpr arguments of the kernel (``BLOCK=[1024,
-    4096]``) and the launch options ``num_warps`` / ``num_stages``; every combination is one config. Under the
-    interpreter only ``interpreter`` (one fixed config, same keys) is returned: the autotuner then has nothing
-    to time. ``configs({"BLOCK": 1024}, BLOCK=[1024, 4096], num_warps=[4, 8])`` is 4 configs on a GPU.
+    4096]``) and the launch options ``num_warps`` / ``num_stages``; every combination is one config, unless
+    ``keep`` (given a combination as a dict) returns False for it. Under the interpreter only ``interpreter``
+    (one fixed config, same keys) is returned: the autotuner then has nothing to time.
+    ``configs({"BLOCK": 1024}, BLOCK=[1024, 4096], num_warps=[4, 8])`` is 4 configs on a GPU.
     """
     import triton
 
@@ -115,7 +122,26 @@ def configs(interpreter: dict[str, Any], **space: Sequence[Any]) -> list[Any]:
         _fix_interpreter_index()  # (also in a worker process, which imports the twin without load())
         return [make(interpreter)]
     names = list(space)
-    return [make(dict(zip(names, combo, strict=True))) for combo in itertools.product(*(space[k] for k in names))]
+    combos = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*(space[k] for k in names))]
+    kept = [make(c) for c in combos if keep is None or keep(c)]
+    if not kept:
+        raise ValueError("configs(): keep() refused every combination; keep at least one")
+    return kept
+
+
+def size_class(n: int, floor: int = 2**20) -> int:
+    """The autotuning key of a size ``n``: the power of two at or above it, and ``floor`` for every size up to
+    ``floor``. ``size_class(1000) == size_class(1) == 2**20``; ``size_class(2**20 + 3) == 2**21``.
+
+    A twin's wrapper passes it as an extra kernel argument named in ``@triton.autotune(key=[...])``, so sizes of
+    one class share one tuning (the first call of the class times the configs, later calls reuse the winner).
+    The floor is where every config is about as fast (launch-bound sizes: one class). Pure Python: it does not
+    import triton. Raises ``ValueError`` for a negative size or a floor that is not a power of two."""
+    if n < 0:
+        raise ValueError(f"size_class(): the size must be >= 0, got {n}")
+    if floor < 1 or floor & (floor - 1):
+        raise ValueError(f"size_class(): the floor must be a power of two, got {floor}")
+    return max(floor, 1 << max(n - 1, 0).bit_length())
 
 
 def chosen(kernel: Any) -> str:
@@ -279,18 +305,21 @@ def twin_or_not_graded(lesson: str, file: str | None = None) -> ModuleType:
 # ----------------------------------------------------------------------------------------------------
 
 
-def bench_twin(m: Any) -> tuple[ModuleType | None, str]:
+def bench_twin(m: Any, file: str | None = None) -> tuple[ModuleType | None, str]:
     """(the Triton twin of the lesson module ``m`` that ``make bench`` times, compiled; or None and why not).
 
-    The twin comes from the folder ``m`` was loaded from (``solutions/`` for ``make bench``)."""
+    The twin comes from the folder ``m`` was loaded from (``solutions/`` for ``make bench``); ``file`` picks one
+    of the lesson's ``triton_files`` (default: its first)."""
     from cudacourse import settings
     from cudacourse.course import course as course_model
 
     info = course_model(settings.current().root).lesson(m.name)
     if not info.triton_files:
         return None, f"lesson {info.id} has no Triton twin"
+    if file is not None and file not in info.triton_files:
+        return None, f"lesson {info.id}: {file!r} is not one of its triton_files ({', '.join(info.triton_files)})"
     try:
-        return load(m.dir / info.triton_files[0], backend=m.backend), ""
+        return load(m.dir / (file or info.triton_files[0]), backend=m.backend), ""
     except Exception as e:  # noqa: BLE001 - the bench keeps its other rows and says why these are missing
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
 

@@ -18,12 +18,15 @@ by about 1, far above it. Simulator shapes are small (checked mode costs microse
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import ModuleType
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import cudacourse as cc
-from cudacourse import check
+from cudacourse import check, settings
 
 LESSON = "03_gemm"
 # (M, N, K): 1x1x1, ragged against every tile (32, 64, 128; 8 and 32 along K), exact tiles, and a
@@ -405,3 +408,118 @@ def test_transpose_conflict_free(shape: tuple[int, int]) -> None:
 @pytest.mark.task("3.8")
 def test_transpose_conflict_free_has_no_bank_conflicts() -> None:
     _transpose_traffic("transpose_conflict_free", "3.8")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Triton track (optional): task 3.T1, the twin in gemm_triton.py, checked like the CUDA versions (same shapes,
+# same tolerance, poisoned and guarded output). On the CPU Triton's interpreter runs it with 32 x 32 x 32 tiles,
+# so every simulator shape is ragged against them; on a GPU the autotuned tiles (64 or 128) and the GPU shapes.
+# Without the triton package the task is "not graded", with the command that installs it.
+# ----------------------------------------------------------------------------------------------------
+
+HINT_3T1 = ("sgemm_kernel (TODO task 3.T1 in gemm_triton.py): acc = zeros; for k0 in range(0, K, BLOCK_K): load the A "
+            "tile at rows[:, None] * K + (k0 + ks)[None, :] and the B tile at (k0 + ks)[:, None] * N + cols[None, :], "
+            "masked with other=0.0; acc += tl.dot(a, b, input_precision=\"ieee\"); store masked to rows < M, cols < N.")
+
+
+def _gemm_twin() -> ModuleType:
+    from cudacourse.triton_track import twin_or_not_graded
+
+    return twin_or_not_graded(LESSON)
+
+
+def _triton_gemm_case(t: ModuleType, M: int, N: int, K: int, what: str = "") -> None:
+    from cudacourse.grading.screens import torch_answer_guard
+
+    m = _m()
+    A, B = _gemm_inputs(f"3.T1-{M}x{N}x{K}", M, N, K, m)
+    full, C = _output(M, N, m)
+    with check.unchanged(A, B, names=["A", "B"]), torch_answer_guard([t.__file__]):
+        t.sgemm(A, B, C, M, N, K)
+    _assert_guard(full, M * N, "sgemm (Triton)", "3.T1")
+    rtol, atol = gemm_tolerance(K)
+    check.assert_close(C, _reference(A, B), name=f"sgemm (Triton) C[{M}x{N}], K={K}{what}", rtol=rtol, atol=atol,
+                       task="3.T1", hint=HINT_3T1)
+
+
+@pytest.mark.task("3.T1")
+@pytest.mark.parametrize("shape", SIM_SHAPES + SIM_LARGER, ids=lambda s: "x".join(map(str, s)))
+def test_triton_sgemm(shape: tuple[int, int, int]) -> None:
+    """The Triton twin of the tiled SGEMM: ragged and exact shapes; on a GPU the large shapes too."""
+    t = _gemm_twin()
+    _triton_gemm_case(t, *shape)
+    if _m().backend == "cuda" and shape == SIM_LARGER[-1]:
+        for big in GPU_SHAPES:
+            _triton_gemm_case(t, *big)
+
+
+@pytest.mark.task("3.T1")
+def test_triton_sgemm_unaligned_views_and_bad_inputs() -> None:
+    """A and B one float into their buffers (Triton then loads narrower: the answer must not change), and the
+    given wrapper refuses a float64 or non-contiguous tensor, naming it, before anything runs."""
+    t, m = _gemm_twin(), _m()
+    M, N, K = 40, 36, 20
+    g = check.rng("3.T1-unaligned")
+    A = check.randn((M * K + 1,), g, m.device)[1:].view(M, K)
+    B = check.randn((K * N + 1,), g, m.device)[1:].view(K, N)
+    full = check.poisoned((M * N + 1,), torch.float32, m.device)
+    C = full[1:].view(M, N)
+    with check.unchanged(A, B, names=["A", "B"]):
+        t.sgemm(A, B, C, M, N, K)
+    rtol, atol = gemm_tolerance(K)
+    check.assert_close(C, _reference(A, B), name="sgemm (Triton) of views at offset 1", rtol=rtol, atol=atol,
+                       task="3.T1", hint=HINT_3T1)
+    assert bool(full[0].isnan()), "sgemm (Triton, task 3.T1) wrote before the start of C"
+    C2 = check.poisoned((M, N), torch.float32, m.device)
+    with pytest.raises(TypeError, match=r"parameter 'A'.*float32"):
+        t.sgemm(A.double(), B, C2, M, N, K)
+    with pytest.raises(ValueError, match=r"parameter 'B'.*contiguous"):
+        t.sgemm(A, check.randn((N, K), g, m.device).t(), C2, M, N, K)
+    assert bool(C2.isnan().all()), "a rejected call must not run the kernel"
+
+
+def test_triton_worked_sgemv() -> None:
+    """The worked example of gemm_triton.py (given complete; not graded)."""
+    t, m = _gemm_twin(), _m()
+    for M, K in [(1, 1), (33, 65), (300, 129)]:
+        g = check.rng(f"3.T-sgemv-{M}x{K}")
+        A, x = check.randn((M, K), g, m.device), check.randn((K,), g, m.device)
+        y = check.poisoned((M,), torch.float32, m.device)
+        t.sgemv_example(A, x, y, M, K)
+        rtol, atol = gemm_tolerance(K)
+        check.assert_close(y, (A.cpu().double() @ x.cpu().double()).float(), name=f"sgemv_example (Triton) {M}x{K}",
+                           rtol=rtol, atol=atol, task="worked example",
+                           hint="sgemv_example is given complete in gemm_triton.py; did an edit change it?")
+
+
+# Wrong twins, made from the solution by one edit each: every one must fail the checks the task uses.
+TRITON_MUTANTS = {
+    "all zeros": ("tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc,",
+                  "tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc * 0.0,"),
+    "drops the ragged last slice of K": ("for k0 in range(0, K, BLOCK_K):\n        a = tl.load(a_ptr + rows",
+                                         "for k0 in range(0, K - BLOCK_K + 1, BLOCK_K):\n        a = tl.load(a_ptr + "
+                                         "rows"),
+    "stores past the last column": ("acc, mask=(rows[:, None] < M) & (cols[None, :] < N))",
+                                    "acc, mask=(rows[:, None] < M))"),
+    "TF32 products": ('acc += tl.dot(a, b, input_precision="ieee")\n', "acc += tl.dot(a, b)\n"),
+}
+
+
+@pytest.mark.parametrize("mutant", list(TRITON_MUTANTS))
+def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
+    from cudacourse.triton_track import load
+
+    _gemm_twin()  # not graded (a skip) without triton
+    m = _m()
+    src = settings.current().root / "solutions" / LESSON / "gemm_triton.py"
+    old, new = TRITON_MUTANTS[mutant]
+    text = src.read_text()
+    assert text.count(old) == 1, f"the mutant {mutant!r} no longer applies to {src}: update TRITON_MUTANTS"
+    if mutant == "TF32 products" and m.backend != "cuda":
+        pytest.skip("the interpreter multiplies in float32 whatever the precision asked: TF32 exists on a GPU only")
+    (tmp_path / "gemm_triton.py").write_text(text.replace(old, new))
+    wrong = load(tmp_path / "gemm_triton.py", backend=m.backend)
+    with pytest.raises(AssertionError):
+        # N = 200: the last tile of columns (32, 64 or 128 wide) sticks out by at most 56, inside the 64-float guard
+        # after C, so a store past the last column is caught there and never lands outside the allocation
+        _triton_gemm_case(wrong, 130, 200, 36 if m.backend != "cuda" else 1000, f" ({mutant})")

@@ -911,3 +911,108 @@ def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
             _triton_layernorm_case(wrong, m, 3, cols, 1000.0, mutant)
         else:
             _triton_layernorm_case(wrong, m, 5, 33, 0.0, mutant)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Triton track: task 4.T3, flash attention in attention_triton.py, against the same float64 reference and
+# tolerances as task 4.8. The interpreter runs one 32 x 32 tile pair at a time (tens of ms each), so its cases
+# are few and short (still ragged against the tiles, both masks, head dims that are not powers of two); a GPU
+# adds the large ones.
+# ----------------------------------------------------------------------------------------------------
+
+HINT_4T3 = ("attention_flash_kernel (TODO task 4.T3 in attention_triton.py): s = tl.dot(q, tl.trans(k), "
+            "input_precision=\"ieee\"); -inf where js >= N or (causal and js > qs); m_new = max(m, row max); "
+            "p = exp2(s - m_new); alpha = exp2(m - m_new); l_i = l_i * alpha + row sums of p; "
+            "acc = acc * alpha + tl.dot(p, v, ...); m = m_new.")
+TRITON_ATTN_CASES = [(1, 1, 1, 32, False), (2, 3, 17, 64, True), (1, 2, 100, 80, True), (1, 1, 130, 48, False)]
+TRITON_ATTN_GPU_CASES = [(2, 4, 1000, 64, True), (2, 2, 777, 80, True), (1, 4, 513, 32, False), (1, 2, 300, 128, True)]
+
+
+def _attention_twin() -> ModuleType:
+    from cudacourse.triton_track import twin_or_not_graded
+
+    return twin_or_not_graded(LESSON, "attention_triton.py")
+
+
+def _triton_flash_case(t: ModuleType, B: int, H: int, N: int, d: int, causal: bool, m: cc.Lesson,
+                       q_scale: float = 1.0, fn: str = "attention_flash") -> None:
+    q, k, v = _qkv(f"4.T3-{B}-{H}-{N}-{d}-{causal}-{q_scale}", B, H, N, d, m, q_scale)
+    scale = 1.0 / math.sqrt(d)
+    n = B * N * H * d
+    full, o = _guarded(n, m)
+    with check.unchanged(q, k, v, names=["q", "k", "v"]), torch_answer_guard([t.__file__]):
+        getattr(t, fn)(q, k, v, o, B, H, N, d, scale, int(causal))
+    rtol, atol = (1e-3, 1e-3) if q_scale > 1 else (ATTN_RTOL, ATTN_ATOL)  # as task 4.8
+    task = "4.T3" if fn == "attention_flash" else "worked example"
+    check.assert_close(o.view(B * N, H * d), _attention_ref(q, k, v, B, H, N, d, scale, causal),
+                       name=f"{fn} (Triton) B={B} H={H} N={N} d={d} causal={causal}", rtol=rtol, atol=atol,
+                       task=task, hint=HINT_4T3 if task == "4.T3" else "given complete; did an edit change it?")
+    _assert_guard(full, n, f"{fn} (Triton)", task)
+
+
+@pytest.mark.task("4.T3")
+@pytest.mark.parametrize(("B", "H", "N", "d", "causal"), TRITON_ATTN_CASES)
+def test_triton_attention_flash(B: int, H: int, N: int, d: int, causal: bool) -> None:
+    """The Triton twin of flash attention: ragged sequence lengths, both masks, head dims 32 to 80."""
+    t, m = _attention_twin(), _m()
+    _triton_flash_case(t, B, H, N, d, causal, m)
+    if m.backend == "cuda" and (B, H, N, d, causal) == TRITON_ATTN_CASES[-1]:
+        for case in TRITON_ATTN_GPU_CASES:
+            _triton_flash_case(t, *case, m)
+
+
+@pytest.mark.task("4.T3")
+@pytest.mark.parametrize("causal", [False, True])
+def test_triton_attention_flash_large_scores(causal: bool) -> None:
+    """q scaled by 30: scores of size ~200, so exp2 overflows unless every tile subtracts its running max."""
+    _triton_flash_case(_attention_twin(), 1, 1, 70, 64, causal, _m(), q_scale=30.0)
+
+
+@pytest.mark.task("4.T3")
+def test_triton_attention_flash_head_dim_16_and_bad_inputs() -> None:
+    """The capstone's head size, and the given wrapper's refusals (a head dim past one tile, a float64 tensor)."""
+    t, m = _attention_twin(), _m()
+    _triton_flash_case(t, 1, 2, 40, 16, True, m)
+    q = check.randn((4, 2 * 160), check.rng("4.T3-bad"), m.device)
+    o = check.poisoned((4, 2 * 160), torch.float32, m.device)
+    with pytest.raises(ValueError, match=r"head dim d = 160"):
+        t.attention_flash(q, q, q, o, 1, 2, 4, 160, 0.1, 0)
+    with pytest.raises(TypeError, match=r"parameter 'k'.*float32"):
+        t.attention_flash(q, q.double(), q, o, 1, 2, 4, 160, 0.1, 0)
+    assert bool(o.isnan().all()), "a rejected call must not run the kernel"
+
+
+def test_triton_worked_attention_online_v1() -> None:
+    """The worked example of attention_triton.py (given complete; not graded): small, one program per row."""
+    t, m = _attention_twin(), _m()
+    _triton_flash_case(t, 1, 1, 20, 16, True, m, fn="attention_online_v1")
+    _triton_flash_case(t, 1, 1, 5, 48, False, m, fn="attention_online_v1")
+
+
+TRITON_ATTN_MUTANTS = {
+    "all zeros": ("acc / l_i[:, None],", "acc * 0.0,"),
+    "no causal mask": ("keep = (js[None, :] < N) & ((causal == 0) | (js[None, :] <= qs[:, None]))",
+                       "keep = js[None, :] < N"),
+    "no rescale of acc": ("acc = acc * alpha[:, None] + tl.dot(p, v, input_precision",
+                          "acc = acc + tl.dot(p, v, input_precision"),
+    "keys past N kept": ("keep = (js[None, :] < N) & (", "keep = (js[None, :] >= 0) & ("),
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow / NaN warnings from the wrong code
+@pytest.mark.parametrize("mutant", list(TRITON_ATTN_MUTANTS))
+def test_triton_wrong_attention_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
+    from cudacourse.triton_track import load
+
+    _attention_twin()  # not graded (a skip) without triton
+    m = _m()
+    src = settings.current().root / "solutions" / LESSON / "attention_triton.py"
+    old, new = TRITON_ATTN_MUTANTS[mutant]
+    text = src.read_text()
+    assert text.count(old) == 1, f"the mutant {mutant!r} no longer applies to {src}: update TRITON_ATTN_MUTANTS"
+    (tmp_path / "attention_triton.py").write_text(text.replace(old, new))
+    wrong = load(tmp_path / "attention_triton.py", backend=m.backend)
+    with pytest.raises(AssertionError):
+        # 100 keys: several key tiles of 32 or 64 (a rescale happens), a ragged last tile; full attention, so that
+        # keys past N reach the rows (causal rows never see them), except for the causal mutant
+        _triton_flash_case(wrong, 1, 1, 100, 16, mutant == "no causal mask", m, q_scale=3.0)

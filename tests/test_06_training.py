@@ -59,6 +59,17 @@ def _train() -> ModuleType:
     return _load(_m().dir / "train.py", "task 6.7")
 
 
+def _twin_guard(impl: Any) -> Any:
+    """For a Triton twin: torch may allocate and check in the twin's file, never compute the answer."""
+    import contextlib
+
+    if impl is None:
+        return contextlib.nullcontext()
+    from cudacourse.grading.screens import torch_answer_guard
+
+    return torch_answer_guard([impl.__file__])
+
+
 def _grads(fn: Any, inputs: list[torch.Tensor], dy: torch.Tensor) -> list[torch.Tensor]:
     """Gradients of fn(*inputs) against dy by autograd in float64 (the reference for every backward)."""
     xs = [t.detach().cpu().double().requires_grad_(True) for t in inputs]
@@ -208,26 +219,30 @@ CE_HINT = ("TODO(task 6.3, part 2): one pass of online max/sum (MaxSum), lse = m
            "dx = (exp(x - lse) - onehot) * inv_count; ignored rows get loss 0 and a zero gradient.")
 
 
-def _ce(m: cc.Lesson, logits: torch.Tensor, labels: torch.Tensor, what: str, ignore_index: int = -100) -> None:
+def _ce(m: cc.Lesson, logits: torch.Tensor, labels: torch.Tensor, what: str, ignore_index: int = -100,
+        impl: Any = None, task: str = "6.3", hint: str = CE_HINT) -> None:
+    """Check ``impl.cross_entropy`` (default: the lesson's CUDA launcher; a Triton twin for task 6.T1)."""
     rows, vocab = logits.shape
     count = int((labels != ignore_index).sum())
     losses = check.poisoned(rows, torch.float32, m.device)
     dl = check.poisoned((rows, vocab), torch.float32, m.device)
     loss = check.poisoned(1, torch.float32, m.device)
     lab = labels.to(torch.int32).to(m.device)
-    with check.unchanged(logits, lab, names=["logits", "labels"]):
-        m.cross_entropy(logits, lab, losses, dl, loss, rows, vocab, ignore_index, 1.0 / count if count else math.nan)
+    run = (impl or m).cross_entropy
+    with check.unchanged(logits, lab, names=["logits", "labels"]), _twin_guard(impl):
+        run(logits, lab, losses, dl, loss, rows, vocab, ignore_index, 1.0 / count if count else math.nan)
     x = logits.detach().cpu().double().requires_grad_(True)
     ref = F.cross_entropy(x, labels.cpu().long(), ignore_index=ignore_index)
     ref.backward()
     per_row = F.cross_entropy(x.detach(), labels.cpu().long(), ignore_index=ignore_index, reduction="none")
-    check.assert_close(losses, per_row.float(), name=f"cross_entropy per-row losses, {what}", rtol=1e-5, atol=1e-5,
-                       task="6.3", hint=CE_HINT)
-    check.assert_close(loss, ref.reshape(1).float(), name=f"cross_entropy mean loss, {what}", rtol=1e-5, atol=1e-5,
-                       task="6.3", hint=CE_HINT)
+    fn = "cross_entropy" if impl is None else "cross_entropy (Triton)"
+    check.assert_close(losses, per_row.float(), name=f"{fn} per-row losses, {what}", rtol=1e-5, atol=1e-5,
+                       task=task, hint=hint)
+    check.assert_close(loss, ref.reshape(1).float(), name=f"{fn} mean loss, {what}", rtol=1e-5, atol=1e-5,
+                       task=task, hint=hint)
     # dlogits = exp(x - lse) - onehot: the relative tolerance grows with the largest logit (check.softmax_rtol)
-    check.assert_close(dl, x.grad.float(), name=f"cross_entropy dlogits, {what}", rtol=check.softmax_rtol(logits),
-                       atol=1e-6 / max(count, 1) + 1e-9, task="6.3", hint=CE_HINT)
+    check.assert_close(dl, x.grad.float(), name=f"{fn} dlogits, {what}", rtol=check.softmax_rtol(logits),
+                       atol=1e-6 / max(count, 1) + 1e-9, task=task, hint=hint)
 
 
 @pytest.mark.task("6.3")
@@ -356,27 +371,37 @@ def _adam_tol() -> dict[str, float]:
     return dict(rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.task("6.5")
-@pytest.mark.parametrize("n", [1, 33, 4099, 70_001])
-def test_adamw_flat_matches_torch(n: int) -> None:
-    m = _m()
+ADAMW_HINT = "TODO(task 6.5, part 1): a grid-stride loop calling adamw_element."
+
+
+def _adamw_flat_case(m: cc.Lesson, n: int, impl: Any = None, task: str = "6.5", hint: str = ADAMW_HINT) -> None:
+    """Three steps of ``impl.adamw_flat`` (default: the CUDA launcher) against torch.optim.AdamW, gradients of
+    growing size, weight decay 0.05."""
     g = check.rng(f"adamw-flat-{n}")
     p = check.randn(n, g, m.device)
     m1, v1 = torch.zeros(n, device=m.device), torch.zeros(n, device=m.device)
     ref = p.detach().cpu().clone().requires_grad_(True)
     opt = torch.optim.AdamW([ref], weight_decay=0.05, foreach=False, **ADAM)
+    fn = "adamw_flat" if impl is None else "adamw_flat (Triton)"
     for step in range(1, 4):
         grad = check.randn(n, g, m.device, scale=10.0 ** (step - 2))
-        with check.unchanged(grad, names=["grad"]):
-            m.adamw_flat(p, grad, m1, v1, n, ADAM["lr"], *ADAM["betas"], ADAM["eps"], 0.05, step)
+        with check.unchanged(grad, names=["grad"]), _twin_guard(impl):
+            (impl or m).adamw_flat(p, grad, m1, v1, n, ADAM["lr"], *ADAM["betas"], ADAM["eps"], 0.05, step)
         ref.grad = grad.cpu().clone()
         opt.step()
         st = opt.state[ref]
-        check.assert_close(p, ref.detach(), name=f"adamw_flat param after step {step}, n={n}", task="6.5",
-                           hint="TODO(task 6.5, part 1): a grid-stride loop calling adamw_element.", **_adam_tol())
-        check.assert_close(m1, st["exp_avg"], name=f"adamw_flat exp_avg after step {step}", task="6.5", **_adam_tol())
-        check.assert_close(v1, st["exp_avg_sq"], name=f"adamw_flat exp_avg_sq after step {step}", task="6.5",
+        check.assert_close(p, ref.detach(), name=f"{fn} param after step {step}, n={n}", task=task, hint=hint,
                            **_adam_tol())
+        check.assert_close(m1, st["exp_avg"], name=f"{fn} exp_avg after step {step}", task=task, hint=hint,
+                           **_adam_tol())
+        check.assert_close(v1, st["exp_avg_sq"], name=f"{fn} exp_avg_sq after step {step}", task=task, hint=hint,
+                           **_adam_tol())
+
+
+@pytest.mark.task("6.5")
+@pytest.mark.parametrize("n", [1, 33, 4099, 70_001])
+def test_adamw_flat_matches_torch(n: int) -> None:
+    _adamw_flat_case(_m(), n)
 
 
 def _chunk_table(offsets: list[int], chunk: int) -> tuple[list[int], list[int]]:
@@ -875,3 +900,137 @@ def test_speed_and_memory_fused_linear_cross_entropy() -> None:
     assert ref / ms >= target, (f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}: {ms:.3f} ms, PyTorch {ref:.3f} "
                                 f"ms: {ref / ms:.2f}x, target {target}x. Run the matmuls on cuBLAS (torch.matmul with "
                                 "out=, addmm_) and launch your cross_entropy kernel once per chunk.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Triton track (optional): tasks 6.T1 and 6.T2, the twins in training_triton.py, checked by the same helpers
+# and tolerances as tasks 6.3 and 6.5. On the CPU Triton's interpreter runs them (tiles of 2048 logits, 8192
+# parameters); without the triton package they are "not graded", with the command that installs it.
+# ----------------------------------------------------------------------------------------------------
+
+HINT_6T1 = ("cross_entropy_kernel (TODO task 6.T1 in training_triton.py): per lane online (max, sum) over the tiles "
+            "with ref = where(m_new == -inf, 0, m_new); lse = max + log(sum(s * exp(m - max))); loss = lse - x[t]; "
+            "then dlogits = (exp(x - lse) - (col == t)) * inv_count in a second walk.")
+HINT_6T2 = ("adamw_flat_kernel (TODO task 6.T2 in training_triton.py): m += (1 - beta1) (g - m); v = beta2 v + "
+            "(1 - beta2) g^2; p *= 1 - lr wd; p -= step_size m / (sqrt(v) inv_bc2_sqrt + eps); store p, m, v.")
+
+
+def _training_twin() -> ModuleType:
+    from cudacourse.triton_track import twin_or_not_graded
+
+    return twin_or_not_graded(LESSON)
+
+
+def _twin_ce(t: ModuleType, m: cc.Lesson, logits: torch.Tensor, labels: torch.Tensor, what: str,
+             ignore_index: int = -100) -> None:
+    _ce(m, logits, labels, what, ignore_index, impl=t, task="6.T1", hint=HINT_6T1)
+
+
+@pytest.mark.task("6.T1")
+@pytest.mark.parametrize(("rows", "vocab"), [(1, 1), (7, 33), (33, 1000), (5, 4099)])
+def test_triton_cross_entropy(rows: int, vocab: int) -> None:
+    """The Triton twin of the fused cross-entropy: ragged vocabularies, ignored rows."""
+    t, m = _training_twin(), _m()
+    g = check.rng(f"6.T1-{rows}x{vocab}")
+    logits = check.randn((rows, vocab), g, m.device, scale=4.0)
+    labels = torch.randint(0, vocab, (rows,), generator=g)
+    if rows > 3:
+        labels[1] = labels[rows - 2] = -100  # ignored rows
+    _twin_ce(t, m, logits, labels, f"rows={rows}, vocab={vocab}")
+
+
+@pytest.mark.task("6.T1")
+def test_triton_cross_entropy_gpt2_vocab_large_logits() -> None:
+    """Vocabulary 50257 (many tiles), logits of size 1e4 (exp overflows without the max), a custom ignore_index."""
+    t, m = _training_twin(), _m()
+    rows = 3 if m.backend == "sim" else 64
+    g = check.rng("6.T1-50257")
+    logits = check.randn((rows, 50257), g, m.device, scale=3.0)
+    logits[0] *= 3000.0
+    labels = torch.randint(0, 50257, (rows,), generator=g)
+    labels[rows - 1] = 7
+    _twin_ce(t, m, logits, labels, "vocab 50257, logits up to ~1e4", ignore_index=7)
+
+
+@pytest.mark.task("6.T1")
+def test_triton_cross_entropy_nan_inf_and_all_ignored() -> None:
+    """NaN and +inf logits make their row NaN, as PyTorch; -inf is a probability of 0; every row ignored: NaN mean."""
+    t, m = _training_twin(), _m()
+    g = check.rng("6.T1-special")
+    logits = check.randn((6, 40), g, m.device)
+    logits[1, 5] = float("nan")
+    logits[3, 0] = float("inf")
+    logits[4, 9] = float("-inf")
+    labels = torch.tensor([0, 1, 2, 3, 9, 39])
+    _twin_ce(t, m, logits, labels, "NaN, +inf and -inf logits")
+    _twin_ce(t, m, torch.nan_to_num(logits, 0.0, 0.0, 0.0), torch.full((6,), -100), "every row ignored")
+
+
+@pytest.mark.task("6.T2")
+@pytest.mark.parametrize("n", [1, 33, 4099, 70_001])
+def test_triton_adamw_flat_matches_torch(n: int) -> None:
+    """The Triton twin of adamw_flat: three steps against torch.optim.AdamW, ragged sizes."""
+    _adamw_flat_case(_m(), n, impl=_training_twin(), task="6.T2", hint=HINT_6T2)
+
+
+@pytest.mark.task("6.T2")
+def test_triton_adamw_flat_rejects_bad_inputs() -> None:
+    """The given wrapper refuses a float64 moment and a step number of 0, before anything is written."""
+    t, m = _training_twin(), _m()
+    p = torch.ones(10, device=m.device)
+    before = p.clone()
+    with pytest.raises(TypeError, match=r"parameter 'v'.*float32"):
+        t.adamw_flat(p, p.clone(), torch.zeros_like(p), torch.zeros(10, dtype=torch.float64, device=m.device), 10,
+                     1e-3, 0.9, 0.999, 1e-8, 0.0, 1)
+    with pytest.raises(ValueError, match=r"step = 0"):
+        t.adamw_flat(p, p.clone(), torch.zeros_like(p), torch.zeros_like(p), 10, 1e-3, 0.9, 0.999, 1e-8, 0.0, 0)
+    assert torch.equal(p, before), "a rejected call must not write p"
+
+
+def test_triton_worked_mean_loss() -> None:
+    """The worked example of training_triton.py (given complete; not graded)."""
+    t, m = _training_twin(), _m()
+    for rows in (1, 2500):
+        losses = check.randn(rows, check.rng(f"6.T-mean-{rows}"), m.device)
+        loss = check.poisoned(1, torch.float32, m.device)
+        t.mean_loss(losses, loss, rows, 1.0 / rows)
+        check.assert_close(loss, losses.cpu().double().mean().reshape(1).float(), name=f"mean_loss (Triton) {rows}",
+                           rtol=1e-5, atol=1e-6, task="worked example",
+                           hint="mean_loss is given complete in training_triton.py; did an edit change it?")
+
+
+# Wrong twins, made from the solution by one edit each: every one must fail the checks the tasks use.
+TRITON_MUTANTS = {
+    "cross_entropy without the max": ("ref = tl.where(m_new == float(\"-inf\"), 0.0, m_new)", "ref = 0.0"),
+    "cross_entropy gradient all zeros": ("tl.store(d_row + cols, grad * inv_count,",
+                                         "tl.store(d_row + cols, grad * 0.0,"),
+    "cross_entropy no one-hot": ("grad = tl.exp(x - lse) - tl.where(cols == t, 1.0, 0.0)", "grad = tl.exp(x - lse)"),
+    "cross_entropy unscaled gradient": ("grad * inv_count, mask", "grad, mask"),
+    "adamw without bias correction": ("tl.div_rn(step_size * m,", "tl.div_rn(lr * m,"),
+    "adamw without weight decay": ("p = p * (1.0 - lr * weight_decay)", "p = p * 1.0"),
+    "adamw all zeros": ("tl.store(p_ptr + offs, p, mask=mask)", "tl.store(p_ptr + offs, p * 0.0, mask=mask)"),
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow / NaN warnings from the wrong code
+@pytest.mark.parametrize("mutant", list(TRITON_MUTANTS))
+def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
+    from cudacourse import settings
+    from cudacourse.triton_track import load
+
+    _training_twin()  # not graded (a skip) without triton
+    m = _m()
+    src = settings.current().root / "solutions" / LESSON / "training_triton.py"
+    old, new = TRITON_MUTANTS[mutant]
+    text = src.read_text()
+    assert text.count(old) == 1, f"the mutant {mutant!r} no longer applies to {src}: update TRITON_MUTANTS"
+    (tmp_path / "training_triton.py").write_text(text.replace(old, new))
+    wrong = load(tmp_path / "training_triton.py", backend=m.backend)
+    with pytest.raises(AssertionError):
+        if mutant.startswith("adamw"):
+            _adamw_flat_case(m, 4099, impl=wrong, task="6.T2", hint=HINT_6T2)
+        else:
+            g = check.rng("6.T-mutant")
+            logits = check.randn((5, 3000), g, m.device, scale=4.0)
+            logits[0] *= 3000.0  # logits of ~1e4: exp overflows without the max
+            _twin_ce(wrong, m, logits, torch.randint(0, 3000, (5,), generator=g), mutant)

@@ -80,6 +80,23 @@ def test_configs_tune_on_a_gpu_and_fix_one_on_the_interpreter(monkeypatch: pytes
         triton_track.configs({"BLOCK": 64})
 
 
+def test_size_class_groups_sizes_into_few_tunings() -> None:
+    """The autotuners' key: one class below the floor, then the power of two at or above the size, so the ragged
+    sizes of a graded test share a few tunings while the bench's large sizes keep classes of their own."""
+    sc = triton_track.size_class
+    assert {sc(n) for n in (0, 1, 31, 33, 1000, 3 * 1024 + 5, 2**14 + 3, 2**20)} == {2**20}
+    assert (sc(2**20 + 1), sc(2**21), sc(2**24 + 1), sc(2**28)) == (2**21, 2**21, 2**25, 2**28)
+    assert (sc(1, 1024), sc(1000, 1024), sc(1025, 1024), sc(4099, 1024), sc(4096, 1024)) == (1024, 1024, 2048, 8192,
+                                                                                              4096)
+    # the twin tests' sizes on a GPU: few classes, so few tunings (each times every config once)
+    relu_sizes = [1, 31, 32, 33, 1000, 3 * 1024 + 5, 2**14 + 3, 2**20 + 3, 2**24 + 1]
+    assert len({sc(n) for n in relu_sizes}) == 3
+    with pytest.raises(ValueError, match="floor must be a power of two"):
+        sc(5, 1000)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        sc(-1)
+
+
 def test_check_tensors_names_the_parameter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     x, y = torch.zeros(8), torch.zeros(8)
@@ -224,7 +241,7 @@ def test_while_grading_a_twin_runs_in_the_torch_worker_under_the_torch_guard(tmp
     sol = ROOT / "solutions" / "01_relu" / "relu_triton.py"
     cheat = tmp_path / "cheat" / "relu_triton.py"
     cheat.parent.mkdir()
-    old = 'relu_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n)'
+    old = 'relu_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n, size_class(n))'
     assert sol.read_text().count(old) == 1
     cheat.write_text(sol.read_text().replace(old, "y.copy_(torch.relu(x))"))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -241,3 +258,85 @@ def test_doctor_says_how_the_track_runs_here() -> None:
     fact = dict(diagnose().facts)["Triton track"]
     want = "can run: " if backend_name() == "cuda" else "can run, on the CPU: "
     assert fact.startswith(want) and "triton " in fact, fact
+
+
+# ----------------------------------------------------------------------------------------------------
+# The grader's screen of submitted twins (friendly early errors; confinement is the guarantee)
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("impl", ["lessons", "solutions"])
+def test_the_triton_screen_passes_every_stub_and_solution(impl: str) -> None:
+    from cudacourse.grading.screens import screen_triton_file
+
+    twins = sorted((ROOT / impl).glob("*/*_triton.py"))
+    assert len(twins) >= 6, twins
+    for p in twins:
+        assert screen_triton_file(p.name, p.read_text()) == [], p
+
+
+SCREEN_CHEATS = {
+    "import os": ("import torch\n", "import os\nimport torch\n", "import os is not allowed"),
+    "torch.softmax": ('softmax_kernel[(rows,)](x, y, cols, size_class(cols, 1024))',
+                      "y.copy_(torch.softmax(x.view(rows, cols), dim=1).view(-1))", "'torch.softmax' is not allowed"),
+    "a computing method": ('softmax_kernel[(rows,)](x, y, cols, size_class(cols, 1024))',
+                           "y.copy_(x.view(rows, cols).softmax(1).view(-1))", "'.softmax(...)' computes with torch"),
+    "torch.nn.functional": ("import torch\n", "import torch\nimport torch.nn.functional as F\n",
+                            "import torch.nn.functional is not allowed"),
+    "open()": ("    check_tensors(\"softmax\", x=x, y=y)\n",
+               "    check_tensors(\"softmax\", x=x, y=y)\n    open('/tmp/x')\n", "'open' is not allowed"),
+    "triton internals": ("import triton\n", "import triton\nX = triton.runtime\n", "'triton.runtime' is not allowed"),
+}
+
+
+@pytest.mark.parametrize("cheat", list(SCREEN_CHEATS))
+def test_the_triton_screen_refuses_what_is_no_twin(cheat: str) -> None:
+    """What screen_python_file refuses (other modules, files), and torch answers, with a message naming the line."""
+    from cudacourse.grading.screens import Rejection, screen_triton_file
+
+    old, new, why = SCREEN_CHEATS[cheat]
+    text = (ROOT / "solutions" / "04_transformer" / "norms_triton.py").read_text()
+    assert text.count(old) >= 1, f"the cheat {cheat!r} no longer applies: update SCREEN_CHEATS"
+    reasons = screen_triton_file("norms_triton.py", text.replace(old, new, 1))
+    assert any(why in r and r.startswith("norms_triton.py:") for r in reasons), reasons
+    msg = Rejection("04_transformer", "norms_triton.py", reasons).text()
+    assert "Triton twin holds @triton.jit kernels" in msg and "plain CUDA" not in msg, msg
+
+
+def test_staging_screens_a_submitted_twin_as_triton(tmp_path: Path) -> None:
+    """stage_kernels sends *_triton.py through the Triton screen (not the C++ one): an untouched solution is staged
+    as it is; a twin importing os is replaced by a stub that fails on import, saying why."""
+    import shutil
+
+    from cudacourse.grading.staging import Submission, stage_kernels
+
+    c = course(ROOT)
+    learner = tmp_path / "learner" / "lessons" / "04_transformer"
+    shutil.copytree(c.kernel_dir("04_transformer", "solution"), learner)
+    dst = tmp_path / "staged"
+    sub = Submission("learner", tmp_path / "learner", "submission")
+    stage_kernels(sub, dst, ["04_transformer"], c)
+    assert sub.rejections == [], [r.text() for r in sub.rejections]
+    assert (dst / "lessons/04_transformer/norms_triton.py").read_text() == (learner / "norms_triton.py").read_text()
+    (learner / "attention_triton.py").write_text("import os\n" + (learner / "attention_triton.py").read_text())
+    sub = Submission("learner", tmp_path / "learner", "submission")
+    stage_kernels(sub, dst, ["04_transformer"], c)
+    assert [r.file for r in sub.rejections] == ["attention_triton.py"], [r.text() for r in sub.rejections]
+    staged = (dst / "lessons/04_transformer/attention_triton.py").read_text()
+    assert staged.startswith("raise ImportError(") and "import os is not allowed" in staged, staged
+
+
+def test_the_torch_guard_names_the_file_that_called_torch(tmp_path: Path) -> None:
+    """The run-time guard's refusal names the learner's file and line, and what that file must compute with."""
+    from cudacourse.grading.screens import torch_answer_guard
+
+    twin = tmp_path / "my_triton.py"
+    twin.write_text("import torch\n\ndef f(x):\n    return torch.softmax(x, 0)\n")
+    from cudacourse.loader import import_file
+
+    mod = import_file(twin, "cc_guard_wording_test")
+    with pytest.raises(RuntimeError) as e, torch_answer_guard([str(twin)]):
+        mod.f(torch.ones(3))
+    msg = str(e.value)
+    assert msg.startswith("my_triton.py:4: calls torch's softmax()") and "my_triton.py must compute it with its " \
+        "@triton.jit kernels" in msg and "decoder" not in msg, msg

@@ -4,6 +4,8 @@ Kernel-only exercise files may include CUDA and C++ standard headers only (no to
 leaving the lesson, no file or process calls); the files a lesson declares as ``torch_files`` may include
 torch but must launch the learner's kernel with ``<<<...>>>`` and call no torch operator that computes
 the answer. Python exercise files may import only a few modules and reach no files or interpreter state.
+Triton twins (``*_triton.py``, a lesson's ``triton_files``) are Python files with the same limits, plus
+``triton`` and ``triton.language``, and their torch use is restricted to types, dtypes and data movement.
 """
 
 from __future__ import annotations
@@ -65,9 +67,15 @@ class Rejection:
 
     def text(self) -> str:
         """One paragraph saying which file was rejected and why."""
+        if self.file.endswith("_triton.py"):
+            tail = ("A Triton twin holds @triton.jit kernels and the given wrappers: triton, triton.language and "
+                    "torch for types and data movement only")
+        elif self.file.endswith(".py"):
+            tail = "Python exercise files use a few modules and compute with your kernels"
+        else:
+            tail = "Exercise files hold plain CUDA C++"
         return (f"lessons/{self.lesson}/{self.file} was rejected before building: "
-                + "; ".join(r.rstrip(".") for r in self.reasons)
-                + ". Exercise files hold plain CUDA C++ (see docs/CONTRIBUTING.md).")
+                + "; ".join(r.rstrip(".") for r in self.reasons) + f". {tail} (see docs/CONTRIBUTING.md).")
 
 
 def header_allowed(name: str, lesson_files: set[str]) -> str | None:
@@ -172,8 +180,15 @@ PY_FORBIDDEN_MODULE_ATTRS = {"os", "sys", "ops", "load", "save", "_C", "hub", "j
                              "multiprocessing", "distributed", "utils", "compile", "overrides", "_dynamo"}
 
 
-def screen_python_file(name: str, text: str) -> list[str]:
-    """Reasons to reject a learner's Python exercise file (empty when it is acceptable)."""
+def screen_python_file(name: str, text: str, allowed_imports: set[str] | frozenset[str] = frozenset(PY_ALLOWED_IMPORTS),
+                       module_api: dict[str, frozenset[str] | None] | None = None) -> list[str]:
+    """Reasons to reject a learner's Python exercise file (empty when it is acceptable).
+
+    ``allowed_imports``: the modules it may import. ``module_api``: for an imported module (by its top-level name,
+    e.g. ``triton``, or ``triton.language`` when imported ``as tl``) the only attributes the file may use of it, or
+    None for any public one; such a module is
+    exempt from :data:`PY_FORBIDDEN_MODULE_ATTRS` (``triton.jit`` is its decorator, not ``torch.jit``).
+    """
 
     try:
         tree = ast.parse(text)
@@ -181,28 +196,42 @@ def screen_python_file(name: str, text: str) -> list[str]:
         return []  # a syntax error fails its task with Python's own message
     reasons: list[str] = []
     imported: set[str] = set()
+    module_of: dict[str, str] = {}  # local name -> the module it is (import triton.language as tl: triton.language)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 imported.add((a.asname or a.name).split(".")[0])
-                if a.name not in PY_ALLOWED_IMPORTS:
+                module_of[(a.asname or a.name).split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                if a.name not in allowed_imports:
                     reasons.append(f"{name}:{node.lineno}: import {a.name} is not allowed "
-                                   f"(allowed: {', '.join(sorted(PY_ALLOWED_IMPORTS))})")
+                                   f"(allowed: {', '.join(sorted(allowed_imports))})")
         elif isinstance(node, ast.ImportFrom):
-            if (node.module or "") not in PY_ALLOWED_IMPORTS:
-                reasons.append(f"{name}:{node.lineno}: from {node.module} import ... is not allowed")
+            if (node.module or "") not in allowed_imports:
+                reasons.append(f"{name}:{node.lineno}: from {node.module} import ... is not allowed "
+                               f"(allowed: {', '.join(sorted(allowed_imports))})")
             imported.update(a.asname or a.name for a in node.names)
         elif isinstance(node, ast.Name) and node.id in PY_FORBIDDEN_NAMES:
             reasons.append(f"{name}:{node.lineno}: '{node.id}' is not allowed in an exercise file")
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr != "__init__":
             reasons.append(f"{name}:{node.lineno}: dunder attribute '{node.attr}' is not allowed")
 
+    api = module_api or {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr in PY_FORBIDDEN_MODULE_ATTRS:
+        if isinstance(node, ast.Attribute):
             root = node.value
             while isinstance(root, ast.Attribute):
                 root = root.value
-            if isinstance(root, ast.Name) and root.id in imported:
+            if not (isinstance(root, ast.Name) and root.id in imported):
+                continue
+            top = module_of.get(root.id, root.id)
+            if top in api:
+                allowed = api[top]
+                first = node if node.value is root else None
+                if node.attr.startswith("_") or (first is not None and allowed is not None and
+                                                 node.attr not in allowed):
+                    reasons.append(f"{name}:{node.lineno}: '{ast.unparse(node)}' is not allowed in an exercise file "
+                                   f"(of {top}, use only: {', '.join(sorted(allowed or ()))} and public names)")
+            elif node.attr in PY_FORBIDDEN_MODULE_ATTRS:
                 reasons.append(f"{name}:{node.lineno}: '{ast.unparse(node)}' is not allowed in an exercise file "
                                "(no files, processes or interpreter internals)")
     for node in ast.walk(tree):
@@ -217,6 +246,74 @@ def screen_python_file(name: str, text: str) -> list[str]:
                                "(monkeypatching) is not allowed")
     return reasons
 
+
+
+# ----------------------------------------------------------------------------------------------------
+# Screening Triton twins (*_triton.py): Python, plus triton; torch for types and data movement only
+# ----------------------------------------------------------------------------------------------------
+
+TRITON_ALLOWED_IMPORTS = frozenset({"__future__", "math", "typing", "dataclasses", "collections", "collections.abc",
+                                    "torch", "triton", "triton.language", "cudacourse",
+                                    "cudacourse.triton_track"})
+# What a twin may use of the triton package itself (triton.language, usually imported as tl, is open: its public
+# names are the kernel language).
+TRITON_API = frozenset({"jit", "autotune", "Config", "heuristics", "cdiv", "next_power_of_2", "language"})
+# Torch names a twin's given wrapper code uses beyond TORCH_ALLOWED: type hints, dtypes, the GPU's properties.
+TORCH_TWIN_NAMES = frozenset({"Tensor", "float32", "float64", "float16", "bfloat16", "int32", "int64", "int8",
+                              "uint8", "dtype", "device", "get_device_properties", "is_available",
+                              "current_device", "multi_processor_count"})
+# Methods that compute: called on a tensor in a twin, they would be the answer instead of the kernels.
+TORCH_COMPUTE_METHODS = frozenset("""
+softmax log_softmax sum mean max min amax amin argmax argmin exp exp_ log log_ relu relu_ gelu silu sigmoid tanh
+matmul mm bmm addmm addmm_ baddbmm add add_ sub sub_ mul mul_ div div_ pow pow_ sqrt sqrt_ rsqrt rsqrt_ cumsum
+clamp clamp_ clamp_min clamp_max where var std norm layer_norm rms_norm cross_entropy maximum minimum abs abs_
+lerp lerp_ addcdiv addcdiv_ addcmul addcmul_ logsumexp linear scaled_dot_product_attention masked_fill
+masked_fill_ copysign nan_to_num dot outer einsum
+""".split())
+
+
+def screen_triton_file(name: str, text: str) -> list[str]:
+    """Reasons to reject a learner's Triton twin (empty when it is acceptable).
+
+    What :func:`screen_python_file` refuses (files, processes, interpreter internals, other modules), except that
+    ``import triton`` / ``import triton.language as tl`` and ``from cudacourse.triton_track import ...`` are
+    allowed, and ``triton.jit`` / ``triton.autotune`` / ``triton.Config`` / ``triton.cdiv`` and every public
+    ``tl.*`` name with them. Torch answers are refused as written: ``torch.X(...)`` for an X that computes
+    (``torch.softmax``, ``torch.nn.functional``), and computing methods called on tensors (``x.softmax()``,
+    ``a @ b``). The torch guard refuses the same at run time; this is the early, friendly message.
+    """
+    reasons = screen_python_file(name, text, TRITON_ALLOWED_IMPORTS, {"triton": TRITON_API, "triton.language": None})
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return reasons
+    torch_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+                   if a.name == "torch"}
+    kernel_modules = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                      for a in n.names if a.name.split(".")[0] in ("triton", "math")}
+    torch_ok = TORCH_ALLOWED | TORCH_TWIN_NAMES | {"cuda"}
+    why = "a Triton twin computes with its @triton.jit kernels; torch may only allocate, view, copy and move data"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain, root = [node.attr], node.value
+            while isinstance(root, ast.Attribute):
+                chain.append(root.attr)
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in torch_names:
+                bad = [a for a in chain if a not in torch_ok]
+                if bad:
+                    reasons.append(f"{name}:{node.lineno}: '{ast.unparse(node)}' is not allowed ({why})")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            root = node.func.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            on_module = isinstance(root, ast.Name) and (root.id in kernel_modules or root.id in torch_names)
+            if not on_module and node.func.attr in TORCH_COMPUTE_METHODS:
+                reasons.append(f"{name}:{node.lineno}: '.{node.func.attr}(...)' computes with torch ({why})")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            reasons.append(f"{name}:{node.lineno}: '@' multiplies with torch ({why}; inside a kernel use tl.dot)")
+    seen: set[str] = set()
+    return [r for r in reasons if not (r in seen or seen.add(r))]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -277,11 +374,13 @@ def torch_answer_guard(learner_files: list[str]):  # noqa: ANN201 - a TorchFunct
                         break
                     f = f.f_back
                 if f is not None and os.path.realpath(f.f_code.co_filename) in mine:
+                    file = os.path.basename(f.f_code.co_filename)
+                    how = ("its @triton.jit kernels" if file.endswith("_triton.py") else
+                           "your kernels (the methods of the kernels object it is given)")
                     raise RuntimeError(
-                        f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}: calls torch's {name}(), which "
-                        "computes part of the answer; the exercise must compute with your kernels (the methods "
-                        "of the kernels object it is given). torch may only allocate, view, copy and move data "
-                        "here.")
+                        f"{file}:{f.f_lineno}: calls torch's {name}(), which computes part of the answer; "
+                        f"{file} must compute it with {how}. torch may only allocate, view, copy and move data "
+                        f"in {file}.")
             return func(*args, **(kwargs or {}))
 
     return _Guard()

@@ -12,7 +12,7 @@ from pathlib import Path
 from cudacourse.course import Course
 from cudacourse.grading.confine import SourceTooLarge, check_source_size
 from cudacourse.grading.results import GradingError
-from cudacourse.grading.screens import Rejection, screen_kernel_file, screen_python_file
+from cudacourse.grading.screens import Rejection, screen_kernel_file, screen_python_file, screen_triton_file
 
 # ----------------------------------------------------------------------------------------------------
 # Staging
@@ -231,11 +231,12 @@ def stage_kernels(sub: Submission, dst: Path, lessons: list[str], course: Course
                     # Refused unread: building it would cost minutes and fail anyway. Only the tasks of
                     # this file fail, with the reason.
                     sub.rejections.append(Rejection(lesson, p.name, [str(e).replace(str(p), p.name)]))
-                    (out / p.name).write_text(_rejected_stub(p.name, "", python=p.name in info.python_files))
+                    (out / p.name).write_text(_rejected_stub(p.name, "", python=p.name.endswith(".py")))
                     continue
             text = p.read_text(errors="replace")
-            if sub.source is not None and p.name in info.python_files:
-                reasons = screen_python_file(p.name, text)
+            if sub.source is not None and p.name in info.python_files + info.triton_files:
+                screen = screen_triton_file if p.name in info.triton_files else screen_python_file
+                reasons = screen(p.name, text)
                 if reasons:
                     sub.rejections.append(Rejection(lesson, p.name, reasons))
                     text = _rejected_stub(p.name, reasons[0], python=True)

@@ -14,9 +14,9 @@ Versions (each wrapper is called like the CUDA launcher of the same name, tensor
   row_sum     task 2.T2  out[r] = sum of row r, one program per row (the twin of row_sum, task 2.4)
 
 Where it runs: on a GPU, compiled; @triton.autotune times every config of a kernel (block size x warps)
-on the first call for each new size and keeps the fastest (`make bench` prints the one it kept). On a CPU,
-Triton's interpreter runs the same code with numpy, with one fixed config (the course sets
-TRITON_INTERPRET=1). Needs the triton package: `make setup EXTRAS=triton` (Linux).
+on the first call for each new size class (a power of two) and keeps the fastest (`make bench` prints
+the one it kept). On a CPU, Triton's interpreter runs the same code with numpy, with one fixed config
+(the course sets TRITON_INTERPRET=1). Needs the triton package: `make setup EXTRAS=triton` (Linux).
 Tested with triton 3.6.0 (torch 2.11 on an H100; torch 2.13.0 CPU build for the interpreter).
 
 Run it:
@@ -31,10 +31,12 @@ import torch
 import triton
 import triton.language as tl
 
-from cudacourse.triton_track import check_tensors, configs, interpreting
+from cudacourse.triton_track import check_tensors, configs, interpreting, size_class
 
 # Row-wise kernels: one program per row, reading it in tiles of 512 to 4096 floats with 4 or 8 warps (the
 # autotuner picks on a GPU; the interpreter takes 1024, so rows of 4099 still take several tiles there).
+# The autotuner's key is a size class (cudacourse.triton_track.size_class): a power of two, one class for rows
+# up to 1024 floats and for vectors up to 2^20, so each ragged size of a test does not time every config again.
 ROWWISE = configs({"BLOCK": 1024}, BLOCK=[512, 1024, 2048, 4096], num_warps=[4, 8])
 
 
@@ -43,9 +45,9 @@ ROWWISE = configs({"BLOCK": 1024}, BLOCK=[512, 1024, 2048, 4096], num_warps=[4, 
 # ----------------------------------------------------------------------------------------------------
 
 
-@triton.autotune(configs=ROWWISE, key=["cols"])
+@triton.autotune(configs=ROWWISE, key=["cols_class"])
 @triton.jit
-def row_max_kernel(x_ptr, out_ptr, cols, BLOCK: tl.constexpr):
+def row_max_kernel(x_ptr, out_ptr, cols, cols_class, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     x_row = x_ptr + row.to(tl.int64) * cols  # 64-bit: rows * cols may pass 2^31 on a large matrix
     offs = tl.arange(0, BLOCK)
@@ -61,7 +63,7 @@ def row_max(x: torch.Tensor, out: torch.Tensor, rows: int, cols: int) -> None:
     check_tensors("row_max", x=x, out=out)
     if rows == 0:
         return
-    row_max_kernel[(rows,)](x, out, cols)
+    row_max_kernel[(rows,)](x, out, cols, size_class(cols, 1024))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -71,10 +73,10 @@ def row_max(x: torch.Tensor, out: torch.Tensor, rows: int, cols: int) -> None:
 
 # reset_to_zero: while autotuning, the kernel runs once per config; out is zeroed before each run so the
 # atomic adds of one run do not pile onto the last one's.
-@triton.autotune(configs=configs({"BLOCK": 1024}, BLOCK=[1024, 2048, 4096, 8192], num_warps=[4, 8]), key=["n"],
+@triton.autotune(configs=configs({"BLOCK": 1024}, BLOCK=[1024, 2048, 4096, 8192], num_warps=[4, 8]), key=["n_class"],
                  reset_to_zero=["out_ptr"])
 @triton.jit
-def vector_sum_kernel(x_ptr, out_ptr, n, NPROG: tl.constexpr, BLOCK: tl.constexpr):
+def vector_sum_kernel(x_ptr, out_ptr, n, n_class, NPROG: tl.constexpr, BLOCK: tl.constexpr):
     # TODO(task 2.T1): program p adds the tiles that start at p * BLOCK, p * BLOCK + NPROG * BLOCK, ... (< n)
     # into a [BLOCK] accumulator (masked loads, 0 past the end), reduces it with tl.sum, and adds the result
     # into out with one tl.atomic_add (~8 lines).
@@ -101,7 +103,7 @@ def vector_sum(x: torch.Tensor, out: torch.Tensor, n: int) -> None:
     nprog = _max_programs(x)
     # The stride is nprog tiles; a grid of fewer programs is still right when n has fewer tiles than that.
     # NPROG is a constexpr: the loop's stride is then a compile-time constant (one value per GPU).
-    vector_sum_kernel[lambda meta: (min(triton.cdiv(n, meta["BLOCK"]), nprog),)](x, out, n, NPROG=nprog)
+    vector_sum_kernel[lambda meta: (min(triton.cdiv(n, meta["BLOCK"]), nprog),)](x, out, n, size_class(n), NPROG=nprog)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -109,9 +111,9 @@ def vector_sum(x: torch.Tensor, out: torch.Tensor, n: int) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 
-@triton.autotune(configs=ROWWISE, key=["cols"])
+@triton.autotune(configs=ROWWISE, key=["cols_class"])
 @triton.jit
-def row_sum_kernel(x_ptr, out_ptr, cols, BLOCK: tl.constexpr):
+def row_sum_kernel(x_ptr, out_ptr, cols, cols_class, BLOCK: tl.constexpr):
     # TODO(task 2.T2): like row_max_kernel above, with a sum: a [BLOCK] accumulator that starts at 0, masked
     # loads that give 0 past the end of the row, tl.sum at the end, one store (~8 lines).
     # Hint: copy row_max_kernel and change the identity (0, not -inf), the combine (+) and the reduction.
@@ -123,4 +125,4 @@ def row_sum(x: torch.Tensor, out: torch.Tensor, rows: int, cols: int) -> None:
     check_tensors("row_sum", x=x, out=out)
     if rows == 0:
         return
-    row_sum_kernel[(rows,)](x, out, cols)
+    row_sum_kernel[(rows,)](x, out, cols, size_class(cols, 1024))

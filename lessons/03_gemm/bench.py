@@ -8,6 +8,9 @@ Groups (each compared with its cuBLAS row, timed in the same run; FP32 rows run 
   linear 4096x4096->4096     the linear layer of task 3.5 against torch.nn.functional.linear.
   gemm 4096^3 fp16/bf16 in   the WMMA tensor-core kernels of gemm_wmma.cu against torch.matmul in fp16
                              (ungraded; torch returns fp16, our kernels write fp32).
+The Triton twin (gemm_triton.py: task 3.T1, float32 products with input_precision="ieee") has a row in each
+sgemm group, beside the CUDA versions and cuBLAS; it is compiled and autotuned on a first call before its timing,
+and its row's note gives that time and the config the autotuner kept (cudacourse/triton_track.py, ``bench_case``).
 ``flops`` is 2*M*N*K; ``bytes`` is A and B read once and C written once.
 """
 
@@ -19,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from cudacourse import triton_track
 from cudacourse.bench import Case
 
 ALL_VERSIONS = ["sgemm_v1_naive", "sgemm_v2_coalesced", "sgemm_v3_shared", "sgemm_v4_1d", "sgemm_v5_2d",
@@ -41,8 +45,10 @@ def fp32_matmul(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> Callable[[
 
 
 def gemm_group(m: Any, group: str, M: int, N: int, K: int, versions: list[str],
-               targets: dict[str, float] | None = None, tasks: dict[str, str] | None = None) -> list[Case]:
-    """Rows of one GEMM shape: cuBLAS (reference) and each version, inputs allocated once."""
+               targets: dict[str, float] | None = None, tasks: dict[str, str] | None = None,
+               twin: tuple[Any, str] | None = None) -> list[Case]:
+    """Rows of one GEMM shape: cuBLAS (reference), each version and the Triton twin (``twin``, from
+    ``triton_track.bench_twin``), inputs allocated once."""
     dev = m.device
     A, B = torch.randn(M, K, device=dev), torch.randn(K, N, device=dev)
     C = torch.empty(M, N, device=dev)
@@ -53,16 +59,22 @@ def gemm_group(m: Any, group: str, M: int, N: int, K: int, versions: list[str],
         fn = getattr(m, v)
         rows.append(Case(group, v, lambda fn=fn: fn(A, B, C, M, N, K), bytes=nbytes, flops=flops,
                          target=(targets or {}).get(v), task=(tasks or {}).get(v)))
+    if twin is not None:
+        rows.append(triton_track.bench_case(twin, group, "sgemm (Triton twin, 3.T1)",
+                                            lambda t: t.sgemm(A, B, C, M, N, K), ["sgemm_kernel"], bytes=nbytes,
+                                            flops=flops))
     return rows
 
 
 def cases(m: Any, quick: bool = False) -> list[Case]:
     """Benchmark cases for lesson 03 on module ``m`` (``m.device`` is cuda). ``quick``: smaller sizes."""
     small, big, ragged = (1024, 2048, 2044) if quick else (2048, 4096, 4092)
-    out = gemm_group(m, f"sgemm {small}^3 fp32", small, small, small, ALL_VERSIONS)
-    out += gemm_group(m, f"sgemm {big}^3 fp32", big, big, big, FAST_VERSIONS, tasks={"sgemm_v8_warptile": "3.6"})
+    twin = triton_track.bench_twin(m)
+    out = gemm_group(m, f"sgemm {small}^3 fp32", small, small, small, ALL_VERSIONS, twin=twin)
+    out += gemm_group(m, f"sgemm {big}^3 fp32", big, big, big, FAST_VERSIONS, tasks={"sgemm_v8_warptile": "3.6"},
+                      twin=twin)
     out += gemm_group(m, f"sgemm {ragged}^3 fp32 ragged", ragged, ragged, ragged,
-                      ["sgemm_v6_vec", "sgemm_v7_tuned", "sgemm_v8_warptile"], {"sgemm_v8_warptile": 0.75})
+                      ["sgemm_v6_vec", "sgemm_v7_tuned", "sgemm_v8_warptile"], {"sgemm_v8_warptile": 0.75}, twin=twin)
 
     dev, n = m.device, big
     x, W, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev), torch.randn(n, device=dev)

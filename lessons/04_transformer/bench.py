@@ -5,9 +5,10 @@ for attention PyTorch's unfused math path (``SDPBackend.MATH``, TF32 off: true f
 The rows of speed tasks 4.10 (softmax vs torch), 4.11 (layernorm vs torch) and 4.12 (flash attention vs
 the math path at N=4096, not causal) take their targets from lesson.toml; the rows against the copy
 bandwidth keep their own target of 0.85.
-The Triton twins (norms_triton.py: softmax 4.T1, layernorm 4.T2) have a row in the softmax and layernorm groups;
-each is compiled and autotuned on a first call before its timing, and its row's note gives that time and the
-config the autotuner kept (cudacourse/triton_track.py, ``bench_case``).
+The Triton twins (norms_triton.py: softmax 4.T1, layernorm 4.T2; attention_triton.py: flash attention 4.T3) have
+a row in the softmax, layernorm and attention groups, with the issue's target of 1.0x PyTorch eager (the group's
+reference); each is compiled and autotuned on a first call before its timing, and its row's note gives that time
+and the config the autotuner kept (cudacourse/triton_track.py, ``bench_case``).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def _row_cases(m: Any, rows: int, cols: int) -> list[Case]:
         Case(f"softmax {shape}", "softmax_v3_row_in_registers",
              lambda: m.softmax_v3_row_in_registers(x, y, rows, cols), nbytes),
         triton_track.bench_case(twin, f"softmax {shape}", "softmax (Triton twin, 4.T1)",
-                                lambda t: t.softmax(x, y, rows, cols), ["softmax_kernel"], bytes=nbytes),
+                                lambda t: t.softmax(x, y, rows, cols), ["softmax_kernel"], bytes=nbytes, target=1.0),
         Case(f"layernorm {shape}", "F.layer_norm", lambda: F.layer_norm(x, (cols,), w, b, 1e-5), nbytes,
              reference=True),
         Case(f"layernorm {shape}", "layernorm (4.2) vs torch", lambda: m.layernorm(x, w, b, y, rows, cols, 1e-5),
@@ -65,7 +66,7 @@ def _row_cases(m: Any, rows: int, cols: int) -> list[Case]:
              nbytes, target=0.85, target_of="copy"),
         triton_track.bench_case(twin, f"layernorm {shape}", "layernorm (Triton twin, 4.T2)",
                                 lambda t: t.layernorm(x, w, b, y, rows, cols, 1e-5), ["layernorm_kernel"],
-                                bytes=nbytes),
+                                bytes=nbytes, target=1.0),
     ]
     if hasattr(F, "rms_norm"):
         out.append(Case(f"rmsnorm {shape}", "F.rms_norm", lambda: F.rms_norm(x, (cols,), w, 1e-6), nbytes,
@@ -86,6 +87,10 @@ def _attention_cases(m: Any, B: int, H: int, N: int, d: int, causal: bool, versi
         Case(group, "PyTorch math path (TF32 off)", _math_attention(qh, kh, vh, causal), flops=flops, reference=True),
         Case(group, "attention_flash (4.8)", lambda: m.attention_flash(q, k, v, o, B, H, N, d, scale, c), flops=flops,
              task="4.12" if (N >= 4096 and not causal) else None),
+        triton_track.bench_case(triton_track.bench_twin(m, "attention_triton.py"), group,
+                                "attention_flash (Triton twin, 4.T3)",
+                                lambda t: t.attention_flash(q, k, v, o, B, H, N, d, scale, c),
+                                ["attention_flash_kernel"], flops=flops, target=1.0),
         Case(group, "PyTorch SDPA default backend (fp32)",
              lambda: F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal), flops=flops),
     ]

@@ -9,6 +9,9 @@ Groups compare each kernel with PyTorch in the same run. Targets are the issue's
                                                            (torch.compile's figure beside it)
   fused linear + cross-entropy, 8192 rows, vocab 50257,    >= 0.8x  F.linear + F.cross_entropy + backward,
   hidden 768 and 2048 (train.fused_linear_cross_entropy)            at <= 0.3x its peak memory
+The Triton twins (training_triton.py: cross_entropy 6.T1, adamw_flat 6.T2) have a row beside their CUDA versions
+in the cross-entropy group and the AdamW groups; each is compiled and autotuned on a first call before its timing,
+and its row's note gives that time and the config the autotuner kept (cudacourse/triton_track.py, ``bench_case``).
 A time ratio is a tokens/s ratio for the training step (same tokens per step). The peak memory of the
 fused linear + cross-entropy rows (``peak_memory_bytes``: torch.cuda.max_memory_allocated above what was
 allocated before the call, outputs included) is measured once when the cases are built and written into
@@ -30,6 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from cudacourse import triton_track
 from cudacourse.bench import Case
 from cudacourse.loader import import_file
 
@@ -53,6 +57,9 @@ def _cross_entropy_cases(m: Any, rows: int, vocab: int) -> list[Case]:
         Case(group, "cross_entropy (6.3)",
              lambda: m.cross_entropy(logits, lab, losses, dl, loss, rows, vocab, -100, 1.0 / rows), nbytes,
              target=1.5),
+        triton_track.bench_case(triton_track.bench_twin(m), group, "cross_entropy (Triton twin, 6.T1)",
+                                lambda t: t.cross_entropy(logits, lab, losses, dl, loss, rows, vocab, -100, 1.0 / rows),
+                                ["cross_entropy_kernel"], bytes=nbytes),
     ]
 
 
@@ -162,12 +169,16 @@ def _adamw_cases(m: Any) -> list[Case]:
     flat = lambda: m.adamw_flat(p, g, m1, v1, n, 1e-4, 0.9, 0.999, 1e-8, 0.1, 10)  # noqa: E731
     multi = lambda: m.adamw_multi(p, g, m1, v1, off_t, dec_t, ct_t, cs_t, len(ct), chunk, 1e-4, 0.9, 0.999,  # noqa: E731
                                   1e-8, 10)
+    twin = triton_track.bench_twin(m)
     out = []
     for ref_name, kw, target in (("fused=True", {"fused": True}, 0.95), ("foreach=False", {"foreach": False}, 2.0)):
         group = f"AdamW GPT-2 small ({n / 1e6:.1f}M fp32) vs {ref_name}"
         out += [Case(group, f"torch AdamW({ref_name})", torch_opt(**kw), nbytes, reference=True),
                 Case(group, "adamw_flat (6.5)", flat, nbytes, target=target),
-                Case(group, "adamw_multi (6.5)", multi, nbytes)]
+                Case(group, "adamw_multi (6.5)", multi, nbytes),
+                triton_track.bench_case(twin, group, "adamw_flat (Triton twin, 6.T2)",
+                                        lambda t: t.adamw_flat(p, g, m1, v1, n, 1e-4, 0.9, 0.999, 1e-8, 0.1, 10),
+                                        ["adamw_flat_kernel"], bytes=nbytes)]
     return out
 
 

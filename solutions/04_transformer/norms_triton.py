@@ -17,9 +17,9 @@ Versions (each wrapper is called like the CUDA launcher of the same name, tensor
   layernorm   task 4.T2  y = (x - mean) / sqrt(var + eps) * w + b, precise for rows far from 0 (twin of 4.2)
 
 Where it runs: on a GPU, compiled; @triton.autotune times every config of a kernel (tile width x warps)
-on the first call for each new row length and keeps the fastest (`make bench` prints the one it kept).
-On a CPU, Triton's interpreter runs the same code with numpy, with one fixed config (the course sets
-TRITON_INTERPRET=1). Needs the triton package: `make setup EXTRAS=triton` (Linux).
+on the first call for each new class of row length (a power of two) and keeps the fastest (`make bench`
+prints the one it kept). On a CPU, Triton's interpreter runs the same code with numpy, with one fixed
+config (the course sets TRITON_INTERPRET=1). Needs the triton package: `make setup EXTRAS=triton` (Linux).
 Tested with triton 3.6.0 (torch 2.11 on an H100; torch 2.13.0 CPU build for the interpreter).
 
 Run it:
@@ -34,16 +34,18 @@ import torch
 import triton
 import triton.language as tl
 
-from cudacourse.triton_track import check_tensors, configs
+from cudacourse.triton_track import check_tensors, configs, size_class
 
-# One program per row. Tile widths 1024 to 16384 floats, 4 to 16 warps; the interpreter takes 1024.
+# One program per row. Tile widths 1024 to 16384 floats, 4 to 16 warps; the interpreter takes 1024. The
+# autotuner's key is cols_class = size_class(cols, 1024): the power of two at or above the row length (1024 for
+# shorter rows), so rows of 4099 and 5000 share a tuning instead of timing every config each.
 ROWWISE = configs({"BLOCK": 1024}, BLOCK=[1024, 2048, 4096, 8192, 16384], num_warps=[4, 8, 16])
 
 
 def prune_tiles(configs: list, named_args: dict, **kwargs: object) -> list:
     """Configs worth timing for this row length: no tile wider than the row needs (beyond 1024), and at most 32
     floats per thread (a heuristic: a larger share per thread risks spilling registers). Always at least one."""
-    need = max(1024, triton.next_power_of_2(named_args["cols"]))
+    need = named_args["cols_class"]  # max(1024, the power of two at or above cols): the same for the whole class
     keep = [c for c in configs if c.kwargs["BLOCK"] <= need and c.kwargs["BLOCK"] <= 32 * 32 * c.num_warps]
     return keep or configs[:1]
 
@@ -56,9 +58,9 @@ PRUNE = {"early_config_prune": prune_tiles}
 # ----------------------------------------------------------------------------------------------------
 
 
-@triton.autotune(configs=ROWWISE, key=["cols"], prune_configs_by=PRUNE)
+@triton.autotune(configs=ROWWISE, key=["cols_class"], prune_configs_by=PRUNE)
 @triton.jit
-def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):
+def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, cols, cols_class, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # 64-bit: rows * cols may pass 2^31
     x_row, y_row = x_ptr + row * cols, y_ptr + row * cols
     offs = tl.arange(0, BLOCK)
@@ -79,7 +81,7 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, rows: int, cols: 
     check_tensors("rmsnorm", x=x, w=w, y=y)
     if rows == 0 or cols == 0:
         return
-    rmsnorm_kernel[(rows,)](x, w, y, cols, eps)
+    rmsnorm_kernel[(rows,)](x, w, y, cols, size_class(cols, 1024), eps)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -87,9 +89,9 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, rows: int, cols: 
 # ----------------------------------------------------------------------------------------------------
 
 
-@triton.autotune(configs=ROWWISE, key=["cols"], prune_configs_by=PRUNE)
+@triton.autotune(configs=ROWWISE, key=["cols_class"], prune_configs_by=PRUNE)
 @triton.jit
-def softmax_kernel(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
+def softmax_kernel(x_ptr, y_ptr, cols, cols_class, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row, y_row = x_ptr + row * cols, y_ptr + row * cols
     offs = tl.arange(0, BLOCK)
@@ -136,7 +138,7 @@ def softmax(x: torch.Tensor, y: torch.Tensor, rows: int, cols: int) -> None:
     check_tensors("softmax", x=x, y=y)
     if rows == 0 or cols == 0:
         return
-    softmax_kernel[(rows,)](x, y, cols)
+    softmax_kernel[(rows,)](x, y, cols, size_class(cols, 1024))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -144,9 +146,9 @@ def softmax(x: torch.Tensor, y: torch.Tensor, rows: int, cols: int) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 
-@triton.autotune(configs=ROWWISE, key=["cols"], prune_configs_by=PRUNE)
+@triton.autotune(configs=ROWWISE, key=["cols_class"], prune_configs_by=PRUNE)
 @triton.jit
-def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, cols, eps, BLOCK: tl.constexpr):
+def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, cols, cols_class, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row, y_row = x_ptr + row * cols, y_ptr + row * cols
     offs = tl.arange(0, BLOCK)
@@ -202,4 +204,4 @@ def layernorm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, y: torch.Tensor
     check_tensors("layernorm", x=x, w=w, b=b, y=y)
     if rows == 0 or cols == 0:
         return
-    layernorm_kernel[(rows,)](x, w, b, y, cols, eps)
+    layernorm_kernel[(rows,)](x, w, b, y, cols, size_class(cols, 1024), eps)
