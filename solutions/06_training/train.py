@@ -331,8 +331,11 @@ class _Embedding(torch.autograd.Function):
         vocab, dim = ctx.vocab, dout.shape[1]
         ids64 = ids.reshape(-1).long()
         order = torch.sort(ids64, stable=True).indices.to(torch.int32)
+        # counts by scatter_add, not bincount: bincount on a GPU reads the largest id back to the host first,
+        # a wait for every kernel queued so far
+        counts = torch.zeros(vocab, dtype=torch.int64, device=ids.device).scatter_add_(0, ids64, torch.ones_like(ids64))
         offsets = torch.zeros(vocab + 1, dtype=torch.int32, device=ids.device)
-        offsets[1:] = torch.bincount(ids64, minlength=vocab).cumsum(0)
+        offsets[1:] = counts.cumsum(0)
         dtable = _empty(vocab, dim, like=dout)
         ctx.ops.m6.embedding_backward_sorted(order, offsets, dout.contiguous(), dtable, ids64.numel(), vocab, dim)
         return None, dtable, None
@@ -437,7 +440,7 @@ class _Unflatten(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, flat: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:
         ctx.sizes = sizes
-        return tuple(piece.clone() for piece in torch.split(flat, sizes))
+        return tuple(torch.split_with_sizes_copy(flat, sizes))  # copies, one op: not views of flat
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple:
