@@ -1,8 +1,8 @@
 """Graded checks of lesson 05 (tensor cores and mixed precision): lessons/05_tensor_cores/{bf16,gemm_tc}.cu.
 
 Tasks (ids match the TODOs in the kernel files; titles and points live in lessons/05_tensor_cores/lesson.toml):
-  5.1  bias_gelu_bf16: bias + GELU on __nv_bfloat162 pairs, fp32 math, one rounding at the store
-  5.2  rmsnorm_bf16: bf16 rows, sum of squares accumulated in fp32
+  5.1  bias_gelu_bf16: bias + GELU on 16-byte groups of 8 bf16, fp32 math, one rounding at the store
+  5.2  rmsnorm_bf16: bf16 rows held in registers, sum of squares accumulated in fp32
   5.3  wmma_gemm_naive: WMMA, one warp per 16x16 tile (fp16 in, fp32 accumulate)
   5.4  wmma_gemm_tiled: WMMA on a 128x128 block tile staged in shared memory
   5.5  mma_gemm: mma.sync m16n8k16 with ldmatrix (bf16)
