@@ -1,8 +1,8 @@
 """Graded checks of lesson 05 (tensor cores and mixed precision): lessons/05_tensor_cores/{bf16,gemm_tc}.cu.
 
 Tasks (ids match the TODOs in the kernel files; titles and points live in lessons/05_tensor_cores/lesson.toml):
-  5.1  bias_gelu_bf16: bias + GELU on __nv_bfloat162 pairs, fp32 math, one rounding at the store
-  5.2  rmsnorm_bf16: bf16 rows, sum of squares accumulated in fp32
+  5.1  bias_gelu_bf16: bias + GELU on 16-byte groups of 8 bf16, fp32 math, one rounding at the store
+  5.2  rmsnorm_bf16: bf16 rows held in registers, sum of squares accumulated in fp32
   5.3  wmma_gemm_naive: WMMA, one warp per 16x16 tile (fp16 in, fp32 accumulate)
   5.4  wmma_gemm_tiled: WMMA on a 128x128 block tile staged in shared memory
   5.5  mma_gemm: mma.sync m16n8k16 with ldmatrix (bf16)
@@ -83,9 +83,11 @@ def _assert_bf16_rounded_once(y: torch.Tensor, ref: torch.Tensor, name: str, tas
 # 5.1 bias + GELU in bf16
 # ----------------------------------------------------------------------------------------------------
 
-GELU_CASES = [(1, 1), (3, 33), (7, 31), (50, 257)]
+# ragged shapes take the worked one-element kernel; cols % 8 == 0 the 16-byte kernel (task 5.1): one group,
+# one row, several rows, and more groups than the grid has threads on the simulator (a grid-stride loop)
+GELU_CASES = [(1, 1), (3, 33), (7, 31), (50, 257), (1, 8), (5, 24), (3, 1032), (40, 1024)]
 GELU_HINT = ("convert x and bias to fp32 (__bfloat1622float2), add and apply gelu_f32 in fp32, and round once with "
-             "__floats2bfloat162_rn; a pair may straddle two rows (bias index i % cols).")
+             "__floats2bfloat162_rn; group g holds elements 8g..8g+7, its bias group is g % (cols / 8).")
 
 
 def _bias_gelu(m: cc.Lesson, x: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,6 +113,20 @@ def test_bias_gelu_bf16(rows: int, cols: int) -> None:
 
 
 @pytest.mark.task("5.1")
+def test_bias_gelu_bf16_unaligned_view() -> None:
+    """x starting 2 bytes into its buffer (a slice) cannot be read 16 bytes at a time: the launcher must take
+    the one-element path, and the result is the same."""
+    m = _m()
+    g = check.rng("bias-gelu-unaligned")
+    rows, cols = 3, 64
+    x = _bf16(rows * cols + 1, g, m, scale=3.0)[1:].view(rows, cols)
+    b = _bf16(cols, g, m)
+    y, ref = _bias_gelu(m, x, b)
+    s = (x.double().cpu() + b.double().cpu()).abs().max().item()
+    _assert_bf16_rounded_once(y, ref, "bias_gelu_bf16 on a slice", "5.1", GELU_HINT, atol=4 * FP32_ROUND * s)
+
+
+@pytest.mark.task("5.1")
 def test_bias_gelu_bf16_special_values() -> None:
     """Saturated tails, zero, a huge finite value (bf16 has fp32's range: 1e38 is a bf16), +inf, NaN."""
     m = _m()
@@ -133,7 +149,10 @@ def test_bias_gelu_bf16_rejects_fp32() -> None:
 
 
 @pytest.mark.task("5.2")
-@pytest.mark.parametrize(("rows", "cols", "offset"), [(1, 1, 0.0), (5, 33, 0.0), (3, 4099, 0.0), (2, 4096, 8.0)])
+# ragged rows take the worked two-pass kernel; rows of 8k values the register kernel (task 5.2) with 1 group
+# of 8 per thread (up to 8192 values), 2 (8200) or 4 (16392), and threads left without a group
+@pytest.mark.parametrize(("rows", "cols", "offset"), [(1, 1, 0.0), (5, 33, 0.0), (3, 4099, 0.0), (2, 4096, 8.0),
+                                                      (1, 8, 0.0), (4, 24, 0.0), (2, 8200, 0.0), (2, 16392, 8.0)])
 def test_rmsnorm_bf16(rows: int, cols: int, offset: float) -> None:
     """offset 8: every square is about 64, 4096 of them: a bf16 running sum stops growing at about 2^8 terms."""
     m = _m()

@@ -11,13 +11,15 @@
     losses, trained = train.train(ops, weights, cfg, data, lr=1e-2)
 
 Every op of the model runs on a course kernel, forward and backward: each is a ``torch.autograd.Function``
-whose ``forward`` calls a lesson 04 / lesson 03 kernel and whose ``backward`` calls a lesson 06 kernel.
+whose ``forward`` calls a lesson 04 kernel (the linear layers: training.cu's ``linear_forward``) and whose
+``backward`` calls a lesson 06 kernel.
 ``Ops`` has the methods of lesson 04's ``decoder.Kernels``, so lesson 04's own ``decoder.forward`` (and
 your ``decoder_block``, task 4.9) builds the graph unchanged. The loss is the fused cross-entropy (task
 6.3); the optimizer is ``adamw_flat`` (task 6.5) over one flat buffer holding every parameter.
 
-What PyTorch still does: allocating buffers, the autograd bookkeeping (slicing the flat parameter buffer
-into the weight views, and adding the gradients of a tensor that feeds two ops, like the residual stream),
+What PyTorch still does: allocating buffers, the autograd bookkeeping (cutting the flat parameter buffer
+into the weights and concatenating their gradients back, and adding the gradients of a tensor that feeds two
+ops, like the residual stream),
 the token sort and offsets of the embedding backward, and the label check before the loss kernel.
 
 The grader imports this file in its own process, so it may import only math, typing, torch and cudacourse
@@ -204,7 +206,9 @@ class _Linear(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, ops: Ops) -> torch.Tensor:
         out_f, in_f = w.shape
         y = _empty(x.shape[0], out_f, like=x)
-        ops.m3.linear(x, w, ops.zeros(out_f), y, x.shape[0], in_f, out_f)  # lesson 03, task 3.5
+        # training.cu's worked linear_forward, on the same register-tiled GEMM as the backward (lesson 03's
+        # linear, task 3.5, computes the same with one output per thread: several times slower here)
+        ops.m6.linear_forward(x, w, y, x.shape[0], in_f, out_f)
         ctx.saved = (x, w)
         ctx.ops = ops
         return y
@@ -308,8 +312,11 @@ class _Embedding(torch.autograd.Function):
         vocab, dim = ctx.vocab, dout.shape[1]
         ids64 = ids.reshape(-1).long()
         order = torch.sort(ids64, stable=True).indices.to(torch.int32)
+        # counts by scatter_add, not bincount: bincount on a GPU reads the largest id back to the host first,
+        # a wait for every kernel queued so far
+        counts = torch.zeros(vocab, dtype=torch.int64, device=ids.device).scatter_add_(0, ids64, torch.ones_like(ids64))
         offsets = torch.zeros(vocab + 1, dtype=torch.int32, device=ids.device)
-        offsets[1:] = torch.bincount(ids64, minlength=vocab).cumsum(0)
+        offsets[1:] = counts.cumsum(0)
         dtable = _empty(vocab, dim, like=dout)
         ctx.ops.m6.embedding_backward_sorted(order, offsets, dout.contiguous(), dtable, ids64.numel(), vocab, dim)
         return None, dtable, None
@@ -407,14 +414,34 @@ def _leaves(weights: dict[str, Any]) -> list[tuple[tuple, torch.Tensor]]:
     return out + [(("norm",), weights["norm"]), (("lm_head",), weights["lm_head"])]
 
 
+class _Unflatten(torch.autograd.Function):
+    """flat -> one tensor per weight (copies), and in the backward every weight's gradient into one flat
+    gradient with a single concatenation."""
+
+    @staticmethod
+    def forward(ctx: Any, flat: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:
+        ctx.sizes = sizes
+        return tuple(torch.split_with_sizes_copy(flat, sizes))  # copies, one op: not views of flat
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple:
+        return torch.cat([torch.zeros(n, dtype=torch.float32, device=g.device) if g is None else g.reshape(-1)
+                          for g, n in zip(grads, ctx.sizes, strict=True)]), None
+
+
 def views(flat: torch.Tensor, like: dict[str, Any]) -> dict[str, Any]:
-    """The weights dict of ``like`` with every tensor replaced by a view into ``flat`` (same order as
-    ``flatten``). Views of a tensor that requires grad send their gradients into ``flat.grad``."""
+    """The weights dict of ``like`` cut out of ``flat`` (same order as ``flatten``).
+
+    For a ``flat`` that requires grad the pieces are copies whose gradients all land in ``flat.grad``, written
+    by one concatenation in the backward (slices ``flat[a:b]`` would be views, but the backward of each slice
+    fills a zero buffer the size of ``flat`` and adds it to the others: 39 of them for the GPU capstone, 2 GB of
+    memory traffic and over a hundred launches a step). Otherwise they are views of ``flat`` itself."""
+    leaves = _leaves(like)
+    sizes = [t.numel() for _, t in leaves]
+    pieces = _Unflatten.apply(flat, sizes) if flat.requires_grad else torch.split(flat, sizes)
     out: dict[str, Any] = {"layers": [{} for _ in like["layers"]]}
-    pos = 0
-    for path, t in _leaves(like):
-        v = flat[pos:pos + t.numel()].view(t.shape)
-        pos += t.numel()
+    for (path, t), piece in zip(leaves, pieces, strict=True):
+        v = piece.view(t.shape)
         if path[0] == "layers":
             out["layers"][path[1]][path[2]] = v
         else:
@@ -453,7 +480,7 @@ def train_step(ops: Ops, st: State, cfg: Any, ids: torch.Tensor, targets: torch.
     #   adamw_flat(ops.m6, st.flat.data, st.flat.grad, st.exp_avg, st.exp_avg_sq, st.step, lr=lr, betas=betas,
     #              eps=eps, weight_decay=weight_decay); return the loss as a Python float.
     # Hint: st.flat.data is the same memory as st.flat without autograd tracking: the kernel updates it in
-    # place. views(st.flat, ...) are slices of st.flat, so their gradients all land in st.flat.grad.
+    # place. views(st.flat, ...) are cut out of st.flat, so their gradients all land in st.flat.grad.
     raise NotImplementedError("TODO(task 6.7): train_step in lessons/06_training/train.py")
 
 

@@ -21,9 +21,12 @@
 //   embedding_backward_atomic task 6.4  dtable[ids[i]] += dout[i] with atomicAdd (order varies)
 //   embedding_backward_sorted task 6.4  the same sums, one thread per (row, feature), in sorted order
 //   matmul_backward           task 6.6  C = A B: dA = dC B^T, dB = A^T dC, transposes read in place
+//   linear_forward            worked    y = x W^T on gemm_fast_kernel (the capstone's linear layers)
 //   linear_backward           worked    y = x W^T (+ b): dx = dy W, dW = dy^T x, db = column sums of dy
-//   attention_backward        worked    dq, dk, dv of lesson 04's attention_naive: four batched products on
-//                                       your GEMM kernel and your softmax_backward
+//   attention_backward        worked    dq, dk, dv of lesson 04's attention_naive: four batched products
+//                                       and your softmax_backward
+// The capstone's products run on gemm_fast_kernel (worked): task 6.6's kernel with 4 x 4 outputs per
+// thread, lesson 03's register tiling; on the one-output-per-thread kernel they took most of a step.
 // AdamW is in adamw.cu (task 6.5); the capstone (task 6.7) is train.py.
 // Worked helpers, complete: warp_sum, block_sum, MaxSum and its combine, block_maxsum, fill,
 // column_reduce (stage 2 of the deterministic column sums).
@@ -555,13 +558,190 @@ void matmul_backward(const float* A, const float* B, const float* dC, float* dA,
     gemm_tiled<true, false>(A, dC, dB, K, N, M);  // op(A) = A^T (K, M) x dC (M, N)
 }
 
+// ----------------------------------------------------------------------------------------------------
+// Worked: a faster GEMM for the capstone, 64 x 64 tiles with a 4 x 4 patch of outputs per thread
+// ----------------------------------------------------------------------------------------------------
+// gemm_tiled_kernel (task 6.6) computes one output per thread: every multiply-add reads two values from
+// shared memory, so shared memory, not arithmetic, sets its pace (lesson 03's v3). This kernel is lesson
+// 03's register tiling (v5) with the interface of gemm_tiled_kernel (op(A), op(B), strides and batches
+// as GemmLayout says): a block of 256 threads computes a 64 x 64 tile of C, each thread a 4 x 4 patch,
+// so each value read from shared memory feeds 4 multiply-adds from a register, and the 4 values a thread
+// reads per row of a tile sit side by side (one 16-byte shared-memory load). The capstone's linear layers
+// and attention backward run on it: on gemm_tiled_kernel they took more than half of a training step.
+
+constexpr int FM = 64, FN = 64, FK = 16;  // the block's tile of C, and the slice of k loaded per step
+
+// Split-K (k_split > 0): block z computes the k range [z k_split, (z + 1) k_split) of one product (no
+// batches) and writes its partial C at C + z M ldc; splitk_reduce adds the partials in a fixed order.
+template <bool TA, bool TB>
+__global__ void __launch_bounds__(256) gemm_fast_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                                                        float* __restrict__ C, int M, int N, int K, GemmLayout L,
+                                                        int k_split) {
+    // +4 floats per row: rows stay 16-byte aligned, and the transposing stores below hit 2 banks at most
+    __shared__ __align__(16) float As[FK][FM + 4];  // As[k][r] = op(A)[rowBase + r, k0 + k]
+    __shared__ __align__(16) float Bs[FK][FN + 4];  // Bs[k][c] = op(B)[k0 + k, colBase + c]
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;  // this thread's patch: rows ty*4.., cols tx*4..
+    const int rowBase = blockIdx.y * FM, colBase = blockIdx.x * FN;
+    const int lda = L.lda, ldb = L.ldb, ldc = L.ldc;
+    int k_begin = 0, k_end = K;
+    if (k_split > 0) {
+        k_begin = blockIdx.z * k_split;
+        k_end = min(K, k_begin + k_split);
+        C += (size_t)blockIdx.z * M * ldc;
+    } else {
+        const int zb = blockIdx.z / L.H, zh = blockIdx.z % L.H;
+        A += zb * L.a_b + zh * L.a_h;
+        B += zb * L.b_b + zh * L.b_h;
+        C += zb * L.c_b + zh * L.c_h;
+    }
+    float acc[4][4] = {};
+    for (int k0 = k_begin; k0 < k_end; k0 += FK) {
+        // 64 x 16 values of each operand, 4 per thread; consecutive threads read consecutive addresses of the
+        // stored matrix (along k when it is stored k-minor, else along rows / columns); 0 outside the matrix
+#pragma unroll
+        for (int l = 0; l < 4; ++l) {
+            const int idx = tid + 256 * l;
+            if constexpr (TA) {  // A stored (K, M)
+                const int k = idx / FM, r = idx % FM;
+                As[k][r] = (k0 + k < k_end && rowBase + r < M) ? A[(size_t)(k0 + k) * lda + rowBase + r] : 0.0f;
+            } else {  // A stored (M, K)
+                const int r = idx / FK, k = idx % FK;
+                As[k][r] = (rowBase + r < M && k0 + k < k_end) ? A[(size_t)(rowBase + r) * lda + k0 + k] : 0.0f;
+            }
+            if constexpr (TB) {  // B stored (N, K)
+                const int c = idx / FK, k = idx % FK;
+                Bs[k][c] = (colBase + c < N && k0 + k < k_end) ? B[(size_t)(colBase + c) * ldb + k0 + k] : 0.0f;
+            } else {  // B stored (K, N)
+                const int k = idx / FN, c = idx % FN;
+                Bs[k][c] = (k0 + k < k_end && colBase + c < N) ? B[(size_t)(k0 + k) * ldb + colBase + c] : 0.0f;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < FK; ++k) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                a[i] = As[k][ty * 4 + i];
+                b[i] = Bs[k][tx * 4 + i];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int r = rowBase + ty * 4 + i;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int c = colBase + tx * 4 + j;
+            if (r < M && c < N) C[(size_t)r * ldc + c] = acc[i][j];
+        }
+    }
+}
+
+// `batches` products C = op(A) op(B) on gemm_fast_kernel, laid out as L says (K = 0 writes zeros).
+template <bool TA, bool TB>
+static void gemm_fast_batched(const float* A, const float* B, float* C, int M, int N, int K, GemmLayout L,
+                              int batches) {
+    if (M <= 0 || N <= 0 || batches <= 0) return;
+    gemm_fast_kernel<TA, TB><<<dim3(ceil_div(N, FN), ceil_div(M, FM), batches), 256>>>(A, B, C, M, N, K, L, 0);
+}
+
+// One product of whole matrices on gemm_fast_kernel: C (M, N) = op(A) op(B).
+template <bool TA, bool TB>
+static void gemm_fast(const float* A, const float* B, float* C, int M, int N, int K) {
+    gemm_fast_batched<TA, TB>(A, B, C, M, N, K, GemmLayout{TA ? M : K, TB ? K : N, N, 1, 0, 0, 0, 0, 0, 0}, 1);
+}
+
+// out[i] = sum over p of partial[p n + i], p in order (deterministic): the end of a split-K product.
+__global__ void splitk_reduce_kernel(const float* __restrict__ partial, float* __restrict__ out, int parts, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (int p = 0; p < parts; ++p) acc += partial[(size_t)p * n + i];
+        out[i] = acc;
+    }
+}
+
+// partial[s, c] = sum of x[r, c] over the rows r of slice s ([s rows_per, (s + 1) rows_per)), in row order:
+// block (bx, s) owns 32 columns of slice s; its 8 rows of threads add every 8th row, then row 0 adds the 8.
+__global__ void column_partial_kernel(const float* __restrict__ x, float* __restrict__ partial, int rows, int cols,
+                                      int rows_per) {
+    __shared__ float sums[8][33];
+    const int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rows_per;
+    const int r1 = min(rows, r0 + rows_per);
+    float acc = 0.0f;
+    if (c < cols)
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) acc += x[(size_t)r * cols + c];
+    sums[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float total = 0.0f;
+        for (int i = 0; i < 8; ++i) total += sums[i][threadIdx.x];
+        partial[(size_t)blockIdx.y * cols + c] = total;
+    }
+}
+
+// A device buffer of at least n floats, kept between calls (grown when a larger one is needed).
+static float* scratch_floats(size_t n) {
+    static float* buf = nullptr;
+    static size_t have = 0;
+    if (n > have) {
+        if (buf != nullptr) cudaFree(buf);
+        buf = nullptr;
+        have = 0;
+        if (cudaMalloc(&buf, n * sizeof(float)) != cudaSuccess) return nullptr;
+        have = n;
+    }
+    return buf;
+}
+
+// Worked: the capstone's linear layer without bias, y = x W^T (x (batch, in), W (out, in), y (batch, out)),
+// on gemm_fast_kernel: W is read as op(B) = W^T in place, as lesson 03's linear reads it.
+void linear_forward(const float* x, const float* W, float* y, int batch, int in_features, int out_features) {
+    gemm_fast<false, true>(x, W, y, batch, out_features, in_features);
+}
+
 // Worked: the linear layer y = x W^T + b of lesson 03 (x (batch, in), W (out, in), b (out)).
 // Contract: dy (batch, out); writes dx (batch, in) = dy W, dW (out, in) = dy^T x, db (out) = sum of dy rows.
+//
+// dW and db sum over the batch: for a batch of 4096 and a 256 x 256 weight, dW = dy^T x is a product with a
+// long k (4096) and a small result (16 tiles of 64 x 64: 16 blocks for 132 SMs). So the batch is cut into
+// slices (split-K): slice s computes its own partial dW (and partial column sums of dy for db) and a second
+// kernel adds the partials in slice order, so the result does not depend on which block finished first.
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, int batch,
                      int in_features, int out_features) {
-    gemm_tiled<false, false>(dy, W, dx, batch, in_features, out_features);
-    gemm_tiled<true, false>(dy, x, dW, out_features, in_features, batch);
-    bias_backward(dy, db, batch, out_features);
+    if (in_features <= 0 || out_features <= 0) return;
+    if (batch > 0) gemm_fast<false, false>(dy, W, dx, batch, in_features, out_features);
+    const int M = out_features, N = in_features;
+    const int tiles = ceil_div(M, FM) * ceil_div(N, FN);
+    int slices = batch / 128;                          // at least 128 rows per slice
+    const int wanted = ceil_div(2 * 132, tiles);       // about two blocks per SM of an H100
+    if (slices > wanted) slices = wanted;
+    const long long mn = (long long)M * N;
+    float* partial = slices > 1 ? scratch_floats((size_t)slices * (mn + M)) : nullptr;
+    if (partial == nullptr) {  // one slice (or no scratch memory): the product straight into dW
+        if (batch <= 0) {
+            fill(dW, 0.0f, mn);
+            fill(db, 0.0f, M);
+            return;
+        }
+        gemm_fast<true, false>(dy, x, dW, M, N, batch);
+        column_reduce(dy, db, batch, M);
+        return;
+    }
+    const int rows_per = (ceil_div(batch, slices) + FK - 1) / FK * FK;  // whole k-steps per slice
+    slices = ceil_div(batch, rows_per);
+    gemm_fast_kernel<true, false><<<dim3(ceil_div(N, FN), ceil_div(M, FM), slices), 256>>>(
+        dy, x, partial, M, N, batch, GemmLayout{M, N, N, 1, 0, 0, 0, 0, 0, 0}, rows_per);
+    column_partial_kernel<<<dim3(ceil_div(M, 32), slices), dim3(32, 8)>>>(dy, partial + slices * mn, batch, M,
+                                                                          rows_per);
+    const int blocks = ceil_div(mn, kBlock) < 4096 ? ceil_div(mn, kBlock) : 4096;
+    splitk_reduce_kernel<<<blocks, kBlock>>>(partial, dW, slices, mn);
+    splitk_reduce_kernel<<<ceil_div(M, kBlock), kBlock>>>(partial + slices * mn, db, slices, M);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -570,8 +750,9 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
 // Forward per (batch b, head h): S = scale Q K^T, P = softmax(S) per row (causal: masked entries 0),
 // O = P V. Backward with dO:
 //   dV = P^T dO      dP = dO V^T      dS = softmax_backward(P, dP)      dQ = scale dS K      dK = scale dS^T Q
-// Four matrix products per head, all on your gemm_tiled_kernel (task 6.6) as batched calls, one launch each
-// for all B * H heads; the transposes are read in place, as in matmul_backward. Layout as in lesson 04:
+// Four matrix products per head, all on gemm_fast_kernel (task 6.6's kernel, register-tiled) as batched
+// calls, one launch each for all B * H heads; the transposes are read in place, as in matmul_backward.
+// Layout as in lesson 04:
 // q, k, v, o and their gradients are (B, N, H, d), so a head's N x d matrix starts at b * N * H * d + h * d
 // with rows H * d floats apart; P is (B, H, N, N). Masked entries have P = 0, so their dS is 0 too: no mask
 // is needed in the backward. (A first version with one thread per output looping over N read V with a
@@ -588,11 +769,11 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
     float* ds = scratch + (size_t)bh * nn;
     // operands: an (N, N) matrix of (B, H, N, N) is at b * H * nn + h * nn, rows N apart; an (N, d) head of
     // (B, N, H, d) at b * seq + h * d, rows hd apart
-    gemm_batched<true, false>(p, dout, dv, N, d, N, GemmLayout{N, hd, hd, H, H * nn, nn, seq, d, seq, d}, bh);
-    gemm_batched<false, true>(dout, v, dp, N, N, d, GemmLayout{hd, hd, N, H, seq, d, seq, d, H * nn, nn}, bh);
+    gemm_fast_batched<true, false>(p, dout, dv, N, d, N, GemmLayout{N, hd, hd, H, H * nn, nn, seq, d, seq, d}, bh);
+    gemm_fast_batched<false, true>(dout, v, dp, N, N, d, GemmLayout{hd, hd, N, H, seq, d, seq, d, H * nn, nn}, bh);
     softmax_backward_kernel<<<bh * N, row_threads(N)>>>(p, dp, ds, bh * N, N);  // your kernel, task 6.3
     const int n_s = (int)(bh * nn);
     scale_kernel<<<ceil_div(n_s, kBlock), kBlock>>>(ds, dp, scale, n_s);         // dS * scale, into dp's space
-    gemm_batched<false, false>(dp, k, dq, N, d, N, GemmLayout{N, hd, hd, H, H * nn, nn, seq, d, seq, d}, bh);
-    gemm_batched<true, false>(dp, q, dk, N, d, N, GemmLayout{N, hd, hd, H, H * nn, nn, seq, d, seq, d}, bh);
+    gemm_fast_batched<false, false>(dp, k, dq, N, d, N, GemmLayout{N, hd, hd, H, H * nn, nn, seq, d, seq, d}, bh);
+    gemm_fast_batched<true, false>(dp, q, dk, N, d, N, GemmLayout{N, hd, hd, H, H * nn, nn, seq, d, seq, d}, bh);
 }
