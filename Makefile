@@ -16,7 +16,7 @@ test: EXTRAS := dev,notebooks
 lab: EXTRAS := notebooks
 
 check: setup  ## check one task with full messages: make check T=1.1 (a lesson: T=01_relu; nothing: lessons started)
-	@$(PY) -m cudacourse check $(T)
+	@$(PY) -m cudacourse check $(T) $(ARGS)
 
 grade: setup  ## grade your work in lessons/ on the detected backend (GPU or CPU simulator); ARGS=--verbose: every message
 	@$(PY) -m cudacourse grade $(if $(LESSONS),--lessons $(LESSONS)) $(ARGS)

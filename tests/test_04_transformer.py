@@ -903,9 +903,11 @@ def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
             _triton_softmax_case(wrong, 5, 33, check.randn((5, 33), check.rng("4.T-m"), m.device, scale=1e4), m,
                                  mutant)
         elif mutant.startswith("softmax tiled"):
-            x = check.randn((3, 4099), check.rng("4.T-m"), "cpu")
-            x[:, :2048] = -math.inf  # whole tiles of -inf under any tile width up to 2048
-            _triton_softmax_case(wrong, 3, 4099, x.to(m.device), m, mutant)
+            # past every tile width (the GPU autotuner may pick 16384), with whole tiles of -inf under any of them
+            cols, inf = (16389, 16384) if m.backend == "cuda" else (4099, 2048)
+            x = check.randn((3, cols), check.rng("4.T-m"), "cpu")
+            x[:, :inf] = -math.inf
+            _triton_softmax_case(wrong, 3, cols, x.to(m.device), m, mutant)
         elif mutant == "layernorm unshifted sums":
             cols = 16389 if m.backend == "cuda" else 4099  # past every tile width: the tiled path
             _triton_layernorm_case(wrong, m, 3, cols, 1000.0, mutant)

@@ -120,7 +120,9 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, losses: torch.Tens
 #   p = p - step_size * m / (sqrt(v) * inv_bc2_sqrt + eps)
 
 
-@triton.autotune(configs=ELEMENTWISE, key=["n_class"])
+# restore_value: the autotuner runs the kernel once per config to time it, and this kernel updates its
+# buffers in place; without it the first call for a size class would apply many AdamW steps, not one.
+@triton.autotune(configs=ELEMENTWISE, key=["n_class"], restore_value=["p_ptr", "m_ptr", "v_ptr"])
 @triton.jit
 def adamw_flat_kernel(p_ptr, g_ptr, m_ptr, v_ptr, n, n_class, lr, beta1, beta2, eps, weight_decay, step_size,
                       inv_bc2_sqrt, BLOCK: tl.constexpr):
