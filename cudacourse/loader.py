@@ -122,10 +122,16 @@ REPO_ROOT = buildcache.REPO_ROOT
 
 def nvcc_path() -> str | None:
     """The nvcc that builds run with: ``$CUDA_HOME/bin/nvcc`` if set, else the one on PATH."""
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    return _nvcc_path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"), os.environ.get("PATH"))
+
+
+# Cached per environment: backend_name() asks on every cc.lesson() call, and a PATH search is ~0.1 ms, which a
+# custom op that looks its lesson up per call (task 7.7, H100) paid on every launch.
+@functools.lru_cache(maxsize=16)
+def _nvcc_path(home: str | None, path: str | None) -> str | None:
     if home and (Path(home) / "bin" / "nvcc").exists():
         return str(Path(home) / "bin" / "nvcc")
-    return shutil.which("nvcc")
+    return shutil.which("nvcc", path=path)
 
 
 @functools.lru_cache(maxsize=1)
