@@ -24,24 +24,37 @@ import pytest
 from cudacourse.course import Course, CourseError, LessonInfo, course
 
 
-def lesson_started(c: Course, lesson: LessonInfo, folder: Path | None = None) -> bool:
-    """Whether any exercise file of ``lesson`` in ``folder`` (default: this checkout's ``lessons/<id>/``)
-    differs from the stub derived from its solution. A missing file counts as started (it was changed), and
-    so does a lesson none of whose stubs differ from their solutions (an untouched copy would be complete)."""
+def file_states(c: Course, lesson: LessonInfo, folder: Path | None = None) -> dict[str, str]:
+    """What each exercise file of ``lesson`` in ``folder`` (default: this checkout's ``lessons/<id>/``) is, against
+    the stub derived from its solution: ``untouched`` (the stub, which has a TODO), ``given`` (the stub, which is
+    the solution: nothing to write), ``changed``, ``missing``, or ``unknown`` (no solution to compare with)."""
     from cudacourse import stubs
 
     folder = folder if folder is not None else c.kernel_dir(lesson.id, "student")
-    has_exercise = False
+    out = {}
     for name in lesson.exercise_files:
         src, dst = c.kernel_dir(lesson.id, "solution") / name, folder / name
         if not src.is_file():
-            return True  # no solution to compare with: never claim the learner has not started
+            out[name] = "unknown"
+            continue
         want = stubs.expected(src)
         want_b = want.encode() if isinstance(want, str) else want
-        has_exercise = has_exercise or want_b != src.read_bytes()
-        if not dst.is_file() or dst.read_bytes() != want_b:
-            return True
-    return not has_exercise
+        if not dst.is_file():
+            out[name] = "missing"
+        elif dst.read_bytes() != want_b:
+            out[name] = "changed"
+        else:
+            out[name] = "untouched" if want_b != src.read_bytes() else "given"
+    return out
+
+
+def lesson_started(c: Course, lesson: LessonInfo, folder: Path | None = None) -> bool:
+    """Whether any exercise file of ``lesson`` in ``folder`` (default: this checkout's ``lessons/<id>/``)
+    differs from the stub derived from its solution. A missing file counts as started (it was changed), and
+    so does a lesson none of whose stubs differ from their solutions (an untouched copy would be complete),
+    or a file without a solution to compare with (never claim the learner has not started)."""
+    states = file_states(c, lesson, folder).values()
+    return any(s in ("changed", "missing", "unknown") for s in states) or "untouched" not in states
 
 
 def resolve(c: Course, target: str | None) -> tuple[list[LessonInfo], list[str]]:

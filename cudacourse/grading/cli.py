@@ -19,7 +19,7 @@ from typing import Any
 import filelock
 
 from cudacourse.buildcache import build_root
-from cudacourse.checkcmd import lesson_started
+from cudacourse.checkcmd import file_states, lesson_started
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
 from cudacourse.grading import runner
@@ -103,8 +103,6 @@ def untouched_tasks(course: Course, sub: Submission, declared: dict[tuple[str, s
     """(lesson, id) of the tasks of ``lessons`` that ``sub`` has not started: every task of a lesson not started
     (:func:`not_started`), and in a started lesson each task whose files (``LessonInfo.files_of``) are all
     still the stubs (a lesson 01 learner who has not opened relu_torch.cu waits for no build of it)."""
-    from cudacourse import stubs
-
     idle_lessons = not_started(course, sub, lessons)
     out = {k for k in declared if k[0] in idle_lessons}
     if sub.impl == "solution":
@@ -114,15 +112,7 @@ def untouched_tasks(course: Course, sub: Submission, declared: dict[tuple[str, s
             continue
         info = course.lesson(lid)
         folder = sub.source / "lessons" / lid if sub.source is not None else course.kernel_dir(lid, "student")
-        untouched = set()
-        for name in info.exercise_files:
-            src, dst = course.kernel_dir(lid, "solution") / name, folder / name
-            if not src.is_file() or not dst.is_file():
-                continue
-            want = stubs.expected(src)
-            want_b = want.encode() if isinstance(want, str) else want
-            if want_b != src.read_bytes() and dst.read_bytes() == want_b:  # a stub with a TODO, untouched
-                untouched.add(name)
+        untouched = {n for n, state in file_states(course, info, folder).items() if state == "untouched"}
         out |= {(lid, t.id) for (les, _), t in declared.items() if les == lid and set(info.files_of(t)) <= untouched}
     return out
 
