@@ -256,7 +256,8 @@ def test_torch_check_and_kernel_errors_come_back() -> None:
             w.call("relu", torch.randn(10, 10).t())
         with pytest.raises(OutOfBoundsError) as ei:
             w.call("relu_nocheck", torch.randn(1000))
-        assert ei.value.line == 13 and "x[1000]" in str(ei.value)
+        # line 13 reads x[i] and writes y[i]: either access past the end may be the one reported first
+        assert ei.value.line == 13 and ("x[1000]" in str(ei.value) or "y[1000]" in str(ei.value))
         x = torch.randn(256)
         assert torch.equal(w.call("relu", x), x.clamp(min=0))  # still usable
     finally:
