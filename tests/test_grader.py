@@ -608,6 +608,44 @@ def test_a_gpu_failure_with_its_own_verdict_is_not_graded_again_alone() -> None:
     assert not _own_verdicts([rec("RuntimeError")]) and not _own_verdicts([rec("", "passed")])
 
 
+def test_a_sandbox_that_could_not_start_is_tried_again_and_never_blamed_on_the_code(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI once failed a task with "the test process died (exit code 126): a crash": confine.py's launcher had
+    found a second launcher's new cgroup still empty and removed it. Such a cgroup is now kept while its
+    launcher lives; a worker that still cannot start (exit 126 and a "confine:" line, nothing collected) is
+    started once more, and a second failure names the machine, not the learner's code."""
+    import queue
+
+    from cudacourse.grading import runner
+    from cudacourse.grading.confine import _launcher_alive
+    from cudacourse.grading.results import TaskSpec
+
+    assert _launcher_alive(f"cudacourse-{os.getpid()}-0a1b")
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert not _launcher_alive(f"cudacourse-{child.pid}-0a1b") and not _launcher_alive("cudacourse-probe")
+
+    failed = runner._Run({}, {}, None, False, 126, "confine: could not create namespaces: [Errno 28]\n", [], 0.0)
+    good = runner._Run({"t::a": {"task": "1.1", "lesson": "01_relu", "nodeid": "t::a"}},
+                       {"t::a": {"nodeid": "t::a", "file": "t", "lesson": "01_relu", "task": "1.1", "points": 2,
+                                 "title": "A", "gpu": False, "params": "", "outcome": "passed", "message": "",
+                                 "exc_type": "", "duration": 0.1}}, None, False, 0, "", [], 0.0)
+    task = TaskSpec("1.1", "01_relu", "A", 2, ["t"])
+    st = runner.RunSettings(["01_relu"], 0, None, 1.0, 1.0, Path("."), "brief", False)
+    st.slots = queue.Queue()
+    st.slots.put(Path("slot0"))
+    runs = [failed, good]
+    monkeypatch.setattr(runner, "_run_pytest", lambda *a: runs.pop(0))
+    assert [r.status for r in runner.run_group(object(), [task], st)] == ["pass"] and not runs  # type: ignore[arg-type]
+    runs = [failed, failed]
+    (res,) = runner.run_group(object(), [task], st)  # type: ignore[arg-type]
+    assert res.status == "fail" and "sandbox" in res.message and "not of your code" in res.message
+    assert "crash" not in res.message and not runs
+    # A worker that exits 126 itself after its tests were collected is the code's own crash.
+    own = runner._Run(good.collected, {}, "t::a", False, 126, "confine: forged\n", [], 0.0)
+    assert "crash" in runner._crash_note(own)
+
+
 def test_warm_ups_run_once_per_key_and_other_keys_at_the_same_time() -> None:
     """The grader builds a lesson once per submission (every slot shares the build) while other lessons build at
     the same time: one lock for all lessons had made a many-job grade warm its lessons up one after another."""

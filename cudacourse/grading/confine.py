@@ -272,7 +272,7 @@ def _cgroup_parent() -> tuple[str, str]:
 def _enter_cgroup(parent: str, processes: int) -> str:
     """Move this launcher into a fresh pids cgroup limited to ``processes`` (+3: launcher, init, slack)."""
     for name in os.listdir(parent):  # remove those of launchers that were SIGKILLed
-        if name.startswith("cudacourse-"):
+        if name.startswith("cudacourse-") and not _launcher_alive(name):
             try:
                 if not _read(os.path.join(parent, name, "cgroup.procs")).strip():
                     os.rmdir(os.path.join(parent, name))
@@ -283,6 +283,19 @@ def _enter_cgroup(parent: str, processes: int) -> str:
     _write(os.path.join(cg, "pids.max"), str(processes + 3))
     _write(os.path.join(cg, "cgroup.procs"), str(os.getpid()))
     return cg
+
+
+def _launcher_alive(name: str) -> bool:
+    """Whether the launcher that made cgroup ``cudacourse-PID-...`` still runs. A live launcher's cgroup is
+    empty between its mkdir and its move into it: removing it then made that launcher fail (exit 126), seen
+    once in CI with several graders starting workers at once. A reused PID only leaves an empty cgroup."""
+    try:
+        os.kill(int(name.split("-")[1]), 0)
+    except (ValueError, IndexError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _leave_cgroup(cg: str) -> None:

@@ -543,7 +543,18 @@ def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list
         LIVE.discard(proc)
 
 
+def _sandbox_failure(run: _Run) -> str:
+    """The launcher's own complaint when ``confine.py`` could not start the worker (exit 126 before any test
+    was collected), else ''. A problem of the grading machine, never of the submission."""
+    if run.rc != 126 or run.collected:
+        return ""
+    return next((ln for ln in run.output.splitlines() if ln.startswith("confine: ")), "")
+
+
 def _crash_note(run: _Run) -> str:
+    if _sandbox_failure(run):
+        return (f"the grader could not start this task's sandbox ({_sandbox_failure(run)}), twice: a problem of "
+                "the grading machine, not of your code. Grade again; if it stays, tell your instructor")
     if run.timed_out:
         return (f"timed out: one case ran for more than {run.limit:g} s (an endless loop? a kernel or launcher "
                 "that never returns?); the process was stopped")
@@ -624,6 +635,7 @@ def run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> list[T
     remaining = list(tasks)
     confirm: list[TaskSpec] = []
     round_no = 0
+    sandbox_retried = False
     while remaining:
         round_no += 1
         alone = len(remaining) == 1
@@ -632,6 +644,9 @@ def run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> list[T
             run = _run_pytest(sub, slot, remaining, st, f"{remaining[0].lesson}-{remaining[0].id}-r{round_no}")
         finally:
             st.slots.put(slot)
+        if _sandbox_failure(run) and not sandbox_retried:  # a machine hiccup (exit 126): once more
+            sandbox_retried = True
+            continue
         if run.tampered and not alone:
             confirm += remaining
             break
