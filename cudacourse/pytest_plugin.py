@@ -262,10 +262,12 @@ def _record_for(item: pytest.Item, task: Task | None) -> TestRecord:
         gpu=item.get_closest_marker("gpu") is not None or bool(task and task.gpu), params=_params(item))
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects: it must see the ``gpu`` marks added here
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     """Check every test's task against the course model, keep only the requested tasks (``--cc-task``),
-    and remember every test's task and points."""
+    and remember every test's task and points. A test of a timed task (``gpu = true`` in lesson.toml) gets
+    the ``gpu`` mark, so ``-m gpu`` / ``-m "not gpu"`` select every timed test (``make test`` on a GPU)."""
     state = config.stash.get(_STATE, None)
     if state is None:
         return
@@ -288,6 +290,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
     for it in items:
+        t = declared[it.nodeid]
+        if t is not None and t.gpu and it.get_closest_marker("gpu") is None:
+            it.add_marker("gpu")
         rec = _record_for(it, declared[it.nodeid])
         state.records[it.nodeid] = rec
         state.order.append(it.nodeid)

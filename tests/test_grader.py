@@ -234,6 +234,18 @@ def test_plugin_points_table_and_not_graded(tmp_path: Path) -> None:
     ran = {json.loads(ln).get("nodeid") for ln in report.read_text().splitlines()} - {None}
     assert ran == {"test_09_fake.py::test_b"}
 
+def test_every_timed_test_carries_the_gpu_mark(tmp_path: Path) -> None:
+    """``make test`` on a GPU runs ``-m "not gpu"`` in parallel, then ``-m gpu`` alone (timed beside other
+    tests, flash bf16 measured 0.38x on the H100): a test of a ``gpu = true`` task is marked even when its
+    author forgot ``@pytest.mark.gpu``, so no timed test lands in the parallel pass."""
+    _toy_lesson(tmp_path, "09_fake", PLUGIN_LESSON)
+    (tmp_path / "test_09_fake.py").write_text(PLUGIN_TESTS.replace("@pytest.mark.gpu\n", ""))
+    parallel = _pytest(tmp_path, "-m", "not gpu")
+    assert "4 passed" not in parallel.stdout and "1 deselected" in parallel.stdout, parallel.stdout
+    alone = _pytest(tmp_path, "-m", "gpu")
+    assert "4 deselected" in alone.stdout and "1 skipped" in alone.stdout, alone.stdout
+
+
 def test_plugin_sim_only_cases_leave_a_gpu_grade_alone(tmp_path: Path) -> None:
     """A ``sim_only`` case (the simulator's store count of task 1.2) is deselected on a GPU, so the task is
     graded by its other cases there, not marked "not graded" by a skip (task 1.2 lost its points on the H100
