@@ -680,6 +680,26 @@ def test_warm_ups_run_once_per_key_and_other_keys_at_the_same_time() -> None:
     assert sorted(r.split()[0] for r in ran) == ["01", "02"], ran  # each key once, and the two at the same time
 
 
+def test_a_file_outside_the_warm_up_list_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wait_built`` waits on the build event of a file; one the lesson's warm-up never builds would have no
+    event set, and its task would wait for ever: the tests build such a file themselves."""
+    import threading
+
+    from cudacourse.grading import runner
+    from cudacourse.grading.staging import Submission
+
+    started: list[list[str]] = []
+    monkeypatch.setattr(runner, "start_builds", lambda sub, lesson, names, st: started.append(list(names)))
+    sub = Submission("s", None, "student", to_build={"01_relu": ["relu.cu"]})
+    waiter = threading.Thread(target=runner.wait_built, args=(sub, "01_relu", "other.cu", None), daemon=True)
+    waiter.start()
+    waiter.join(timeout=60)
+    assert not waiter.is_alive() and started == []
+    sub.builds.event("01_relu", "relu.cu").set()
+    runner.wait_built(sub, "01_relu", "relu.cu", None)  # type: ignore[arg-type]
+    assert started == [["relu.cu"]]
+
+
 def test_gpu_gate_times_speed_tasks_alone_and_correctness_first() -> None:
     """On a GPU a speed task's process runs with no other task process: it waits for the correctness processes
     running, and none starts while it times. A correctness process asking while a speed task waits goes first

@@ -441,8 +441,14 @@ def start_builds(sub: Submission, lesson: str, names: Sequence[str], st: RunSett
 
 
 def wait_built(sub: Submission, lesson: str, name: str, st: RunSettings) -> None:
-    """Wait until the warm-up has built ``name`` of ``lesson`` (or given up on it); starts it if not started."""
-    start_builds(sub, lesson, sub.to_build.get(lesson, [name]), st)
+    """Wait until the warm-up has built ``name`` of ``lesson`` (or given up on it); starts it if not started.
+
+    A file outside the lesson's warm-up list is not waited for (its event would never be set): the tests
+    build it themselves."""
+    names = sub.to_build.get(lesson, [name])
+    if name not in names:
+        return
+    start_builds(sub, lesson, names, st)
     sub.builds.event(lesson, name).wait()
 
 
