@@ -22,6 +22,27 @@ pip_lines() {
 }
 if [ "${1:-}" = "--pip-lines" ]; then pip_lines; exit 0; fi  # (for the course's tests: filter stdin, install nothing)
 
+# reach URL: whether pip could reach a package index; prints why not. Without the index pip says only
+# "ResolutionImpossible" (it found torch in a local wheel folder but none of its dependencies), which reads
+# like a broken install (a learner's walkthrough, 2026-11-25).
+reach() {
+  "${PYTHON:-python3}" - "$1" <<'PYEOF'
+import sys, urllib.request
+url = sys.argv[1]
+if url.startswith("file:"):
+    path = urllib.request.url2pathname(url[5:].removeprefix("//"))
+    sys.exit(0 if __import__("os").path.exists(path) else print(f"{path} does not exist") or 1)
+try:
+    urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=15).close()
+except urllib.error.HTTPError:
+    pass  # the server answered: it is reachable (an index may refuse HEAD on its root)
+except Exception as e:  # noqa: BLE001 - any failure to connect is the answer
+    print(getattr(e, "reason", e))
+    sys.exit(1)
+PYEOF
+}
+if [ "${1:-}" = "--reach" ]; then reach "$2"; exit $?; fi  # (for the course's tests)
+
 PY=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.cudacourse-setup  # "<hash of pyproject.toml and setup.sh> <extras installed>"
@@ -63,10 +84,15 @@ else
   if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
     step "installing torch==${TORCH_VERSION:-2.13.0}${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL}${cpu_default:+ (no NVIDIA GPU here: the CPU build)} (the largest download)" \
       pip_install --retries 0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION:-2.13.0}" || {
-      echo "setup: torch did not install${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL}. If the lines above say 'Name or service"
-      echo "setup: not known' or 'connection', this machine cannot reach that index: install torch into .venv yourself"
-      echo "setup: (.venv/bin/python -m pip install torch==${TORCH_VERSION:-2.13.0}), or set TORCH_INDEX_URL to an index you can reach (empty: pip's"
-      echo "setup: default index, which on Linux is the multi-GB CUDA build), then run the command again."
+      why=
+      if [ -n "${TORCH_INDEX_URL:-}" ] && ! why=$(reach "$TORCH_INDEX_URL"); then
+        echo "setup: this machine cannot reach $TORCH_INDEX_URL ($why): that is why torch did not install."
+      else
+        echo "setup: torch did not install${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL} (pip's reason is above; all of its output is in $LOG)."
+      fi
+      echo "setup: Install torch into .venv yourself (.venv/bin/python -m pip install torch==${TORCH_VERSION:-2.13.0}), or set"
+      echo "setup: TORCH_INDEX_URL to an index you can reach (empty: pip's default index, which on Linux is the multi-GB"
+      echo "setup: CUDA build), then run the command again."
       exit 1; }
   fi
 fi

@@ -198,3 +198,14 @@ def test_setup_shows_a_large_download_with_its_size() -> None:
         "setup:     Downloading pillow-13.0.0-cp311-cp311-manylinux_2_28_x86_64.whl (7.1 MB)",
         "setup:   Successfully installed torch-2.13.0+cpu",
     ]
+
+
+def test_setup_names_an_index_it_cannot_reach(tmp_path: Path) -> None:
+    """A learner without network access got only pip's "ResolutionImpossible" from setup (torch was in a local
+    wheel folder, its dependencies nowhere): setup now asks whether the index answers, and says so."""
+    setup = str(course().root / "setup.sh")
+    refused = subprocess.run(["bash", setup, "--reach", "http://127.0.0.1:9/simple"], capture_output=True, text=True)
+    assert refused.returncode == 1 and "refused" in refused.stdout.lower(), refused.stdout + refused.stderr
+    missing = subprocess.run(["bash", setup, "--reach", f"file://{tmp_path}/none"], capture_output=True, text=True)
+    assert missing.returncode == 1 and "does not exist" in missing.stdout
+    assert subprocess.run(["bash", setup, "--reach", f"file://{tmp_path}"]).returncode == 0
