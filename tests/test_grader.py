@@ -479,8 +479,14 @@ def test_grading_the_checkout_again_reuses_its_builds(fake_course: Path, tmp_pat
     """Issue 15: `make grade` staged into a fresh temporary folder each time, and builds were keyed by the staged
     path, so every grade rebuilt every file (relu_torch.cu: minutes on a CPU). The checkout's own grade now
     stages into one stable folder under the build root, its builds in a folder beside the staged files (never
-    around them: workers may write there): the second grade finds every build of the first."""
+    around them: workers may write there): the second grade finds every build of the first. The first grade
+    starts from the simulator runtime `make check` built (a learner's first grade built it again, 50 s)."""
+    from cudacourse.sim import runtime_object
+
+    made_by_check = runtime_object().parent  # (in this user's cache: the suite's other tests build it too)
     monkeypatch.setenv("CUDA_COURSE_BUILD", str(tmp_path / "builds"))
+    shutil.copytree(made_by_check, tmp_path / "builds" / "sim-rt" / made_by_check.name)
+    (tmp_path / "builds" / "sim-rt" / made_by_check.name / "from-check").touch()
 
     def builds() -> set[Path]:
         return {p.parent for p in (tmp_path / "builds").rglob("DONE")}
@@ -491,6 +497,7 @@ def test_grading_the_checkout_again_reuses_its_builds(fake_course: Path, tmp_pat
     assert first, "the first grade built nothing into the build root"
     (work,) = (tmp_path / "builds").glob("cc-grade-solution-*[!k]")  # the stable staging folder (not its .lock)
     assert [p.name for p in work.iterdir()] == ["build"], "the staging folders are cleared after a grade"
+    assert (work / "build" / "sim-rt" / made_by_check.name / "from-check").exists(), "the runtime was built again"
     from cudacourse.grading.feedback import display_paths
     from cudacourse.grading.staging import Submission
 

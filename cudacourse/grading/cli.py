@@ -276,6 +276,10 @@ def grade(args: argparse.Namespace) -> list[Report]:
     # folder that holds the staged harness: workers may write their build folder, and only that.
     build_dir = work / "build" if own else (current().build_dir or work / "build")
     build_dir.mkdir(parents=True, exist_ok=True)
+    if own and backend == "sim":
+        from cudacourse.sim import seed_runtime
+
+        seed_runtime(build_dir)  # the runtime `make check` built: not 50 s of building it again
     st = RunSettings(lessons, seed, None if args.backend == "auto" else args.backend, args.timeout,
                      args.build_timeout, build_dir, args.hidden_feedback, args.sanitize, backend,
                      progress=None if args.quiet else _progress_line, many=len(subs) > 1,
