@@ -303,15 +303,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Turn a ``gpu`` test on the simulator into a visible *not graded* skip.
 
-    Under the grader (``--cc-report``), once a case of a task has timed out the task has failed, so its
-    remaining cases are skipped instead of each waiting for the kernel timeout again.
+    Under the grader (``--cc-report``) and in ``make check`` (``--cc-brief``), once a case of a task has timed
+    out the task has failed, so its remaining cases are skipped instead of each waiting for the kernel timeout
+    again.
     """
     state = item.config.stash.get(_STATE, None)
     rec = state.records.get(item.nodeid) if state is not None else None
     gpu = item.get_closest_marker("gpu") is not None or (rec is not None and rec.gpu)
     if gpu and backend_name() != "cuda":
         pytest.skip(GPU_SKIP_REASON)
-    if state is not None and state.report_path and rec is not None and rec.task in state.timed_out_tasks:
+    # The same in `make check` (--cc-brief): a learner's endless loop cost 9 cases x 10 s there.
+    if (state is not None and (state.report_path or item.config.getoption("cc_brief")) and rec is not None
+            and rec.task in state.timed_out_tasks):
         pytest.skip(f"not run: an earlier case of task {rec.task} timed out")
 
 

@@ -246,6 +246,21 @@ def test_every_timed_test_carries_the_gpu_mark(tmp_path: Path) -> None:
     assert "4 deselected" in alone.stdout and "1 skipped" in alone.stdout, alone.stdout
 
 
+def test_check_skips_the_rest_of_a_task_after_a_timeout(tmp_path: Path) -> None:
+    """A learner's endless loop in `make check T=1.2` waited out the 10 s kernel timeout in each of 9 cases: after
+    one case of a task timed out, its other cases are skipped (as under the grader); other tasks still run."""
+    _toy_lesson(tmp_path, "09_fake", PLUGIN_LESSON)
+    hang = ('    from cudacourse.errors import KernelTimeout\n'
+            '    raise KernelTimeout(f"n={n}: still running")')
+    (tmp_path / "test_09_fake.py").write_text(PLUGIN_TESTS.replace('    assert n != 33, "tail wrong"', hang))
+    brief = _pytest(tmp_path, "--cc-brief")
+    assert "1 failed" in brief.stdout and "n=1: still running" in brief.stdout, brief.stdout
+    assert "n=32" not in brief.stdout and "an earlier case of task 9.1 timed out" in brief.stdout, brief.stdout
+    assert "1 passed" in brief.stdout  # task 9.2
+    plain = _pytest(tmp_path)  # plain pytest (the course's own suite) runs every case
+    assert "3 failed" in plain.stdout, plain.stdout
+
+
 def test_plugin_sim_only_cases_leave_a_gpu_grade_alone(tmp_path: Path) -> None:
     """A ``sim_only`` case (the simulator's store count of task 1.2) is deselected on a GPU, so the task is
     graded by its other cases there, not marked "not graded" by a skip (task 1.2 lost its points on the H100
