@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from cudacourse.course import course
 from cudacourse.grading import cli
 from cudacourse.grading.confine import available, describe_for_grading
 from cudacourse.grading.results import STATUSES
@@ -57,6 +58,7 @@ NOT_GRADED.update({a.id: "a Python attack: refused by the Python screen or the t
 # Attacks graded but not stopped today: the test fails as long as the grader gives the wrong verdict.
 KNOWN_HOLES: dict[str, str] = {}
 ATTACKS = tuple(a.id for a in load() if a.id not in NOT_GRADED)
+TASKS = [t.id for t in course().lesson(LESSON).tasks if t.track == "cuda"] + ["1.H"]  # 1.H: the hidden example's
 SAME_MEANING = {"timed out": ("timed out", "KernelTimeout")}
 SECRET = "CCSECRET-hidden-7f3a9c"  # planted in the hidden tests: must appear in no output
 SOLUTION_SECRET = "CCSECRET-solution-51d0e2"  # planted in the course copy's solutions: must appear in no output
@@ -147,7 +149,9 @@ def _grade_attacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     before = {"course": _checksums(course), "hidden": _checksums(hidden), "batch": _checksums(batch)}
     t0 = time.monotonic()
     with using(build_dir=tmp / "build"):
-        rc = cli.main(["--batch", str(batch), "--course", str(course), "--lessons", LESSON,
+        # The CUDA tasks only: every attack edits a .cu file, and the Triton twins (the solution's file in every
+        # submission) cost an interpreter process per submission for verdicts no attack can change.
+        rc = cli.main(["--batch", str(batch), "--course", str(course), "--lessons", LESSON, "--tasks", *TASKS,
                        "--hidden", str(hidden), "--backend", "sim", "--timeout", "20",
                        "--jobs", "2", "--workdir", str(tmp / "work"), "--json", str(out), "--junit", str(out),
                        "--markdown", str(out), "-q"])
@@ -173,7 +177,7 @@ def test_corpus_is_graded_but_for_named_reasons() -> None:
     """At least 15 attacks are graded (issue 14); each one left out has its reason."""
     ids = {a.id for a in load()}
     assert len(ATTACKS) >= 15 and set(NOT_GRADED) <= ids and set(KNOWN_HOLES) <= set(ATTACKS)
-    assert all(a.base.startswith(LESSON + "/") for a in load() if a.id in ATTACKS)
+    assert all(a.base.startswith(LESSON + "/") and a.base.endswith(".cu") for a in load() if a.id in ATTACKS)
 
 
 def test_grader_survives_and_writes_every_report(graded: dict[str, Any]) -> None:
