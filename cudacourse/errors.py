@@ -125,13 +125,17 @@ def build_stopped(path: str, seconds: float) -> CompileError:
                         "huge generated code or pasted data.", file=path, line=None)
 
 
+# The start of :func:`repeated`'s message (the grader's feedback finds it there and puts the whole message back).
+REPEATED_COMPILE_ERROR = "does not compile; the compiler's message is shown once, with another case of this file:"
+
+
 def repeated(err: CompileError) -> CompileError:
     """The short error for the second and later uses of a file that does not compile, in one process: the
     compiler's whole output goes with one failure only, which need not be the first one printed (pytest-xdist
     reports in its own order), so this one names the place and the compiler's first error line."""
     where = f"{err.file}:{err.line}" if err.line else f"{err.file}"
     first = next((ln.strip() for ln in (err.compiler_output or "").splitlines() if "error" in ln), "")
-    return CompileError(f"does not compile: the compiler's whole message is with one other failure, {where}"
+    return CompileError(f"{REPEATED_COMPILE_ERROR} {where}"
                         + (f"\n    {first}" if first else ""), file=err.file, line=err.line,
                         compiler_output=err.compiler_output)
 

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from cudacourse.errors import REPEATED_COMPILE_ERROR
 from cudacourse.grading.results import TaskResult, TestRecord, trim_message
 from cudacourse.grading.staging import Submission
 
@@ -169,7 +170,7 @@ def remove_answers(text: str, lesson: str, root: Path | None) -> str:
 
 
 _WHERE = re.compile(r"([^\s:'\"()]+\.(?:cuh?|py))(?::(\d+))?")
-REPEATED = "does not compile: the compiler's whole message is with one other failure"  # errors.repeated (later cases)
+REPEATED = REPEATED_COMPILE_ERROR  # errors.repeated (later cases)
 
 
 def _compile_text(result: TaskResult) -> str | None:
