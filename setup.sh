@@ -14,9 +14,11 @@ cd "$(dirname "$0")"
 # pip_lines: the lines of pip's output (stdin) a learner sees: each package collected, each large download with
 # its size (a download of 100 MB or more, such as torch's ~190 MB CPU wheel, says that pip stays quiet until it
 # is done: pip's progress bar does not pass through the log), what was installed, and errors.
+# (Each line as pip prints it: Python and sed buffer a pipe, and a learner saw 47 s of nothing, then every line.)
+SED_UNBUFFERED=$(sed -u q </dev/null >/dev/null 2>&1 && echo -u || true)
 pip_lines() {
   grep -E --line-buffered '^(Collecting|Successfully installed|ERROR|error)|^ *Downloading .*\([0-9.]+ (MB|GB)\)$' \
-    | sed -E -e 's#^ *Downloading .*/([^/ ]+) \(#  Downloading \1 (#' \
+    | sed $SED_UNBUFFERED -E -e 's#^ *Downloading .*/([^/ ]+) \(#  Downloading \1 (#' \
              -e 's#(\(([0-9]{3,}(\.[0-9]+)? MB|[0-9.]+ GB)\))$#\1: a large download; pip prints nothing more until it is done#' \
              -e 's/%2B/+/g' -e 's/^/setup:   /' || true
 }
@@ -68,7 +70,7 @@ step() {
   grep -E 'Name or service not known|Failed to establish|Could not fetch|connection' "$LOG" 2>/dev/null | tail -n 3 | sed 's/^/setup:   /' || true
   return "$rc"
 }
-pip_install() { "$VENV/bin/python" -m pip install --progress-bar off "$@"; }
+pip_install() { PYTHONUNBUFFERED=1 "$VENV/bin/python" -m pip install --progress-bar off "$@"; }
 
 # No NVIDIA driver here: the CPU build of torch, never the CUDA one by accident (unless TORCH_INDEX_URL is set).
 if [ -z "${TORCH_INDEX_URL+set}" ] && [ ! -e /dev/nvidiactl ] && ! command -v nvidia-smi >/dev/null 2>&1; then

@@ -209,3 +209,23 @@ def test_setup_names_an_index_it_cannot_reach(tmp_path: Path) -> None:
     missing = subprocess.run(["bash", setup, "--reach", f"file://{tmp_path}/none"], capture_output=True, text=True)
     assert missing.returncode == 1 and "does not exist" in missing.stdout
     assert subprocess.run(["bash", setup, "--reach", f"file://{tmp_path}"]).returncode == 0
+
+
+def test_setup_passes_each_pip_line_on_as_it_comes() -> None:
+    """A learner watched setup through a pipe: 47 s of nothing, then every "Collecting" line at once (sed
+    buffered its output). The filter now passes a line on before its input ends."""
+    import threading
+
+    proc = subprocess.Popen(["bash", str(course().root / "setup.sh"), "--pip-lines"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("Collecting first\n")
+    proc.stdin.flush()
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    reader.join(timeout=60)  # (a deadlock guard: the line comes at once, or only when stdin closes)
+    passed_on = list(got)
+    proc.stdin.close()
+    proc.wait()
+    assert passed_on == ["setup:   Collecting first\n"], "the line came only once pip's output had ended"
