@@ -84,10 +84,12 @@ def _assert_bf16_rounded_once(y: torch.Tensor, ref: torch.Tensor, name: str, tas
 # ----------------------------------------------------------------------------------------------------
 
 # ragged shapes take the worked one-element kernel; cols % 8 == 0 the 16-byte kernel (task 5.1): one group,
-# one row, several rows, and more groups than the grid has threads on the simulator (a grid-stride loop)
-GELU_CASES = [(1, 1), (3, 33), (7, 31), (50, 257), (1, 8), (5, 24), (3, 1032), (40, 1024)]
+# one row, several rows, a row wider than one block (1032 columns: 129 groups), and more rows than the grid has
+# (8500 rows of one group: the launcher's grid, sized to the simulated H100, covers 8448 rows, so threads loop)
+GELU_CASES = [(1, 1), (3, 33), (7, 31), (50, 257), (1, 8), (5, 24), (3, 1032), (40, 1024), (8500, 8)]
 GELU_HINT = ("convert x and bias to fp32 (__bfloat1622float2), add and apply gelu_f32 in fp32, and round once with "
-             "__floats2bfloat162_rn; group g holds elements 8g..8g+7, its bias group is g % (cols / 8).")
+             "__floats2bfloat162_rn; the thread's column group c has bias group c, and it loops over rows "
+             "r = blockIdx.y, r + gridDim.y, ... < rows with group index r * (cols / 8) + c.")
 
 
 def _bias_gelu(m: cc.Lesson, x: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
