@@ -37,14 +37,14 @@ constexpr int kEltBlock = 256;
 // GELU, erf form (PyTorch's default, approximate='none'), in fp32: gelu(v) = v Phi(v), where
 // Phi(v) = (1 + erf(v / sqrt 2)) / 2 is the normal distribution function. With h = erfc(|v| / sqrt 2) / 2,
 // Phi(v) = 1 - h for v >= 0 and h for v < 0: no 1 + erf of nearly -1 that cancels in the negative tail.
-// h by Abramowitz & Stegun 7.1.26 (erfc to an absolute error of 1.5e-7, about 2^16 times finer than a bf16
-// rounding), with z = |v| / sqrt 2 and t = 1 / (1 + p z):
+// h by Abramowitz & Stegun 7.1.26 (erfc to an absolute error of 1.5e-7, where a bf16 rounding is up to
+// 2^-8 = 3.9e-3 relative), with z = |v| / sqrt 2 and t = 1 / (1 + p z):
 //   erfc(z) = t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-z^2),   p = 0.3275911,
 //   a1..a5 = 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429 (halved below for h).
 // One reciprocal and one exponential (cc_mma.h: one special-function instruction each), about 15
 // instructions in all. erff costs about 30 (two polynomials picked by range, to fp32's last bit), and in
 // bias+GELU that arithmetic, between each 16-byte load and store, took about as long as the memory traffic.
-// +inf gives +inf, NaN gives NaN, and v below about -13 gives -0 (exp(-z^2) flushes to zero).
+// +inf gives +inf, NaN gives NaN, and on a GPU v below about -13 gives -0 (ex2_approx flushes to zero).
 __device__ inline float gelu_f32(float v) {
     constexpr float kP = 0.3275911f * 0.70710678118654752f;         // p / sqrt 2: t from |v| directly
     constexpr float kE = -0.5f * 1.4426950408889634f;               // exp(-v^2 / 2) = 2^(kE v^2)
