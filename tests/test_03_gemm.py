@@ -104,8 +104,9 @@ HINT_33 = ("per step k0: As[ty][tx] = A[row, k0+tx] and Bs[ty][tx] = B[k0+ty, co
            "multiple of 32 mean a missing zero-fill at the ragged edge.")
 HINT_34 = ("thread (trow, tcol) owns rows trow*8..trow*8+7 and columns tcol*8..tcol*8+7 of the 128x128 tile; all "
            "256 threads load the 1024-element tiles with a strided loop; zero outside A and B; guard the stores.")
-HINT_35 = ("y[r, n] = sum_k x[r, k] * W[n, k] + b[n]: read W[blockIdx.x*32 + ty, k0 + tx] and store it at Ws[tx][ty]; "
-           "add bias[col] once, after the k loop.")
+HINT_35 = ("y[r, n] = sum_k x[r, k] * W[n, k] + b[n]: linear calls sgemm_v8_best<true> with M = batch, N = out, "
+           "K = in and W as B; the W tile loads like the A tile (row colBase + r of W, columns k0 + c) and is stored "
+           "transposed, Bs[c + j][r]; the epilogue adds bias[col + jj] where col + jj < N.")
 
 
 # ----------------------------------------------------------------------------------------------------

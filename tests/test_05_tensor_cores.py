@@ -84,10 +84,12 @@ def _assert_bf16_rounded_once(y: torch.Tensor, ref: torch.Tensor, name: str, tas
 # ----------------------------------------------------------------------------------------------------
 
 # ragged shapes take the worked one-element kernel; cols % 8 == 0 the 16-byte kernel (task 5.1): one group,
-# one row, several rows, and more groups than the grid has threads on the simulator (a grid-stride loop)
-GELU_CASES = [(1, 1), (3, 33), (7, 31), (50, 257), (1, 8), (5, 24), (3, 1032), (40, 1024)]
+# one row, several rows, a row wider than one block (1032 columns: 129 groups), and more rows than the grid has
+# (8500 rows of one group: the launcher's grid, sized to the simulated H100, covers 8448 rows, so threads loop)
+GELU_CASES = [(1, 1), (3, 33), (7, 31), (50, 257), (1, 8), (5, 24), (3, 1032), (40, 1024), (8500, 8)]
 GELU_HINT = ("convert x and bias to fp32 (__bfloat1622float2), add and apply gelu_f32 in fp32, and round once with "
-             "__floats2bfloat162_rn; group g holds elements 8g..8g+7, its bias group is g % (cols / 8).")
+             "__floats2bfloat162_rn; the thread's column group c has bias group c, and it loops over rows "
+             "r = blockIdx.y, r + gridDim.y, ... < rows with group index r * (cols / 8) + c.")
 
 
 def _bias_gelu(m: cc.Lesson, x: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,14 +176,17 @@ def test_rmsnorm_bf16(rows: int, cols: int, offset: float) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 # (M, N, K): single elements, ragged everything, K % 8 != 0 (no 16-byte rows: the scalar and fallback paths),
-# more than one block tile in M and N, several k-tiles and pipeline stages.
-GEMM_CASES = [(1, 1, 1), (37, 45, 72), (64, 130, 37), (131, 129, 136)]
+# more than one block tile in M and N, several k-tiles and pipeline stages, and N % 8 == 0 with whole 16x16
+# tiles inside C beside ragged ones (store_acc_tile's direct store_matrix_sync and its staged path).
+GEMM_CASES = [(1, 1, 1), (37, 45, 72), (64, 130, 37), (131, 129, 136), (130, 136, 48)]
 GEMMS = {"5.3": ("wmma_gemm_naive", torch.float16), "5.4": ("wmma_gemm_tiled", torch.float16),
          "5.5": ("mma_gemm", torch.bfloat16), "5.6": ("mma_gemm_pipelined", torch.bfloat16)}
 GEMM_HINTS = {
     "5.3": "stage both 16x16 tiles (zeros outside M, N, K), __syncwarp, load_matrix_sync (W as col_major, ldm 16), "
            "mma_sync, __syncwarp; store with store_acc_tile.",
-    "5.4": "every k-tile: load_tile both operands, __syncthreads, 4 x 4 fragments per k16 step, __syncthreads.",
+    "5.4": "prologue: fetch_tile and put_tile k-tile 0 into buffer 0, __syncthreads; each k-tile t: fetch_tile t + 1 "
+           "(if any), 2 W and 4 A fragments per k16 step from buffer t % 2, put_tile into the other buffer, "
+           "__syncthreads; warp (warp / 4, warp % 4) owns rows 64 * (warp / 4), columns 32 * (warp % 4).",
     "5.5": "check the ldmatrix row addresses (A: row lane%16, column 8*(lane/16); W: row lane%8 + 8*(lane/16), column "
            "8*((lane/8)%2)) and the accumulator layout (row lane/4 + 8*(v/2), column 2*(lane%4) + v%2).",
     "5.6": "wait for a stage (cp_async_wait<kStages - 2>) and __syncthreads before reading it; commit one group per "

@@ -10,7 +10,8 @@
 // Versions (callable from Python as m.<name>(...); bf16 tensors for __nv_bfloat16*):
 //   bias_gelu_bf16_scalar  worked    one element per thread: y = gelu(x + bias[col]), fp32 math
 //   bias_gelu_bf16         task 5.1  8 elements per thread (16-byte loads/stores of four __nv_bfloat162
-//                                    pairs), a grid sized to the GPU; the scalar kernel for ragged shapes
+//                                    pairs), a 2-D grid sized to the GPU, each thread on one column group
+//                                    striding over rows; the scalar kernel for ragged shapes
 //   rmsnorm_bf16           task 5.2  one block per row held in registers (16-byte loads), sum of squares
 //                                    accumulated in fp32; a worked two-pass kernel for ragged rows
 // Worked helpers: gelu_f32, warp_sum, block_sum, full_grid, aligned16, Bf16x8.
@@ -25,14 +26,35 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cc_mma.h"  // ex2_approx, rcp_approx (gelu_f32)
+
 constexpr int kEltBlock = 256;
 
 // ----------------------------------------------------------------------------------------------------
 // Worked helpers
 // ----------------------------------------------------------------------------------------------------
 
-// GELU, erf form (PyTorch's default, approximate='none'), in fp32.
-__device__ inline float gelu_f32(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
+// GELU, erf form (PyTorch's default, approximate='none'), in fp32: gelu(v) = v Phi(v), where
+// Phi(v) = (1 + erf(v / sqrt 2)) / 2 is the normal distribution function. With h = erfc(|v| / sqrt 2) / 2,
+// Phi(v) = 1 - h for v >= 0 and h for v < 0: no 1 + erf of nearly -1 that cancels in the negative tail.
+// h by Abramowitz & Stegun 7.1.26 (erfc to an absolute error of 1.5e-7, where a bf16 rounding is up to
+// 2^-8 = 3.9e-3 relative), with z = |v| / sqrt 2 and t = 1 / (1 + p z):
+//   erfc(z) = t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-z^2),   p = 0.3275911,
+//   a1..a5 = 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429 (halved below for h).
+// One reciprocal and one exponential (cc_mma.h: one special-function instruction each), about 15
+// instructions in all. erff costs about 30 (two polynomials picked by range, to fp32's last bit), and in
+// bias+GELU that arithmetic, between each 16-byte load and store, took about as long as the memory traffic.
+// +inf gives +inf, NaN gives NaN, and on a GPU v below about -13 gives -0 (ex2_approx flushes to zero).
+__device__ inline float gelu_f32(float v) {
+    constexpr float kP = 0.3275911f * 0.70710678118654752f;         // p / sqrt 2: t from |v| directly
+    constexpr float kE = -0.5f * 1.4426950408889634f;               // exp(-v^2 / 2) = 2^(kE v^2)
+    const float t = rcp_approx(fmaf(kP, fabsf(v), 1.0f));
+    const float e = ex2_approx(kE * (v * v));
+    const float poly = fmaf(t, fmaf(t, fmaf(t, fmaf(t, 0.5307027145f, -0.7265760135f), 0.7107068705f),
+                                    -0.1422483680f), 0.1274147960f);  // a5/2 .. a1/2
+    const float h = t * poly * e;                                    // erfc(|v| / sqrt 2) / 2
+    return v * (v >= 0.0f ? 1.0f - h : h);
+}
 
 // Sum over the 32 lanes of a warp; every lane gets the result.
 __device__ inline float warp_sum(float v) {
@@ -107,23 +129,29 @@ union Bf16x8 {
 // ----------------------------------------------------------------------------------------------------
 // The worked kernel moves 2 bytes per load instruction. A memory-bound kernel wants the widest access a
 // thread can make, 16 bytes: 8 bf16 (a Bf16x8), so 8 times fewer memory instructions for the same bytes.
-// Group g is elements 8g .. 8g+7. The launcher runs this kernel only when cols is a multiple of 8 (so a
-// group never straddles two rows, and its 8 bias values bias[c .. c+7], c = 8g % cols, are one 16-byte
-// load too) and x, bias and y are 16-byte aligned; otherwise the worked one-element kernel runs.
-// The grid is sized to the GPU (full_grid(): as many threads as the SMs hold, so enough 16-byte loads are
-// in flight to hide memory latency), and each thread strides over the groups: g, g + stride, ...
+// Row r holds row_groups = cols / 8 groups; group c of row r is elements r*cols + 8c .. + 7, and its bias
+// is bias[8c .. 8c+7], one 16-byte load too. The launcher runs this kernel only when cols is a multiple of
+// 8 (a group never straddles two rows) and x, bias and y are 16-byte aligned; otherwise the worked
+// one-element kernel runs.
+// The grid is 2-D and sized to the GPU (full_grid(): as many threads as the SMs hold, so enough 16-byte
+// loads are in flight to hide memory latency): x covers the groups of a row, y a set of rows. A thread
+// keeps one column group c for its whole life, so it loads and converts its 8 bias values once, and
+// strides over the rows: blockIdx.y, blockIdx.y + gridDim.y, ... No division per group, no bias reload:
+// the arithmetic left between load and store is the GELU itself.
 
 __global__ void bias_gelu_bf16_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ bias,
-                                      __nv_bfloat16* __restrict__ y, long long groups, int cols) {
+                                      __nv_bfloat16* __restrict__ y, int rows, int row_groups) {
     const uint4* x8 = reinterpret_cast<const uint4*>(x);
     const uint4* b8 = reinterpret_cast<const uint4*>(bias);
     uint4* y8 = reinterpret_cast<uint4*>(y);
-    const long long row_groups = cols / 8;  // groups per row
-    // TODO(task 5.1): a grid-stride loop over the groups g (~12 lines). For each: Bf16x8 v, b; v.raw = x8[g];
-    // b.raw = b8[g % row_groups]; for the 4 pairs j: float2 f = __bfloat1622float2(v.pair[j]) (and the same
-    // for b.pair[j]), apply gelu_f32 to f.x + b.x and f.y + b.y in fp32, v.pair[j] = __floats2bfloat162_rn(...);
-    // then y8[g] = v.raw: one 16-byte load of x, one of bias, one 16-byte store.
-    // Hint: the stride is gridDim.x * (long long)blockDim.x; index in long long (n can pass 2^31).
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;  // this thread's column group
+    if (c >= row_groups) return;
+    // TODO(task 5.1): the bias group c once, then a loop over this thread's rows (~14 lines).
+    // Before the loop: Bf16x8 b; b.raw = b8[c]; float2 fb[4] with fb[j] = __bfloat1622float2(b.pair[j]).
+    // For r = blockIdx.y, r + gridDim.y, ... < rows: g = r * row_groups + c (in long long: n can pass 2^31);
+    // Bf16x8 v; v.raw = x8[g]; for the 4 pairs j: float2 f = __bfloat1622float2(v.pair[j]), apply gelu_f32
+    // to f.x + fb[j].x and f.y + fb[j].y in fp32, v.pair[j] = __floats2bfloat162_rn(...); then y8[g] = v.raw:
+    // one 16-byte load and one 16-byte store per group.
 }
 
 // Contract: as bias_gelu_bf16_scalar.
@@ -134,10 +162,16 @@ void bias_gelu_bf16(const __nv_bfloat16* x, const __nv_bfloat16* bias, __nv_bflo
         bias_gelu_bf16_scalar(x, bias, y, rows, cols);
         return;
     }
-    const long long groups = n / 8;
-    const long long needed = (groups + kEltBlock - 1) / kEltBlock;
-    const int blocks = needed < full_grid() ? (int)needed : full_grid();
-    bias_gelu_bf16_kernel<<<blocks, kEltBlock>>>(x, bias, y, groups, cols);
+    const int row_groups = cols / 8;
+    // Narrow rows get narrower blocks (whole warps), so fewer lanes idle past the end of a row.
+    const int threads = row_groups < kEltBlock ? (row_groups + 31) / 32 * 32 : kEltBlock;
+    const int col_blocks = (row_groups + threads - 1) / threads;
+    // Rows at once: enough blocks for full_grid()'s threads (at least 1, at most rows and grid.y's 65535).
+    long long row_blocks = (long long)full_grid() * kEltBlock / ((long long)col_blocks * threads);
+    if (row_blocks < 1) row_blocks = 1;
+    if (row_blocks > rows) row_blocks = rows;
+    if (row_blocks > 65535) row_blocks = 65535;
+    bias_gelu_bf16_kernel<<<dim3(col_blocks, (unsigned)row_blocks), threads>>>(x, bias, y, rows, row_groups);
 }
 
 // ----------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 //   cp_async_16(dst, src[, src_bytes])  16 bytes global -> shared without passing through registers (sm_80+)
 //   cp_async_commit()               close the group of copies issued so far
 //   cp_async_wait<N>()              wait until at most N groups are still in flight (their copies landed)
+//   ex2_approx(x), rcp_approx(x)    2^x and 1/x, one special-function instruction each (any GPU; bf16.cu)
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), with
 // g = lane / 4 and t = lane % 4; every register packs two 16-bit elements, the lower column in the low half:
@@ -109,6 +110,26 @@ __device__ inline void cp_async_16(void* dst, const void* src, int src_bytes = 1
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+#endif
+
+// 2^x and 1/x as one instruction each of the special-function unit: PTX ex2.approx.ftz.f32 (relative error
+// about 2^-22) and rcp.approx.ftz.f32 (1 ulp). "ftz": results and inputs below 2^-126 (subnormal) count as
+// zero. __expf and __fdividef compiled without -ftz keep subnormals and pay 3 to 4 more instructions per
+// call for it (nvcc 13.0, sm_90a). The simulator computes both exactly.
+#ifdef CCSIM
+__device__ inline float ex2_approx(float x) { return exp2f(x); }
+__device__ inline float rcp_approx(float x) { return 1.0f / x; }
+#else
+__device__ inline float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ inline float rcp_approx(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 #endif
 
 // Two floats rounded to bf16 and packed as one register (low half = first), for fragments built by hand.

@@ -13,11 +13,13 @@
 //
 // Versions (callable from Python as m.<name>(...); fp16/bf16 tensors for __half*/__nv_bfloat16*):
 //   wmma_gemm_naive      task 5.3  WMMA, one warp per 16x16 tile of C, tiles staged per warp (fp16)
-//   wmma_gemm_tiled      task 5.4  WMMA, 128x128 block tile shared by 4 warps, 64x64 per warp (fp16)
+//   wmma_gemm_tiled      task 5.4  WMMA, 128x128 block tile shared by 8 warps, 64x32 per warp, double-
+//                                  buffered shared tiles (fp16)
 //   mma_gemm             task 5.5  mma.sync m16n8k16 + ldmatrix, padded shared tiles (bf16), same tiling
 //   mma_gemm_pipelined   task 5.6  + XOR-swizzled shared tiles (no padding, no bank conflicts) and a
 //                                  4-stage cp.async pipeline (bf16); K % 8 != 0 falls back to mma_gemm
-// Worked helpers: store_acc_tile (a WMMA accumulator to C through shared memory, bounds-checked),
+// Worked helpers: store_acc_tile (a WMMA accumulator to C, through shared memory where bounds need checks),
+// fetch_tile / put_tile (task 5.4: a tile's 16-byte chunks global -> registers -> padded shared memory),
 // load_tile_bf16 (a tile of rows into padded shared memory, 16-byte vectors or zero-filled scalars),
 // swizzle (the XOR swizzle of task 5.6).
 // Sizes: any M, N, K >= 1. Rows and columns outside the matrices are staged as zeros and never stored.
@@ -42,12 +44,18 @@ using namespace nvcuda;
 // ----------------------------------------------------------------------------------------------------
 
 // One warp stores a 16x16 fp32 accumulator at rows row0.., columns col0.. of C (M x N), skipping what
-// lies outside. store_matrix_sync needs a 32-byte aligned pointer and ldm % 4 == 0 (floats), which
-// C + row0 * N + col0 is not for every N: the tile goes to the warp's 16x16 shared `stage` first, then
-// each lane copies 8 elements out with a bounds test.
+// lies outside. store_matrix_sync needs a 32-byte aligned pointer and ldm % 4 == 0 (floats): a tile wholly
+// inside C whose first element C + row0 * N + col0 is 32-byte aligned (N % 8 == 0 and an aligned C, for
+// col0 a multiple of 16) goes straight to C. Any other tile goes to the warp's 16x16 shared `stage`
+// first, then each lane copies 8 elements out with a bounds test.
 __device__ inline void store_acc_tile(const wmma::fragment<wmma::accumulator, 16, 16, 16, float>& acc, float* stage,
                                       float* C, int M, int N, int row0, int col0) {
     const int lane = threadIdx.x & 31;
+    float* direct = C + (long long)row0 * N + col0;
+    if (row0 + 16 <= M && col0 + 16 <= N && N % 4 == 0 && reinterpret_cast<uintptr_t>(direct) % 32 == 0) {
+        wmma::store_matrix_sync(direct, acc, N, wmma::mem_row_major);  // the same for every lane: no divergence
+        return;
+    }
     wmma::store_matrix_sync(stage, acc, 16, wmma::mem_row_major);
     __syncwarp();
     for (int e = lane; e < 256; e += 32) {
@@ -111,19 +119,138 @@ void wmma_gemm_naive(const __half* A, const __half* W, float* C, int M, int N, i
 }
 
 // ----------------------------------------------------------------------------------------------------
-// Task 5.4: WMMA with a 128x128 block tile in shared memory
+// Task 5.4: WMMA with a 128x128 block tile in shared memory, double-buffered
 // ----------------------------------------------------------------------------------------------------
-// 4 warps (2 along M x 2 along N); warp (wm, wn) owns the 64 x 64 sub-tile at rows 64*wm.., columns
-// 64*wn..: 4 x 4 fragments of 16x16. Per k-step of 32 the block stages A's 128 x 32 tile and W's 128 x 32
-// tile in shared memory (rows padded to 40 halves: a multiple of 8, and the padding spreads the rows over
-// the banks); every fragment of A or W a warp loads then feeds 4 mma_syncs, where the naive kernel loaded
-// both for one mma_sync each.
+// 8 warps (2 along M x 4 along N); warp (wm, wn) owns the 64 x 32 sub-tile at rows 64*wm.., columns
+// 32*wn..: 4 x 2 fragments of 16x16 (8 accumulators, 64 floats per lane). Per k-step of 32 the block
+// stages A's 128 x 32 tile and W's 128 x 32 tile in shared memory (rows padded to 40 halves: a multiple
+// of 8, and the padding spreads the rows over the banks); per k16 step a warp loads 2 W fragments and 4
+// A fragments and issues 8 mma_syncs, where the naive kernel loaded two fragments for each mma_sync.
+// Two buffers of each tile (double buffering, as lesson 03's sgemm_v7): while the warps multiply out of
+// one, the next k-tile is already on its way from global memory into registers (fetch_tile), and is
+// written to the other buffer (put_tile) after the multiplications. One __syncthreads per k-step, and the
+// global-memory latency hides behind the MMAs. 256 threads of at most 128 registers and 48 KB of shared
+// memory per block: 2 blocks (16 warps) per SM.
 
-constexpr int kTB = 128, kTK = 32, kTPad = 40, kThreads = 128;
+constexpr int kTB = 128, kTK = 32, kTPad = 40, kThreads = 128;  // kThreads: tasks 5.5 and 5.6
+constexpr int kWThreads = 256;                                  // task 5.4: 8 warps
+constexpr int kWChunks = kTB * kTK / 8 / kWThreads;             // 16-byte chunks of a tile per thread: 2
 
-// The block's 128 threads copy a 128 x 32 tile of X (rows r0.. of `rows`, columns k0.. of K) into
+// This thread's chunks of a 128 x 32 tile of X (rows r0.. of `rows`, columns k0.. of K), into registers:
+// chunk v = threadIdx.x + i * kWThreads is row v / 4, columns 8 * (v % 4) .. + 7. Vec (K % 8 == 0 and
+// X 16-byte aligned): one 16-byte load, the chunk wholly inside or wholly outside; else 8 guarded scalar
+// loads. Zeros outside. Worked.
+template <bool Vec>
+__device__ inline void fetch_tile(const __half* __restrict__ X, uint4 (&r)[kWChunks], int rows, int K, int r0, int k0) {
+#pragma unroll
+    for (int i = 0; i < kWChunks; ++i) {
+        const int v = threadIdx.x + i * kWThreads, row = r0 + v / (kTK / 8), col = k0 + v % (kTK / 8) * 8;
+        const __half* src = X + (long long)row * K + col;
+        if (Vec) {
+            r[i] = (row < rows && col < K) ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+        } else {
+            unsigned short h[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) h[e] = (row < rows && col + e < K) ? __half_as_ushort(src[e]) : 0;
+            r[i] = make_uint4(h[0] | (unsigned)h[1] << 16, h[2] | (unsigned)h[3] << 16, h[4] | (unsigned)h[5] << 16,
+                              h[6] | (unsigned)h[7] << 16);
+        }
+    }
+}
+
+// ... and from registers into the padded shared tile x_s[128][kTPad] (one 16-byte store per chunk). Worked.
+__device__ inline void put_tile(__half* x_s, const uint4 (&r)[kWChunks]) {
+#pragma unroll
+    for (int i = 0; i < kWChunks; ++i) {
+        const int v = threadIdx.x + i * kWThreads;
+        *reinterpret_cast<uint4*>(x_s + v / (kTK / 8) * kTPad + v % (kTK / 8) * 8) = r[i];
+    }
+}
+
+template <bool Vec>
+__global__ void __launch_bounds__(kWThreads, 2) wmma_gemm_tiled_kernel(const __half* __restrict__ A,
+                                                                   const __half* __restrict__ W,
+                                                                   float* __restrict__ C, int M, int N, int K) {
+    __shared__ __align__(128) __half a_s[2][kTB * kTPad];
+    __shared__ __align__(128) __half w_s[2][kTB * kTPad];
+    __shared__ __align__(32) float stage[kWThreads / 32][16 * 16];
+    const int warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
+    const int row0 = blockIdx.y * kTB, col0 = blockIdx.x * kTB;
+    const int n_tiles = (K + kTK - 1) / kTK;
+    uint4 ra[kWChunks], rw[kWChunks];  // the next k-tile of A and of W, on its way to shared memory
+    // TODO(task 5.4): acc[4][2] accumulators filled with 0. Prologue: fetch_tile<Vec> k-tile 0 of A (rows
+    // row0.., M rows) into ra and of W (rows col0.., N rows) into rw, put_tile them into buffer 0,
+    // __syncthreads. For t = 0 .. n_tiles - 1, on buffer cur = t % 2: if a k-tile t + 1 exists, fetch_tile it
+    // (k0 = (t + 1) * kTK) into ra and rw first; then for kk = 0, 16: load the 2 W fragments (w_s[cur] +
+    // (wn*32 + j*16) * kTPad + kk, col_major, ldm kTPad) and, for each of the 4 A fragments (a_s[cur] +
+    // (wm*64 + i*16) * kTPad + kk, row_major), 2 mma_syncs; then put_tile ra and rw into buffer 1 - cur
+    // (when fetched) and __syncthreads. Finally store_acc_tile each acc[i][j] (stage[warp]) at rows row0 +
+    // wm*64 + i*16, columns col0 + wn*32 + j*16 (~35 lines).
+    // Hint: buffer 1 - cur was last read in iteration t - 1, which ended with the barrier, so writing it
+    // needs no second __syncthreads; the barrier at the end of iteration t makes it complete for t + 1.
+    // BEGIN SOLUTION
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a_frag;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> w_frag[2];
+    fetch_tile<Vec>(A, ra, M, K, row0, 0);
+    fetch_tile<Vec>(W, rw, N, K, col0, 0);
+    put_tile(a_s[0], ra);
+    put_tile(w_s[0], rw);
+    __syncthreads();
+    for (int t = 0; t < n_tiles; ++t) {
+        const int cur = t & 1;
+        const bool more = t + 1 < n_tiles;
+        if (more) {  // in flight while the tensor cores work on buffer cur
+            fetch_tile<Vec>(A, ra, M, K, row0, (t + 1) * kTK);
+            fetch_tile<Vec>(W, rw, N, K, col0, (t + 1) * kTK);
+        }
+#pragma unroll
+        for (int kk = 0; kk < kTK; kk += 16) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(w_frag[j], w_s[cur] + (wn * 32 + j * 16) * kTPad + kk, kTPad);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                wmma::load_matrix_sync(a_frag, a_s[cur] + (wm * 64 + i * 16) * kTPad + kk, kTPad);
+#pragma unroll
+                for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], a_frag, w_frag[j], acc[i][j]);
+            }
+        }
+        if (more) {
+            put_tile(a_s[cur ^ 1], ra);
+            put_tile(w_s[cur ^ 1], rw);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            store_acc_tile(acc[i][j], stage[warp], C, M, N, row0 + wm * 64 + i * 16, col0 + wn * 32 + j * 16);
+    // END SOLUTION
+}
+
+// Contract: as wmma_gemm_naive.
+void wmma_gemm_tiled(const __half* A, const __half* W, float* C, int M, int N, int K) {
+    if (M <= 0 || N <= 0) return;
+    if (K < 0) K = 0;
+    const bool vec = K % 8 == 0 && (reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(W)) % 16 == 0;
+    dim3 grid((N + kTB - 1) / kTB, (M + kTB - 1) / kTB);
+    if (vec)
+        wmma_gemm_tiled_kernel<true><<<grid, kWThreads>>>(A, W, C, M, N, K);
+    else
+        wmma_gemm_tiled_kernel<false><<<grid, kWThreads>>>(A, W, C, M, N, K);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// Task 5.5: mma.sync m16n8k16 with ldmatrix
+// ----------------------------------------------------------------------------------------------------
+// The block's threads copy a 128 x 32 tile of X (rows r0.. of `rows`, columns k0.. of K) into
 // x_s[128][kTPad]: 16-byte vectors (8 halves) when the row stride allows it, else element by element;
-// zeros outside. Worked (used by tasks 5.4 and 5.5).
+// zeros outside. Worked (used by task 5.5).
 template <class T>
 __device__ inline void load_tile(const T* __restrict__ X, T* x_s, int rows, int K, int r0, int k0, bool vec) {
     const T zero = T(0.0f);
@@ -142,66 +269,9 @@ __device__ inline void load_tile(const T* __restrict__ X, T* x_s, int rows, int 
     }
 }
 
-__global__ void __launch_bounds__(kThreads) wmma_gemm_tiled_kernel(const __half* __restrict__ A, const __half* __restrict__ W,
-                                                              float* __restrict__ C, int M, int N, int K, int vec) {
-    __shared__ __align__(128) __half a_s[kTB * kTPad];
-    __shared__ __align__(128) __half w_s[kTB * kTPad];
-    __shared__ __align__(32) float stage[kThreads / 32][16 * 16];
-    const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
-    const int row0 = blockIdx.y * kTB, col0 = blockIdx.x * kTB;
-    // TODO(task 5.4): acc[4][4] accumulators filled with 0; for k0 = 0, 32, ... < K: load_tile A into a_s
-    // (rows row0.., M rows) and W into w_s (rows col0.., N rows), __syncthreads; for kk = 0, 16: load the 4
-    // A fragments (a_s + (wm*64 + i*16) * kTPad + kk, ldm kTPad), then for each of the 4 W fragments (w_s +
-    // (wn*64 + j*16) * kTPad + kk, col_major) 4 mma_syncs; __syncthreads before the next load. Then
-    // store_acc_tile each acc[i][j] at rows row0 + wm*64 + i*16, columns col0 + wn*64 + j*16 (~25 lines).
-    // Hint: pass vec != 0 to load_tile; the two __syncthreads guard the tiles in both directions.
-    // BEGIN SOLUTION
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][4];
-    #pragma unroll
-    for (int i = 0; i < 4; ++i)
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a_frag[4];
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> w_frag;
-    for (int k0 = 0; k0 < K; k0 += kTK) {
-        load_tile(A, a_s, M, K, row0, k0, vec != 0);
-        load_tile(W, w_s, N, K, col0, k0, vec != 0);
-        __syncthreads();
-        #pragma unroll
-        for (int kk = 0; kk < kTK; kk += 16) {
-            #pragma unroll
-            for (int i = 0; i < 4; ++i) wmma::load_matrix_sync(a_frag[i], a_s + (wm * 64 + i * 16) * kTPad + kk, kTPad);
-            #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                wmma::load_matrix_sync(w_frag, w_s + (wn * 64 + j * 16) * kTPad + kk, kTPad);
-                #pragma unroll
-                for (int i = 0; i < 4; ++i) wmma::mma_sync(acc[i][j], a_frag[i], w_frag, acc[i][j]);
-            }
-        }
-        __syncthreads();
-    }
-    #pragma unroll
-    for (int i = 0; i < 4; ++i)
-        #pragma unroll
-        for (int j = 0; j < 4; ++j)
-            store_acc_tile(acc[i][j], stage[warp], C, M, N, row0 + wm * 64 + i * 16, col0 + wn * 64 + j * 16);
-    // END SOLUTION
-}
-
-// Contract: as wmma_gemm_naive.
-void wmma_gemm_tiled(const __half* A, const __half* W, float* C, int M, int N, int K) {
-    if (M <= 0 || N <= 0) return;
-    const bool vec = K % 8 == 0 && (reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(W)) % 16 == 0;
-    dim3 grid((N + kTB - 1) / kTB, (M + kTB - 1) / kTB);
-    wmma_gemm_tiled_kernel<<<grid, kThreads>>>(A, W, C, M, N, K > 0 ? K : 0, vec ? 1 : 0);
-}
-
-// ----------------------------------------------------------------------------------------------------
-// Task 5.5: mma.sync m16n8k16 with ldmatrix
-// ----------------------------------------------------------------------------------------------------
-// The same 128x128 block tile, 4 warps of 64 x 64, k-steps of 32 staged in padded shared tiles. Per k16 step
-// a warp loads its A fragments with ldmatrix_x4 (one per 16 rows) and its W fragments with ldmatrix_x4 (two
-// n8 tiles per call), then issues 4 x 8 mma_m16n8k16_bf16. The accumulators (32 tiles of 16x8, 4 floats
+// A 128x128 block tile, 4 warps of 64 x 64, k-steps of 32 staged (single-buffered) in padded shared tiles
+// (load_tile above). Per k16 step a warp loads its A fragments with ldmatrix_x4 (one per 16 rows) and its
+// W fragments with ldmatrix_x4 (two n8 tiles per call), then issues 4 x 8 mma_m16n8k16_bf16. The accumulators (32 tiles of 16x8, 4 floats
 // each: 128 registers per lane) are stored straight from the documented layout: value i of
 // tile (mi, ni) is row g + 8*(i/2), column 2t + i%2 of that tile (g = lane/4, t = lane%4).
 // ldmatrix rows: for A, lane l points at row l%16, column 8*(l/16) of the 16x16 block (matrices: rows 0-7 /
@@ -218,7 +288,7 @@ __global__ void __launch_bounds__(kThreads) mma_gemm_kernel(const __nv_bfloat16*
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
     const int row0 = blockIdx.y * kTB, col0 = blockIdx.x * kTB;
     float acc[4][8][4] = {};
-    // TODO(task 5.5): for k0 = 0, 32, ... < K: load_tile A and W (as task 5.4), __syncthreads; for kk = 0, 16:
+    // TODO(task 5.5): for k0 = 0, 32, ... < K: load_tile A and W (above), __syncthreads; for kk = 0, 16:
     // a[i][4] by ldmatrix_x4 from a_s + (wm*64 + i*16 + lane%16) * kTPad + kk + 8*(lane/16) (i = 0..3);
     // for each pair of n8 tiles j = 0, 2, 4, 6: b[4] by ldmatrix_x4 from w_s + (wn*64 + j*8 + lane%8 +
     // 8*(lane/16)) * kTPad + kk + 8*((lane/8)%2), then mma_m16n8k16_bf16(acc[i][j], a[i], b, acc[i][j]) and
