@@ -66,10 +66,11 @@ def derive(text: str, name: str = "<text>") -> str:
 
 
 def pairs(root: Path = REPO_ROOT) -> list[tuple[Path, Path]]:
-    """(solution file, lesson file) for every exercise file the course model declares."""
+    """(solution file, lesson file) for every exercise and support file the course model declares (a support
+    file is given code: its lesson copy is the solution's, written by ``make stubs`` like a stub)."""
     c = course(root)
     return [(c.kernel_dir(les.id, "solution") / f, c.kernel_dir(les.id, "student") / f)
-            for les in c for f in les.exercise_files]
+            for les in c for f in (*les.exercise_files, *les.support_files)]
 
 
 def expected(src: Path) -> str | bytes:
