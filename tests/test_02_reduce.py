@@ -128,8 +128,9 @@ HINT_22 = ("warp_reduce_sum (TODO task 2.2): halve the distance each step, from 
            "shuffle brings from the lane that far above; after five steps lane 0 holds the warp's sum.")
 
 
+# (n = 2, not 1: one element is its own sum, so a warp_reduce_sum that adds nothing passed at n = 1 on the stub)
 @pytest.mark.task("2.2")
-@pytest.mark.parametrize("n", [1, 31, 32, 33, 1000, 2**16 + 7])
+@pytest.mark.parametrize("n", [2, 31, 32, 33, 1000, 2**16 + 7])
 def test_warp_sum(n: int) -> None:
     m = _m()
     x = _input(f"2.2-warp-n{n}", n, m)
@@ -140,7 +141,7 @@ def test_warp_sum(n: int) -> None:
 
 
 @pytest.mark.task("2.2")
-@pytest.mark.parametrize("n", [1, 33, 1000, BIG])
+@pytest.mark.parametrize("n", [2, 33, 1000, BIG])
 def test_block_reduce_warp_shuffle(n: int) -> None:
     m = _m()
     x = _input(f"2.2-v5-n{n}", n, m)
