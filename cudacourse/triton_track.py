@@ -287,6 +287,28 @@ def twin(lesson: str, file: str | None = None, *, impl: str | None = None, backe
     return load(m.dir / name, backend=m.backend)
 
 
+def load_mutant(lesson: str, file: str, edit: tuple[str, str], into: str | os.PathLike[str], *,
+                backend: str) -> ModuleType:
+    """A wrong twin for the course's own tests: the solution ``solutions/<lesson>/<file>`` with one edit, written
+    into the folder ``into`` (a test's ``tmp_path``) and loaded with :func:`load` for ``backend``. A test then
+    expects the checks its task uses to raise ``AssertionError`` on it (each lesson's ``TRITON_MUTANTS``).
+
+    ``edit`` is (old text, new text); the old text must occur exactly once in the solution, else ``ValueError``
+    says so (the solution changed and the mutant no longer tests anything).
+    """
+    from cudacourse import settings
+
+    src = settings.current().root / "solutions" / lesson / file
+    old, new = edit
+    text = src.read_text()
+    if text.count(old) != 1:
+        raise ValueError(f"the edit {old!r} -> {new!r} no longer applies to {src} (its old text occurs "
+                         f"{text.count(old)} times, not once): update the test's mutants")
+    out = Path(into) / file
+    out.write_text(text.replace(old, new))
+    return load(out, backend=backend)
+
+
 def twin_or_not_graded(lesson: str, file: str | None = None) -> ModuleType:
     """:func:`twin` for a graded test: when Triton cannot run here the test is skipped with a reason that starts
     with "not graded" and says how to install it (the points table then counts the task as not graded)."""

@@ -886,16 +886,11 @@ TRITON_MUTANTS = {
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow / NaN warnings from the wrong code
 @pytest.mark.parametrize("mutant", list(TRITON_MUTANTS))
 def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
-    from cudacourse.triton_track import load
+    from cudacourse.triton_track import load_mutant
 
     _twin()  # not graded (a skip) without triton
     m = _m()
-    src = settings.current().root / "solutions" / LESSON / "norms_triton.py"
-    old, new = TRITON_MUTANTS[mutant]
-    text = src.read_text()
-    assert text.count(old) == 1, f"the mutant {mutant!r} no longer applies to {src}: update TRITON_MUTANTS"
-    (tmp_path / "norms_triton.py").write_text(text.replace(old, new))
-    wrong = load(tmp_path / "norms_triton.py", backend=m.backend)
+    wrong = load_mutant(LESSON, "norms_triton.py", TRITON_MUTANTS[mutant], tmp_path, backend=m.backend)
     with pytest.raises(AssertionError):
         if mutant == "softmax all zeros":
             _triton_softmax_case(wrong, 5, 33, check.randn((5, 33), check.rng("4.T-m"), m.device), m, mutant)
@@ -1004,16 +999,11 @@ TRITON_ATTN_MUTANTS = {
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow / NaN warnings from the wrong code
 @pytest.mark.parametrize("mutant", list(TRITON_ATTN_MUTANTS))
 def test_triton_wrong_attention_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
-    from cudacourse.triton_track import load
+    from cudacourse.triton_track import load_mutant
 
     _attention_twin()  # not graded (a skip) without triton
     m = _m()
-    src = settings.current().root / "solutions" / LESSON / "attention_triton.py"
-    old, new = TRITON_ATTN_MUTANTS[mutant]
-    text = src.read_text()
-    assert text.count(old) == 1, f"the mutant {mutant!r} no longer applies to {src}: update TRITON_ATTN_MUTANTS"
-    (tmp_path / "attention_triton.py").write_text(text.replace(old, new))
-    wrong = load(tmp_path / "attention_triton.py", backend=m.backend)
+    wrong = load_mutant(LESSON, "attention_triton.py", TRITON_ATTN_MUTANTS[mutant], tmp_path, backend=m.backend)
     with pytest.raises(AssertionError):
         # 100 keys: several key tiles of 32 or 64 (a rescale happens), a ragged last tile; full attention, so that
         # keys past N reach the rows (causal rows never see them), except for the causal mutant

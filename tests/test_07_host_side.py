@@ -243,6 +243,25 @@ def test_op_bad_input_names_the_argument() -> None:
         op.swish_backward(x, x.double())
 
 
+def test_op_looks_its_kernels_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """custom_op.py is code a learner copies: cc.lesson() on every call of the op cost host time on each launch
+    (task 7.7 times the op, host-bound). kernels() looks the lesson up once per process, not once per call."""
+    m, op = _m(), _op()
+    calls: list[tuple[Any, ...]] = []
+    real = cc.lesson
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cc, "lesson", counting)
+    x = torch.randn(100, device=m.device, requires_grad=True)
+    for _ in range(3):
+        op.swish(x).sum().backward()
+    assert x.grad is not None
+    assert len(calls) <= 1, f"cc.lesson was called {len(calls)} times for 3 forward and backward calls of the op"
+
+
 # ----------------------------------------------------------------------------------------------------
 # 7.4-7.7: GPU only
 # ----------------------------------------------------------------------------------------------------

@@ -180,6 +180,31 @@ def test_not_started_lessons_summarised_and_the_table_last() -> None:
     assert any(ln.startswith("2.1 ") for ln in out.getvalue().splitlines())
 
 
+def test_an_untouched_task_of_a_started_lesson_is_one_calm_line() -> None:
+    """A learner who had done 1.1-1.5 but not opened relu_torch.cu read "task 1.6 failed (...): not started: ..."
+    like a failure paragraph. It is one line in the style of the lesson line, 0 points, and in no "What to fix";
+    its JSON status stays "fail" (0 points, as before: JUnit, Gradescope and CI read it unchanged)."""
+    c = course()
+    declared = cli.declared_tasks(c, None)
+    (idle,) = cli.not_started_results(c, declared, {("01_relu", "1.6")}, set(), "sim")
+    assert idle.message == "not started: relu_torch.cu is still the stub"  # what the grader records
+    started = _result("AssertionError", TAIL)
+    rep = Report("sim", "CPU simulator", "student", [started, idle], seed=7)
+    out = io.StringIO()
+    reports.print_report(rep, out=out)
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert "1.6 relu_forward: not started (relu_torch.cu is still the stub)" in lines, text
+    assert "task 1.6 failed" not in text and "task 1.1 failed" in text
+    row = next(ln for ln in lines if ln.startswith("1.6 ") and "torch::Tensor" in ln)  # the points table's
+    assert row.split()[-2:] == ["not", "started"] and " 0  not started" in row, row  # earned 0, not "fail"
+    assert lines[-1].startswith("total: 0 / ")
+    md = reports.markdown_report(rep)
+    assert "### Task 1.6" not in md and "### Task 1.1" in md
+    assert "task 1.6 (relu_torch.cu is still the stub)" in md
+    assert rep.to_json()["tasks"][1]["status"] == "fail" and rep.to_json()["tasks"][1]["earned"] == 0
+
+
 def test_the_grade_header_explains_its_seed_only_when_tests_ran() -> None:
     """A learner saw 'seed=1198345699' at the head of a grade that ran nothing, different each time, unexplained."""
     started = _result("AssertionError", TAIL)

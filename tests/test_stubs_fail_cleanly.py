@@ -22,9 +22,11 @@ LESSON_TESTS = [les.test_file for les in course(ROOT)]
 
 # Exceptions a stub may fail with: assertion messages from the checks, or a stub's own TODO error.
 CLEAN = {"AssertionError", "Failed"}
-# Lessons where no case of any task may pass on the untouched stub (see the test). The other lessons are not held
-# to it yet (not checked: a check of a given binding or wrapper on a case of its own passes on a stub).
-EVERY_CASE_FAILS = {"test_01_relu.py"}
+# Lessons where no case of any task may pass on the untouched stub (see the test): a check of a given binding or
+# wrapper runs after a valid call of the learner's code, never on a case of its own. Lessons 03 and 05 are not held
+# to it yet: their refusal cases (3.1, 3.5, 5.3, 5.5) and the scalar paths of 5.1 and 5.2 pass on the stubs.
+EVERY_CASE_FAILS = {"test_01_relu.py", "test_02_reduce.py", "test_04_transformer.py", "test_06_training.py",
+                    "test_07_host_side.py"}
 
 
 @pytest.mark.xdist_group("stubs")

@@ -11,9 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from cudacourse.grading.feedback import compile_error_key
-from cudacourse.grading.results import TaskResult, format_points, not_graded_why, points_table
-
-NOT_STARTED = "not started"  # the message of every task of a lesson whose exercise files are untouched
+from cudacourse.grading.results import (
+    NOT_STARTED,
+    TaskResult,
+    format_points,
+    is_not_started,
+    not_graded_why,
+    points_table,
+)
 
 # ----------------------------------------------------------------------------------------------------
 # Reports
@@ -118,10 +123,13 @@ def markdown_report(rep: Report) -> str:
     lines += ["| task | lesson | title | points | status |", "|---|---|---|---|---|"]
     icon = {"pass": "pass", "fail": "**fail**", "not-graded": "not graded", "interrupted": "**interrupted**"}
     for t in rep.tasks:
+        status = NOT_STARTED if t.status == "fail" and is_not_started(t) else icon[t.status]
         lines.append(f"| {t.id} | {t.lesson} | {t.title.replace('|', '/')} | "
-                     f"{format_points(t.earned)}/{format_points(t.points)} | {icon[t.status]} |")
-    failed = [t for t in rep.tasks if t.status == "fail" and t.message != NOT_STARTED]
+                     f"{format_points(t.earned)}/{format_points(t.points)} | {status} |")
+    failed = [t for t in rep.tasks if t.status == "fail" and not is_not_started(t)]
     idle = sorted({t.lesson for t in rep.tasks if t.message == NOT_STARTED})
+    idle += [f"task {t.id} ({_untouched(t)})" for t in rep.tasks
+             if t.status == "fail" and is_not_started(t) and t.lesson not in idle]
     if idle:
         lines += ["", "Not started (exercise files untouched): " + ", ".join(idle) + "."]
     if failed:
@@ -139,12 +147,27 @@ def markdown_report(rep: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _untouched(t: TaskResult) -> str:
+    """What is untouched of a not-started task of a started lesson, from its message: "not started:
+    relu_torch.cu is still the stub" is ``relu_torch.cu is still the stub``."""
+    return t.message.removeprefix(NOT_STARTED).removeprefix(":").strip() or "its files are still the stubs"
+
+
+def not_started_line(t: TaskResult) -> str:
+    """The one calm line for a task not run because its files are untouched stubs, in the style of the lesson
+    line ("02_reduce: not started, 17 points"): ``1.6 relu_forward: not started (relu_torch.cu is still the
+    stub)``. The title's head (before its first ": ") names it; the task id tells twins apart."""
+    name = t.title.split(": ", 1)[0].strip() if t.title else ""
+    return f"{t.id}{' ' + name if name else ''}: {NOT_STARTED} ({_untouched(t)})"
+
+
 def print_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
-    """The grade output for a learner: what failed and why, one line per lesson not started, then the
-    points table last, where the eye lands. ``verbose``: whole messages, every lesson's rows."""
+    """The grade output for a learner: what failed and why, one line per lesson not started and per task whose
+    files are untouched (never a failure paragraph: nothing of theirs ran), then the points table last, where
+    the eye lands. ``verbose``: whole messages, every lesson's rows."""
     out = out or sys.stdout
     head = f"== {rep.name} ==" if rep.name else "== grade =="
-    ran = any(t.message != NOT_STARTED for t in rep.tasks)  # (a seed means nothing when no test ran)
+    ran = any(not is_not_started(t) for t in rep.tasks)  # (a seed means nothing when no test ran)
     seed = f"; random inputs: seed {rep.seed} (make grade ARGS=--seed={rep.seed} repeats them)" if ran else ""
     print(f"{head} backend={rep.backend} impl={rep.impl} ({rep.seconds:.0f} s){seed}", file=out)
     if verbose or rep.confinement.startswith("unconfined"):
@@ -162,7 +185,7 @@ def print_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
             blocked.setdefault(key, []).append(t.id)
     shown: set[str] = set()
     for t in rep.tasks:
-        if t.status != "fail" or t.lesson in idle:
+        if t.status != "fail" or t.lesson in idle or is_not_started(t):
             continue
         lines = t.message.splitlines()
         key = compile_error_key(t)
@@ -188,6 +211,9 @@ def print_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
         print(f"GRADING PROBLEM: {e}", file=out)
     for lesson, pts in idle.items():
         print(f"{lesson}: {NOT_STARTED}, {format_points(pts)} points", file=out)
+    for t in rep.tasks:  # a started lesson's task whose own files are untouched (a GPU task on the sim: not graded)
+        if t.lesson not in idle and t.status == "fail" and is_not_started(t):
+            print(not_started_line(t), file=out)
     table = points_table(rep.tasks if verbose else [t for t in rep.tasks if t.lesson not in idle])
     for line in table[:-1]:
         print(line, file=out)

@@ -79,6 +79,17 @@ class TaskResult:
     tests: list[TestRecord] = field(default_factory=list)
 
 
+NOT_STARTED = "not started"  # the message of every task of a lesson whose exercise files are untouched
+
+
+def is_not_started(task: TaskResult) -> bool:
+    """Whether ``task`` was not run because its exercise files are untouched stubs: the grader gives it status
+    ``fail`` (0 points, as a failure would) with the message "not started" (a whole lesson untouched) or "not
+    started: relu_torch.cu is still the stub" (one task's files, in a started lesson). Reports show it as a
+    calm line, never as a failure to fix."""
+    return task.message == NOT_STARTED or task.message.startswith(NOT_STARTED + ": ")
+
+
 STATUSES = ("pass", "fail", "not-graded", "interrupted")  # "interrupted": the grade was stopped (SIGTERM, Ctrl-C)
 INTERRUPTED_MESSAGE = "not graded: grading was stopped (SIGTERM or Ctrl-C) before this task finished"
 
@@ -162,8 +173,9 @@ def points_table(tasks: list[TaskResult]) -> list[str]:
             lesson = t.lesson
             lines.append(f"-- {lesson} " + "-" * max(0, w_id + w_title + 24 - len(lesson)))
         parts = textwrap.wrap(t.title, w_title, break_long_words=False, break_on_hyphens=False) or [""]
+        status = NOT_STARTED if t.status == "fail" and is_not_started(t) else t.status
         lines.append(f"{t.id:<{w_id}}  {parts[0]:<{w_title}}  {format_points(t.points):>6}  "
-                     f"{format_points(t.earned):>6}  {t.status}")
+                     f"{format_points(t.earned):>6}  {status}")
         lines += [f"{'':<{w_id}}  {p}" for p in parts[1:]]
     earned = sum(t.earned for t in tasks)
     possible = sum(t.points for t in tasks)

@@ -750,7 +750,7 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
 // Forward per (batch b, head h): S = scale Q K^T, P = softmax(S) per row (causal: masked entries 0),
 // O = P V. Backward with dO:
 //   dV = P^T dO      dP = dO V^T      dS = softmax_backward(P, dP)      dQ = scale dS K      dK = scale dS^T Q
-// Four matrix products per head, all on gemm_fast_kernel (task 6.6's kernel, register-tiled) as batched
+// Four matrix products per head, all on gemm_fast_kernel (task 6.6's interface, register-tiled) as batched
 // calls, one launch each for all B * H heads; the transposes are read in place, as in matmul_backward.
 // Layout as in lesson 04:
 // q, k, v, o and their gradients are (B, N, H, d), so a head's N x d matrix starts at b * N * H * d + h * d

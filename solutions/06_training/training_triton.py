@@ -78,7 +78,7 @@ def mean_loss(losses: torch.Tensor, loss: torch.Tensor, rows: int, inv_count: fl
 def cross_entropy_kernel(logits_ptr, labels_ptr, losses_ptr, dlogits_ptr, vocab, vocab_class, ignore_index,
                          inv_count, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # 64-bit: rows * vocab may pass 2^31 (8192 x 50257 does not, yet)
-    x_row, d_row = logits_ptr + row * vocab, dlogits_ptr + row * vocab
+    x_row, d_row = logits_ptr + row * vocab, dlogits_ptr + row * vocab  # noqa: F841  (the TODO code below uses them)
     offs = tl.arange(0, BLOCK)
     t = tl.load(labels_ptr + row)
     if t == ignore_index:
@@ -145,7 +145,7 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor, losses: torch.Tens
 def adamw_flat_kernel(p_ptr, g_ptr, m_ptr, v_ptr, n, n_class, lr, beta1, beta2, eps, weight_decay, step_size,
                       inv_bc2_sqrt, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+    mask = offs < n  # noqa: F841  (the TODO code below uses it)
     # TODO(task 6.T2): load this tile of p, g, m and v (masked), apply the four lines above in that order, store
     # p, m and v (~12 lines).
     # Hint: the same formulas as adamw_element in adamw.cu, on tiles. tl.sqrt_rn and tl.div_rn round as CUDA's
