@@ -51,6 +51,12 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the checkout, for an ed
 LESSON_FILE = "lesson.toml"
 _LESSON_DIR = re.compile(r"^(\d\d)_[a-z0-9_]+$")
 _TASK_ID = re.compile(r"^\d+\.[0-9A-Za-z]+$")
+TRITON_ID = re.compile(r"^\d+\.T\d+$")  # the ids of the optional Triton twins (1.T1), and of nothing else
+
+
+def is_triton_task(task_id: str) -> bool:
+    """Whether ``task_id`` is a task of the optional Triton track (reports keep its points apart)."""
+    return bool(TRITON_ID.match(task_id))
 _LESSON_KEYS = {"title": str, "write": str, "learn": str, "files": list, "torch_files": list,
                 "python_files": list, "triton_files": list, "support_files": list, "notebook": str}
 _TASK_KEYS = {"id": str, "title": str, "points": (int, float), "gpu": bool, "target": (int, float),
@@ -158,6 +164,9 @@ def _parse_task(lesson_id: str, t: dict[str, Any], tw: str) -> Task:
         raise CourseModelError(f"{tw}: points must be positive, got {t['points']}")
     if t.get("track", "cuda") not in TRACKS:
         raise CourseModelError(f"{tw}: track must be one of {', '.join(map(repr, TRACKS))}, got {t['track']!r}")
+    if (t.get("track", "cuda") == "triton") != is_triton_task(t["id"]):
+        raise CourseModelError(f"{tw}: id {t['id']!r}: a Triton twin's id is N.T<k> ({int(lesson_id[:2])}.T1), and "
+                               "only a twin's (track = \"triton\")")
     return Task(t["id"], lesson_id, t["title"], float(t["points"]), bool(t.get("gpu", False)),
                 None if t.get("target") is None else float(t["target"]), t.get("target_of", "reference"),
                 t.get("track", "cuda"), tuple(t.get("files", ())))

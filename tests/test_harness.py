@@ -395,7 +395,10 @@ def test_course_model_rejects_bad_metadata(tmp_path):
                      (good.replace("points = 2", "pionts = 2"), "unknown key"),
                      (good + '\n[[task]]\nid = "5.1"\ntitle = "y"\npoints = 1\n', "declared twice"),
                      (good.replace('files = ["a.cu"]', 'files = ["../x.cu"]'), "plain names"),
-                     ("[lesson\n", "not valid TOML")]:
+                     ("[lesson\n", "not valid TOML"),
+                     (good.replace('id = "5.1"', 'id = "5.T1"'), "a Triton twin's id is N.T<k> (5.T1), and only"),
+                     (good.replace('files = ["a.cu"]', 'files = ["a.cu"]\ntriton_files = ["a.py"]')
+                      .replace("points = 2", 'points = 2\ntrack = "triton"'), "a Triton twin's id is N.T<k>")]:
         with pytest.raises(CourseModelError, match=re.escape(why)):
             parse_lesson("05_toy", bad)
 

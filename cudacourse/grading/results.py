@@ -10,7 +10,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudacourse.course import task_sort_key
+from cudacourse.course import is_triton_task, task_sort_key
 
 _MSG_LINES = 14
 _MSG_CHARS = 1800
@@ -180,8 +180,12 @@ def points_table(tasks: list[TaskResult]) -> list[str]:
     earned = sum(t.earned for t in tasks)
     possible = sum(t.points for t in tasks)
     ng = sum(t.points for t in tasks if t.status == "not-graded")
+    twins = [t for t in tasks if is_triton_task(t.id)]
     lines.append(f"total: {format_points(earned)} / {format_points(possible)} points"
-                 + (f" ({format_points(ng)} not graded: {not_graded_why(tasks)})" if ng else ""))
+                 + (f" ({format_points(ng)} not graded: {not_graded_why(tasks)})" if ng else "")
+                 # (a learner wondered whether the optional track was required: its share is named)
+                 + (f"; of them the optional Triton track: {format_points(sum(t.earned for t in twins))} / "
+                    f"{format_points(sum(t.points for t in twins))}" if twins else ""))
     return lines
 
 
