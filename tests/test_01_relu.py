@@ -166,8 +166,8 @@ def _scalar_rejects(m: cc.Lesson, bad: str) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 HINT_12 = ("relu_v2_grid_stride_kernel (TODO task 1.2): a thread handles more than one element: after its first, "
-           "it steps forward by the total number of threads in the grid until it passes n. Without that loop, a "
-           "grid of B blocks writes only the first B * 256 elements.")
+           "it steps forward by the total number of threads in the grid until it reaches n. A loop that is "
+           "missing, or stops before n, leaves the elements past its last step unwritten.")
 
 
 @pytest.mark.task("1.2")
@@ -198,7 +198,7 @@ def test_relu_grid_stride_writes_each_element_once() -> None:
         y = check.poisoned(n, torch.float32, "cpu")
         prof.relu_v2_grid_stride(x, y, n, blocks)
         check.assert_close(y, torch.relu(x), name=f"relu_v2_grid_stride y (n={n}, {blocks} blocks)", task="1.2",
-                           hint=HINT_12, **EXACT)
+                           hint=HINT_12, launcher_given=_given(m, "relu_v2_grid_stride"), **EXACT)
         kernels = prof.profile_report().kernels
     finally:
         prof.close()
