@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from cudacourse.course import Course, CourseError, LessonInfo, course
+from cudacourse.course import Course, CourseError, LessonInfo, Task, course
 
 
 def file_states(c: Course, lesson: LessonInfo, folder: Path | None = None) -> dict[str, str]:
@@ -46,6 +46,71 @@ def file_states(c: Course, lesson: LessonInfo, folder: Path | None = None) -> di
         else:
             out[name] = "untouched" if want_b != src.read_bytes() else "given"
     return out
+
+
+def _todo_spans(text: str, task_id: str) -> list[tuple[int, int] | None]:
+    """(start, end) of the brace block around each ``TODO(task N.M...)`` comment in C++ ``text`` (``task_id``
+    a regular expression); ``None`` for one outside any block. Mentions in the file's header are left out."""
+    from cudacourse.source import mask
+
+    code = mask(text)
+    header_end = len(code) - len(code.lstrip())
+    out: list[tuple[int, int] | None] = []
+    for m in re.finditer(r"TODO\(task " + task_id + r"[,)]", text):
+        if m.start() < header_end:
+            continue
+        depth, i = 0, m.start()
+        while i >= 0 and not (code[i] == "{" and depth == 0):
+            depth += {"}": 1, "{": -1}.get(code[i], 0)
+            i -= 1
+        if i < 0:
+            out.append(None)
+            continue
+        depth, j = 0, i
+        while j < len(code):
+            depth += {"{": 1, "}": -1}.get(code[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        out.append((i, j + 1))
+    return out
+
+
+def _todo_blocks(text: str, task_id: str) -> list[str | None]:
+    """The code (comments and spacing aside) of the blocks of :func:`_todo_spans`, and, last, the code outside
+    every TODO block of any task (the given code: a learner who wrote their kernel elsewhere changed it)."""
+    from cudacourse.source import mask
+
+    code = mask(text)
+    mine = [None if s is None else re.sub(r"\s+", "", code[s[0]:s[1]]) for s in _todo_spans(text, re.escape(task_id))]
+    keep = list(code)
+    for s in _todo_spans(text, r"\d+\.\w+"):
+        if s is not None:
+            keep[s[0]:s[1]] = " " * (s[1] - s[0])
+    return [*mine, re.sub(r"\s+", "", "".join(keep))] if mine else []
+
+
+def untouched_todos(c: Course, lesson: LessonInfo, task: Task, folder: Path | None = None) -> list[str]:
+    """The kernel files holding ``task``'s ``TODO(task N.M...)`` comments, when every block around them still reads
+    as in the stub (a started lesson's task not begun: its cases cannot pass, so the grader need not run them);
+    ``[]`` when one was changed, has no block, or there is nothing to compare with."""
+    from cudacourse import stubs
+
+    folder = folder if folder is not None else c.kernel_dir(lesson.id, "student")
+    found = []
+    for name in lesson.files_of(task):
+        src, dst = c.kernel_dir(lesson.id, "solution") / name, folder / name
+        if not name.endswith(".cu") or not src.is_file():
+            continue
+        stub = stubs.expected(src)
+        stub = stub if isinstance(stub, str) else stub.decode(errors="replace")
+        want = _todo_blocks(stub, task.id)
+        if not want:
+            continue
+        if not dst.is_file() or None in want or _todo_blocks(dst.read_text(errors="replace"), task.id) != want:
+            return []
+        found.append(name)
+    return found
 
 
 def lesson_started(c: Course, lesson: LessonInfo, folder: Path | None = None) -> bool:

@@ -229,3 +229,40 @@ def test_setup_passes_each_pip_line_on_as_it_comes() -> None:
     proc.stdin.close()
     proc.wait()
     assert passed_on == ["setup:   Collecting first\n"], "the line came only once pip's output had ended"
+
+
+def test_a_task_whose_todo_is_still_the_stub_is_not_started(tmp_path: Path) -> None:
+    """A learner who had done 1.1-1.3 in relu.cu read 12 lines of failure for 1.4, whose TODO in the same file they
+    had not begun: the grader now leaves such a task out, as it does a task whose whole file is the stub. A
+    comment does not start a task; code in its block does."""
+    import shutil
+
+    from cudacourse.checkcmd import untouched_todos
+    from cudacourse.grading import cli
+    from cudacourse.grading.staging import Submission
+
+    c = course()
+    les = c.lesson("01_relu")
+    sub = tmp_path / "sub"
+    folder = sub / "lessons" / "01_relu"
+    shutil.copytree(c.kernel_dir("01_relu", "student"), folder)
+    text = (folder / "relu.cu").read_text()
+    todo_11 = next(ln for ln in text.splitlines() if "TODO(task 1.1)" in ln)
+    text = text.replace(todo_11, todo_11 + "\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                  "    if (i < n) y[i] = fmaxf(x[i], 0.0f);", 1)
+    todo_14 = next(ln for ln in text.splitlines() if "TODO(task 1.4)" in ln)
+    (folder / "relu.cu").write_text(text.replace(todo_14, todo_14 + "\n    // (later)", 1))
+    task = {t.id: t for t in les.tasks}
+    assert untouched_todos(c, les, task["1.1"], folder) == []
+    assert untouched_todos(c, les, task["1.4"], folder) == ["relu.cu"]
+    declared = cli.declared_tasks(c, None)
+    idle = cli.untouched_tasks(c, Submission("s", sub, "submission"), declared, ["01_relu"])
+    assert idle[("01_relu", "1.4")] == "its TODO in relu.cu is still the stub"
+    assert idle[("01_relu", "1.6")] == "relu_torch.cu is still the stub" and ("01_relu", "1.1") not in idle
+    (folder / "relu.cu").write_text(text.replace(todo_14, todo_14 + "\n    int i = 0;", 1))
+    assert untouched_todos(c, les, task["1.4"], folder) == []
+    # A learner who wrote their own kernel outside the TODO block and launched it from the given launcher has
+    # started, though the block is untouched.
+    (folder / "relu.cu").write_text(text.replace(todo_14, todo_14 + "\n    // (later)", 1)
+                                    + "\n__global__ void my_backward(float* p) { p[0] = 0.0f; }\n")
+    assert untouched_todos(c, les, task["1.4"], folder) == []

@@ -186,7 +186,8 @@ def test_an_untouched_task_of_a_started_lesson_is_one_calm_line() -> None:
     its JSON status stays "fail" (0 points, as before: JUnit, Gradescope and CI read it unchanged)."""
     c = course()
     declared = cli.declared_tasks(c, None)
-    (idle,) = cli.not_started_results(c, declared, {("01_relu", "1.6")}, set(), "sim")
+    (idle,) = cli.not_started_results(c, declared, {("01_relu", "1.6"): "relu_torch.cu is still the stub"}, set(),
+                                      "sim")
     assert idle.message == "not started: relu_torch.cu is still the stub"  # what the grader records
     started = _result("AssertionError", TAIL)
     rep = Report("sim", "CPU simulator", "student", [started, idle], seed=7)

@@ -19,7 +19,7 @@ from typing import Any
 import filelock
 
 from cudacourse.buildcache import build_root
-from cudacourse.checkcmd import file_states, lesson_started
+from cudacourse.checkcmd import file_states, lesson_started, untouched_todos
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
 from cudacourse.grading import runner
@@ -99,12 +99,14 @@ def not_started(course: Course, sub: Submission, lessons: list[str]) -> set[str]
 
 
 def untouched_tasks(course: Course, sub: Submission, declared: dict[tuple[str, str], Task],
-                    lessons: list[str]) -> set[tuple[str, str]]:
-    """(lesson, id) of the tasks of ``lessons`` that ``sub`` has not started: every task of a lesson not started
-    (:func:`not_started`), and in a started lesson each task whose files (``LessonInfo.files_of``) are all
-    still the stubs (a lesson 01 learner who has not opened relu_torch.cu waits for no build of it)."""
+                    lessons: list[str]) -> dict[tuple[str, str], str]:
+    """(lesson, id) -> what is untouched, for the tasks of ``lessons`` that ``sub`` has not started: every task
+    of a lesson not started (:func:`not_started`; ``""``), and in a started lesson each task whose files
+    (``LessonInfo.files_of``) are all still the stubs (a lesson 01 learner who has not opened relu_torch.cu waits
+    for no build of it), or whose TODO blocks all are (``checkcmd.untouched_todos``: a learner who had done
+    1.1-1.3 got 12 lines of failure for 1.4, whose TODO in the same relu.cu they had not begun)."""
     idle_lessons = not_started(course, sub, lessons)
-    out = {k for k in declared if k[0] in idle_lessons}
+    out = {k: "" for k in declared if k[0] in idle_lessons}
     if sub.impl == "solution":
         return out
     for lid in lessons:
@@ -113,21 +115,26 @@ def untouched_tasks(course: Course, sub: Submission, declared: dict[tuple[str, s
         info = course.lesson(lid)
         folder = sub.source / "lessons" / lid if sub.source is not None else course.kernel_dir(lid, "student")
         untouched = {n for n, state in file_states(course, info, folder).items() if state == "untouched"}
-        out |= {(lid, t.id) for (les, _), t in declared.items() if les == lid and set(info.files_of(t)) <= untouched}
+        for (les, _), t in declared.items():
+            files = info.files_of(t)
+            if les != lid:
+                continue
+            if set(files) <= untouched:
+                out[(lid, t.id)] = f"{', '.join(files)} {'is' if len(files) == 1 else 'are'} still the stub"
+            elif todos := untouched_todos(course, info, t, folder):
+                out[(lid, t.id)] = f"its TODO in {', '.join(todos)} is still the stub"
     return out
 
 
-def not_started_results(course: Course, declared: dict[tuple[str, str], Task], idle: set[tuple[str, str]],
+def not_started_results(course: Course, declared: dict[tuple[str, str], Task], idle: dict[tuple[str, str], str],
                         idle_lessons: set[str], backend: str) -> list[TaskResult]:
-    """One result per task of ``idle`` (untouched, so never run): ``fail`` with the message "not started" (a
-    whole lesson not started) or what is untouched (a task of a started lesson); a GPU task on the simulator
-    stays ``not-graded``, as it would after a run."""
+    """One result per task of ``idle`` (untouched, so never run; :func:`untouched_tasks`): ``fail`` with the
+    message "not started" (a whole lesson not started) or what is untouched (a task of a started lesson); a GPU
+    task on the simulator stays ``not-graded``, as it would after a run."""
     out = []
     for key in sorted(idle):
         t = declared[key]
-        files = course.lesson(t.lesson).files_of(t)
-        msg = NOT_STARTED if t.lesson in idle_lessons else \
-            f"not started: {', '.join(files)} {'is' if len(files) == 1 else 'are'} still the stub"
+        msg = NOT_STARTED if t.lesson in idle_lessons or not idle[key] else f"{NOT_STARTED}: {idle[key]}"
         out.append(TaskResult(t.id, t.lesson, t.title, t.points, 0.0,
                               "not-graded" if t.gpu and backend != "cuda" else "fail", msg))
     return out
@@ -368,7 +375,7 @@ def grade(args: argparse.Namespace) -> list[Report]:
         elapsed = time.monotonic() - t_start
         for i, sub in enumerate(subs):
             done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
-            done = sorted(done + not_started_results(course, chosen, {k for k in idle[i] if k in chosen},
+            done = sorted(done + not_started_results(course, chosen, {k: v for k, v in idle[i].items() if k in chosen},
                                                      idle_lessons[i], backend),
                           key=lambda r: (lessons.index(r.lesson), task_sort_key(r.id)))
             reports.append(Report(backend, device, sub.impl, done, name=sub.name, seed=seed, seconds=elapsed,
@@ -384,7 +391,8 @@ def grade(args: argparse.Namespace) -> list[Report]:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec], idle: dict[int, set[tuple[str, str]]],
+def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
+                idle: dict[int, dict[tuple[str, str], str]],
                 st: RunSettings, jobs: int) -> list[tuple[int, list[TaskSpec]]]:
     """(submission index, tasks) of each task process, in the order they are queued.
 
