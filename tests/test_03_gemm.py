@@ -169,9 +169,12 @@ def test_naive_larger() -> None:
 
 @pytest.mark.task("3.1")
 def test_rejects_bad_inputs() -> None:
-    """The binding refuses wrong dtypes and non-contiguous tensors before anything runs, naming the parameter."""
+    """The binding refuses wrong dtypes and non-contiguous tensors before anything runs, naming the parameter.
+    Checked after a valid call of the same shape gives the right values: the refusals are the given binding's, so
+    on their own they passed on the untouched stub, and a stub must fail every case of its task."""
     m = _m()
     M, N, K = 8, 6, 4
+    _check_gemm("sgemm_v1_naive", M, N, K, task="3.1", hint=HINT_31)
     A, B = _gemm_inputs("reject", M, N, K, m)
     C = check.poisoned((M, N), torch.float32, m.device)
     with pytest.raises(TypeError, match=r"parameter 'A'.*float32"):
@@ -270,6 +273,9 @@ def test_linear_larger() -> None:
 
 @pytest.mark.task("3.5")
 def test_linear_rejects_bad_inputs() -> None:
+    """The binding refuses a float64 weight and a non-contiguous x, naming the parameter. Checked after a valid
+    call of the same shape gives the right values (the refusals alone passed on the untouched stub)."""
+    _check_linear(4, 8, 6)
     m = _m()
     g = check.rng("linear-reject")
     x, W, b = check.randn((4, 8), g, m.device), check.randn((6, 8), g, m.device), check.randn((6,), g, m.device)
@@ -278,6 +284,7 @@ def test_linear_rejects_bad_inputs() -> None:
         m.linear(x, W.double(), b, y, 4, 8, 6)
     with pytest.raises(ValueError, match=r"parameter 'x'.*contiguous"):
         m.linear(check.randn((8, 4), g, m.device).t(), W, b, y, 4, 8, 6)
+    assert bool(y.isnan().all()), "a rejected call must not have run the kernel"
 
 
 # ----------------------------------------------------------------------------------------------------

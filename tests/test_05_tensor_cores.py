@@ -85,11 +85,19 @@ def _assert_bf16_rounded_once(y: torch.Tensor, ref: torch.Tensor, name: str, tas
 
 # ragged shapes take the worked one-element kernel; cols % 8 == 0 the 16-byte kernel (task 5.1): one group,
 # one row, several rows, a row wider than one block (1032 columns: 129 groups), and more rows than the grid has
-# (8500 rows of one group: the launcher's grid, sized to the simulated H100, covers 8448 rows, so threads loop)
+# (8500 rows of one group: the launcher's grid, sized to the simulated H100, covers 8448 rows, so threads loop).
+# A ragged case first checks its 16-byte neighbour (``_with_16byte_neighbour``).
 GELU_CASES = [(1, 1), (3, 33), (7, 31), (50, 257), (1, 8), (5, 24), (3, 1032), (40, 1024), (8500, 8)]
 GELU_HINT = ("convert x and bias to fp32 (__bfloat1622float2), add and apply gelu_f32 in fp32, and round once with "
              "__floats2bfloat162_rn; the thread's column group c has bias group c, and it loops over rows "
              "r = blockIdx.y, r + gridDim.y, ... < rows with group index r * (cols / 8) + c.")
+
+
+def _with_16byte_neighbour(cols: int) -> list[int]:
+    """Row lengths a case checks: a ragged length (not a multiple of 8) only reaches the worked one-element
+    kernels through the given launchers, so it passed on the untouched stub; it is checked after its neighbour
+    rounded up to a multiple of 8, which takes the 16-byte kernel of the task (a stub must fail every case)."""
+    return [cols] if cols % 8 == 0 else [(cols + 7) // 8 * 8, cols]
 
 
 def _bias_gelu(m: cc.Lesson, x: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,39 +115,54 @@ def test_bias_gelu_bf16(rows: int, cols: int) -> None:
     """Where x + b is very negative, GELU is 0.5 s (1 + erf(s / sqrt 2)) with 1 + erf nearly 0: fp32 itself
     then loses the relative precision (an absolute error of about |s| 2^-24), hence the atol."""
     m = _m()
-    g = check.rng(f"bias-gelu-{rows}x{cols}")
-    x, b = _bf16((rows, cols), g, m, scale=3.0), _bf16(cols, g, m)
-    y, ref = _bias_gelu(m, x, b)
-    s = (x.double().cpu() + b.double().cpu()).abs().max().item()
-    _assert_bf16_rounded_once(y, ref, f"bias_gelu_bf16 {rows}x{cols}", "5.1", GELU_HINT, atol=4 * FP32_ROUND * s)
+    for c in _with_16byte_neighbour(cols):
+        g = check.rng(f"bias-gelu-{rows}x{c}")
+        x, b = _bf16((rows, c), g, m, scale=3.0), _bf16(c, g, m)
+        y, ref = _bias_gelu(m, x, b)
+        s = (x.double().cpu() + b.double().cpu()).abs().max().item()
+        _assert_bf16_rounded_once(y, ref, f"bias_gelu_bf16 {rows}x{c}", "5.1", GELU_HINT, atol=4 * FP32_ROUND * s)
 
 
 @pytest.mark.task("5.1")
 def test_bias_gelu_bf16_unaligned_view() -> None:
     """x starting 2 bytes into its buffer (a slice) cannot be read 16 bytes at a time: the launcher must take
-    the one-element path, and the result is the same."""
+    the one-element path, and the result is the same as for an aligned copy of x, which takes the 16-byte
+    kernel (checked first: the slice alone runs only worked code and passed on the untouched stub)."""
     m = _m()
     g = check.rng("bias-gelu-unaligned")
     rows, cols = 3, 64
     x = _bf16(rows * cols + 1, g, m, scale=3.0)[1:].view(rows, cols)
     b = _bf16(cols, g, m)
-    y, ref = _bias_gelu(m, x, b)
     s = (x.double().cpu() + b.double().cpu()).abs().max().item()
+    y_aligned, ref = _bias_gelu(m, x.clone(), b)
+    _assert_bf16_rounded_once(y_aligned, ref, "bias_gelu_bf16 on an aligned copy of the slice", "5.1", GELU_HINT,
+                              atol=4 * FP32_ROUND * s)
+    y, ref = _bias_gelu(m, x, b)
     _assert_bf16_rounded_once(y, ref, "bias_gelu_bf16 on a slice", "5.1", GELU_HINT, atol=4 * FP32_ROUND * s)
 
 
 @pytest.mark.task("5.1")
 def test_bias_gelu_bf16_special_values() -> None:
-    """Saturated tails, zero, a huge finite value (bf16 has fp32's range: 1e38 is a bf16), +inf, NaN."""
+    """Saturated tails, zero, a huge finite value (bf16 has fp32's range: 1e38 is a bf16), +inf, NaN: a row of
+    8 (the 16-byte kernel), then its first 7 (the worked one-element kernel; alone, it passed on the stub)."""
     m = _m()
-    x = torch.tensor([[-30.0, 30.0, 0.0, 1e38, float("inf"), float("nan"), -0.5]], dtype=torch.bfloat16).to(m.device)
-    y, ref = _bias_gelu(m, x, torch.zeros(7, dtype=torch.bfloat16, device=m.device))
-    _assert_bf16_rounded_once(y, ref, "bias_gelu_bf16 special values", "5.1", GELU_HINT)
+    row = torch.tensor([[-30.0, 30.0, 0.0, 1e38, float("inf"), float("nan"), -0.5, 2.5]], dtype=torch.bfloat16)
+    for cols in (8, 7):
+        x = row[:, :cols].contiguous().to(m.device)
+        y, ref = _bias_gelu(m, x, torch.zeros(cols, dtype=torch.bfloat16, device=m.device))
+        _assert_bf16_rounded_once(y, ref, f"bias_gelu_bf16 special values ({cols} columns)", "5.1", GELU_HINT)
 
 
 @pytest.mark.task("5.1")
 def test_bias_gelu_bf16_rejects_fp32() -> None:
+    """The given binding refuses fp32 tensors. Checked after a valid bf16 call of the same shape gives the right
+    values (the refusal alone passed on the untouched stub)."""
     m = _m()
+    g = check.rng("bias-gelu-reject")
+    xv, bv = _bf16((4, 8), g, m, scale=3.0), _bf16(8, g, m)
+    y, ref = _bias_gelu(m, xv, bv)
+    s = (xv.double().cpu() + bv.double().cpu()).abs().max().item()
+    _assert_bf16_rounded_once(y, ref, "bias_gelu_bf16 4x8 (the valid call)", "5.1", GELU_HINT, atol=4 * FP32_ROUND * s)
     x = torch.zeros(4, 8, device=m.device)
     with pytest.raises(TypeError, match="bfloat16"):
         m.bias_gelu_bf16(x, torch.zeros(8, device=m.device, dtype=torch.bfloat16), torch.empty_like(x).bfloat16(), 4, 8)
@@ -151,24 +174,26 @@ def test_bias_gelu_bf16_rejects_fp32() -> None:
 
 
 @pytest.mark.task("5.2")
-# ragged rows take the worked two-pass kernel; rows of 8k values the register kernel (task 5.2) with 1 group
-# of 8 per thread (up to 8192 values), 2 (8200) or 4 (16392), and threads left without a group
+# ragged rows take the worked two-pass kernel (each after its 16-byte neighbour: ``_with_16byte_neighbour``); rows
+# of 8k values the register kernel (task 5.2) with 1 group of 8 per thread (up to 8192 values), 2 (8200) or 4
+# (16392), and threads left without a group
 @pytest.mark.parametrize(("rows", "cols", "offset"), [(1, 1, 0.0), (5, 33, 0.0), (3, 4099, 0.0), (2, 4096, 8.0),
                                                       (1, 8, 0.0), (4, 24, 0.0), (2, 8200, 0.0), (2, 16392, 8.0)])
 def test_rmsnorm_bf16(rows: int, cols: int, offset: float) -> None:
     """offset 8: every square is about 64, 4096 of them: a bf16 running sum stops growing at about 2^8 terms."""
     m = _m()
-    g = check.rng(f"rmsnorm-bf16-{rows}x{cols}")
-    x = (check.randn((rows, cols), g, dtype=torch.float64) + offset).to(torch.bfloat16).to(m.device)
-    w = _bf16(cols, g, m)
-    full, y = check.guarded(rows * cols, m.device, dtype=torch.bfloat16)
-    with check.unchanged(x, w, names=["x", "w"]):
-        m.rmsnorm_bf16(x, w, y.view(rows, cols), rows, cols, 1e-6)
-    ref = F.rms_norm(x.double().cpu(), (cols,), w.double().cpu(), 1e-6)
-    _assert_bf16_rounded_once(y.view(rows, cols), ref, f"rmsnorm_bf16 {rows}x{cols}", "5.2",
-                              "accumulate the squares in fp32 (convert each element first) and round to bf16 only "
-                              "when storing y.")
-    check.assert_guard(full, rows * cols, "rmsnorm_bf16", "5.2")
+    for c in _with_16byte_neighbour(cols):
+        g = check.rng(f"rmsnorm-bf16-{rows}x{c}")
+        x = (check.randn((rows, c), g, dtype=torch.float64) + offset).to(torch.bfloat16).to(m.device)
+        w = _bf16(c, g, m)
+        full, y = check.guarded(rows * c, m.device, dtype=torch.bfloat16)
+        with check.unchanged(x, w, names=["x", "w"]):
+            m.rmsnorm_bf16(x, w, y.view(rows, c), rows, c, 1e-6)
+        ref = F.rms_norm(x.double().cpu(), (c,), w.double().cpu(), 1e-6)
+        _assert_bf16_rounded_once(y.view(rows, c), ref, f"rmsnorm_bf16 {rows}x{c}", "5.2",
+                                  "accumulate the squares in fp32 (convert each element first) and round to bf16 "
+                                  "only when storing y.")
+        check.assert_guard(full, rows * c, "rmsnorm_bf16", "5.2")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -236,14 +261,19 @@ def test_mma_gemm_pipelined(M: int, N: int, K: int) -> None:
 
 
 def _rejects_fp32(task: str) -> None:
-    """fp32 tensors where 16-bit inputs are expected: a TypeError naming the parameter, before any launch."""
+    """fp32 tensors where 16-bit inputs are expected: a TypeError naming the parameter, before any launch.
+    Checked after a valid (ragged) call gives the right values: the refusal is the given binding's, so on its own
+    it passed on the untouched stub, and a stub must fail every case of its task."""
     name, dtype = GEMMS[task]
+    _gemm_case(task, 17, 9, 24)
     m = _m()
-    A, W, C = torch.ones(16, 16, device=m.device), torch.ones(16, 16, device=m.device, dtype=dtype), torch.zeros(16, 16)
+    A, W = torch.ones(16, 16, device=m.device), torch.ones(16, 16, device=m.device, dtype=dtype)
+    C = check.poisoned((16, 16), torch.float32, m.device)
     with pytest.raises(TypeError) as e:
-        getattr(m, name)(A, W, C.to(m.device), 16, 16, 16)
+        getattr(m, name)(A, W, C, 16, 16, 16)
     want = "float16" if dtype == torch.float16 else "bfloat16"
     assert "A" in str(e.value) and want in str(e.value), str(e.value)
+    assert bool(C.isnan().all()), "a rejected call must not have run the kernel"
 
 
 @pytest.mark.task("5.3")
