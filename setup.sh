@@ -66,8 +66,10 @@ step() {
   [ -d "$VENV" ] && log=$LOG
   "$@" 2>&1 | tee -a "$log" | pip_lines || rc=$?
   if [ "$rc" = 0 ]; then echo "setup: $name: done in $((SECONDS - t0)) s"; return 0; fi
-  echo "setup: $name: FAILED (exit $rc); pip's last network complaints (all of its output is in $LOG):"
-  grep -E 'Name or service not known|Failed to establish|Could not fetch|connection' "$LOG" 2>/dev/null | tail -n 3 | sed 's/^/setup:   /' || true
+  echo "setup: $name: FAILED (exit $rc); all of pip's output is in $LOG"
+  local net
+  net=$(grep -E 'Name or service not known|Failed to establish|Could not fetch|connection' "$LOG" 2>/dev/null | tail -n 3 || true)
+  [ -z "$net" ] || { echo "setup: pip's last network complaints:"; echo "$net" | sed 's/^/setup:   /'; }
   return "$rc"
 }
 pip_install() { PYTHONUNBUFFERED=1 "$VENV/bin/python" -m pip install --progress-bar off "$@"; }
@@ -92,9 +94,9 @@ else
       else
         echo "setup: torch did not install${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL} (pip's reason is above; all of its output is in $LOG)."
       fi
-      echo "setup: Install torch into .venv yourself (.venv/bin/python -m pip install torch==${TORCH_VERSION:-2.13.0}), or set"
-      echo "setup: TORCH_INDEX_URL to an index you can reach (empty: pip's default index, which on Linux is the multi-GB"
-      echo "setup: CUDA build), then run the command again."
+      echo "setup: Set TORCH_INDEX_URL to an index you can reach (empty: pip's default index, which on Linux is the"
+      echo "setup: multi-GB CUDA build), or install a torch ${TORCH_VERSION:-2.13.0} wheel you have into .venv"
+      echo "setup: (.venv/bin/python -m pip install ./torch-${TORCH_VERSION:-2.13.0}+cpu-...whl), then run the command again."
       exit 1; }
   fi
 fi

@@ -126,7 +126,7 @@ def build_stopped(path: str, seconds: float) -> CompileError:
 
 
 # The start of :func:`repeated`'s message (the grader's feedback finds it there and puts the whole message back).
-REPEATED_COMPILE_ERROR = "does not compile; the compiler's message is shown once, with another case of this file:"
+REPEATED_COMPILE_ERROR = "does not compile (the compiler's first error only; its whole message is with one case):"
 
 
 def repeated(err: CompileError) -> CompileError:

@@ -490,6 +490,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                                     f"backend={backend_name()})")
     for line in points_table(tasks):
         terminalreporter.write_line(line)
+    for task in sorted(state.timed_out_tasks):  # (the closing "8 skipped" said nothing of why)
+        terminalreporter.write_line(f"task {task}: a case timed out, so its other cases were skipped")
     seed = settings.current().seed
     if exitstatus != 0 and seed is not None:  # once, not once per case
         terminalreporter.write_line(f"random inputs of this run: CUDA_COURSE_SEED={seed} (put it in front of the "

@@ -428,14 +428,14 @@ def test_not_graded_total_says_why_triton_or_gpu() -> None:
     speed = TaskResult("1.7", "01_relu", "speed", 2.0, 0.0, "not-graded",
                        "not graded: needs a GPU (this run uses the CPU simulator; speed is measured on a GPU)")
     assert points_table([twin])[-1] == "total: 0 / 1 points (1 not graded: triton is not installed (make setup " \
-                                       "EXTRAS=triton)); of them the optional Triton track: 0 / 1"
+                                       "EXTRAS=triton)); 1 of the 1 are the optional Triton track (0 earned)"
     assert points_table([speed])[-1].endswith("(2 not graded: need a GPU)")
     both = points_table([speed, twin])[-1]
     assert "need a GPU" in both and "triton is not installed" in both
     # A learner wondered whether the optional track was required: the total names its share.
     done = TaskResult("1.1", "01_relu", "scalar", 2.0, 2.0, "pass", "")
     started = TaskResult("1.T2", "01_relu", "twin", 3.0, 3.0, "pass", "")
-    assert points_table([done, started, twin])[-1].endswith("; of them the optional Triton track: 3 / 4")
+    assert points_table([done, started, twin])[-1].endswith("; 4 of the 6 are the optional Triton track (3 earned)")
     assert "Triton" not in points_table([done, speed])[-1]
 
 

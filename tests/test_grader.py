@@ -257,6 +257,7 @@ def test_check_skips_the_rest_of_a_task_after_a_timeout(tmp_path: Path) -> None:
     assert "1 failed" in brief.stdout and "n=1: still running" in brief.stdout, brief.stdout
     assert "n=32" not in brief.stdout and "an earlier case of task 9.1 timed out" in brief.stdout, brief.stdout
     assert "1 passed" in brief.stdout  # task 9.2
+    assert "task 9.1: a case timed out, so its other cases were skipped" in brief.stdout
     plain = _pytest(tmp_path)  # plain pytest (the course's own suite) runs every case
     assert "3 failed" in plain.stdout, plain.stdout
 

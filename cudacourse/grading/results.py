@@ -184,8 +184,8 @@ def points_table(tasks: list[TaskResult]) -> list[str]:
     lines.append(f"total: {format_points(earned)} / {format_points(possible)} points"
                  + (f" ({format_points(ng)} not graded: {not_graded_why(tasks)})" if ng else "")
                  # (a learner wondered whether the optional track was required: its share is named)
-                 + (f"; of them the optional Triton track: {format_points(sum(t.earned for t in twins))} / "
-                    f"{format_points(sum(t.points for t in twins))}" if twins else ""))
+                 + (f"; {format_points(sum(t.points for t in twins))} of the {format_points(possible)} are the "
+                    f"optional Triton track ({format_points(sum(t.earned for t in twins))} earned)" if twins else ""))
     return lines
 
 
