@@ -291,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("target", nargs="?", default=None, help="a task id (1.1) or a lesson (01_relu, 01)")
     p.add_argument("--solution", action="store_true", help="check the reference solutions instead of lessons/")
     p.add_argument("--verbose", action="store_true", help="every message in full, failures named by their test ids")
+    p.add_argument("--seed", type=int, default=None, help="the random inputs of an earlier run (its printed seed)")
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in argv:
@@ -311,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         extra = ["--impl=solution", *extra]
     if args.verbose:
         extra = ["-v", *extra]
+    if args.seed is not None:
+        extra = ["--seed", str(args.seed), *extra]
     what = f"task {task_ids[0]}" if task_ids else ", ".join(les.id for les in lessons)
     print(f"cudacourse check: {what}", flush=True)
     if not any(a.startswith("--submission") for a in extra):  # (another folder's files: the tests build those)

@@ -493,6 +493,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for task in sorted(state.timed_out_tasks):  # (the closing "8 skipped" said nothing of why)
         terminalreporter.write_line(f"task {task}: a case timed out, so its other cases were skipped")
     seed = settings.current().seed
-    if exitstatus != 0 and seed is not None:  # once, not once per case
+    if exitstatus != 0 and seed is not None and config.getoption("cc_brief"):  # `make check`: its own words
+        terminalreporter.write_line(f"random inputs of this run: seed {seed} (add ARGS=--seed={seed} to the make "
+                                    "check command to repeat them)")
+    elif exitstatus != 0 and seed is not None:  # once, not once per case
         terminalreporter.write_line(f"random inputs of this run: CUDA_COURSE_SEED={seed} (put it in front of the "
                                     "command to run the same inputs again)")

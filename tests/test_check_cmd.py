@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,7 +131,8 @@ def test_check_output_is_the_courses_messages_each_hint_once(tmp_path: Path) -> 
     hints = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("Hint:")]
     assert len(hints) >= 2 and len(set(hints)) == 2 and hints[1:] == ["Hint: the same as above."] * (len(hints) - 1)
     assert "test_01_relu.py:" not in text and "FAILED tests/" not in text  # no traceback, no raw test ids
-    assert "never written" in text and "1.1 " in text and text.count("CUDA_COURSE_SEED=") == 1
+    assert "never written" in text and "1.1 " in text and text.count("ARGS=--seed=") == 1
+    seed = re.search(r"ARGS=--seed=(\d+)", text).group(1)  # type: ignore[union-attr]
     # Issue 15 (second walkthrough): each failure headed by its task's title and the case in words, not
     # "test_relu_scalar[31]"; the same diagnosis at another size printed once, then "the same as for n=..."; no
     # "N deselected" (the other tasks' tests)
@@ -138,12 +140,15 @@ def test_check_output_is_the_courses_messages_each_hint_once(tmp_path: Path) -> 
     assert "task 1.1 (relu_v1_scalar: one thread per element, with a bounds check): relu scalar, n=1000" in text
     assert text.count("elements were never written (still poison)") < 5
     assert "The rest: the same as for n=" in text
-    # --verbose: the raw test ids and every message whole
-    out = subprocess.run([sys.executable, "-m", "cudacourse", "check", "1.1", "--verbose", "--", "--submission",
+
+    # --verbose: the raw test ids and every message whole; --seed (as `make check ARGS=--seed=N`): the same inputs
+    out = subprocess.run([sys.executable, "-m", "cudacourse", "check", "1.1", "--verbose", f"--seed={seed}", "--",
+                          "--submission",
                           str(sub.parent.parent), "--backend", "sim", "-p", "no:xdist"],
                          cwd=c.root, env=env, capture_output=True, text=True)
     verbose = out.stdout + out.stderr
     assert out.returncode == 1 and "test_relu_scalar[31]" in verbose and "The rest: the same" not in verbose
+    assert f"ARGS=--seed={seed} " in verbose
 
 
 def test_the_simulator_runtime_build_is_announced_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
