@@ -28,7 +28,7 @@ test: setup   ## the course's own test suite (what CI runs)
 	@# On a GPU the timed tests (marker gpu) run afterwards, one at a time: beside other tests they time their
 	@# neighbours too (flash bf16 measured 0.38x under xdist on the H100, its target alone). CPU: not graded.
 	@if [ "$$($(PY) -c 'from cudacourse.loader import backend_name; print(backend_name())')" = cuda ]; then \
-		$(PY) -m pytest tests --impl=solution -q -p no:xdist -m gpu; fi
+		$(PY) -m pytest tests --impl=solution -q -n 0 -m gpu; fi
 	@CUDA_COURSE_IMPL=solution $(PY) -m pytest --nbval-lax -q -p no:randomly lessons/*/*.ipynb
 
 lab: setup    ## open the notebooks (extra options: make lab ARGS="--no-browser --port 8899")
