@@ -23,7 +23,7 @@ grade: setup  ## grade your work in lessons/ on the detected backend (GPU or CPU
 
 test: setup   ## the course's own test suite (what CI runs)
 	@$(PY) -m cudacourse stubs --check
-	@$(PY) -m ruff check cudacourse tests benchmarks solutions
+	@$(PY) -m ruff check cudacourse tests benchmarks solutions lessons/*/bench.py
 	@$(PY) -m pytest tests --impl=solution -q -n logical --dist loadgroup -m "not gpu"
 	@# On a GPU the timed tests (marker gpu) run afterwards, one at a time: beside other tests they time their
 	@# neighbours too (flash bf16 measured 0.38x under xdist on the H100, its target alone). CPU: not graded.

@@ -24,7 +24,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from cudacourse import bench
 from cudacourse.bench import Case
@@ -49,22 +48,7 @@ def cases03(m, quick: bool = False) -> list[Case]:
     out = b3.gemm_group(m, f"sgemm {n}^3 fp32", n, n, n, ["sgemm_v8_warptile"], tasks={"sgemm_v8_warptile": "3.6"})
     out += b3.gemm_group(m, "sgemm 4092^3 fp32 ragged", 4092, 4092, 4092, ["sgemm_v8_warptile"],
                          {"sgemm_v8_warptile": 0.75})
-    dev = m.device
-    x, W, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev), torch.randn(n, device=dev)
-    y = torch.empty(n, n, device=dev)
-    flops, nbytes = 2 * n**3, 4 * (3 * n * n + n)
-
-    def ref_linear() -> object:
-        old = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
-        try:
-            return F.linear(x, W, b)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = old
-
-    group = f"linear {n}x{n}->{n} fp32"
-    out += [Case(group, "F.linear (TF32 off)", ref_linear, bytes=nbytes, flops=flops, reference=True),
-            Case(group, "linear", lambda: m.linear(x, W, b, y, n, n, n), bytes=nbytes, flops=flops, target=0.8)]
+    out += b3.linear_group(m, n)
     return out
 
 

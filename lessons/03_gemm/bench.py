@@ -44,6 +44,26 @@ def fp32_matmul(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> Callable[[
     return run
 
 
+def linear_group(m: Any, n: int) -> list[Case]:
+    """Task 3.5's ``linear`` (n x n -> n, fp32, with bias) against ``F.linear`` with TF32 off (issue 17: >= 0.8x)."""
+    dev = m.device
+    x, W, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev), torch.randn(n, device=dev)
+    y = torch.empty(n, n, device=dev)
+    flops, nbytes = 2 * n**3, 4 * (3 * n * n + n)
+
+    def ref_linear() -> object:
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            return F.linear(x, W, b)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+
+    group = f"linear {n}x{n}->{n} fp32"
+    return [Case(group, "F.linear (TF32 off)", ref_linear, bytes=nbytes, flops=flops, reference=True),
+            Case(group, "linear", lambda: m.linear(x, W, b, y, n, n, n), bytes=nbytes, flops=flops, target=0.8)]
+
+
 def gemm_group(m: Any, group: str, M: int, N: int, K: int, versions: list[str],
                targets: dict[str, float] | None = None, tasks: dict[str, str] | None = None,
                twin: tuple[Any, str] | None = None) -> list[Case]:
@@ -77,21 +97,8 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
                       ["sgemm_v6_vec", "sgemm_v7_tuned", "sgemm_v8_warptile"], {"sgemm_v8_warptile": 0.75}, twin=twin)
 
     dev, n = m.device, big
-    x, W, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev), torch.randn(n, device=dev)
-    y = torch.empty(n, n, device=dev)
-    flops, nbytes = 2 * n**3, 4 * (3 * n * n + n)
-
-    def ref_linear() -> object:
-        old = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
-        try:
-            return F.linear(x, W, b)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = old
-
-    group = f"linear {n}x{n}->{n} fp32"
-    out += [Case(group, "F.linear (TF32 off)", ref_linear, bytes=nbytes, flops=flops, reference=True),
-            Case(group, "linear", lambda: m.linear(x, W, b, y, n, n, n), bytes=nbytes, flops=flops)]
+    out += linear_group(m, n)
+    flops = 2 * n**3
 
     group = f"gemm {n}^3 fp16/bf16 in, tensor cores"
     Ah, Bh = torch.randn(n, n, device=dev).half(), torch.randn(n, n, device=dev).half()
