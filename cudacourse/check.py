@@ -192,9 +192,11 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, name: str = "o
             lines.append(f"  Nothing was written: with n = {total} there is no whole {whole} (n / {vector} = 0), so "
                          f"only the kernel's tail part runs here, and it must write "
                          + (f"these {total} leftover elements." if total > 1 else "this leftover element."))
+        elif nbad == total and total < 32:  # (a loop bound of n - 1 writes nothing at n = 1 either)
+            lines.append(f"  Nothing was written at all for this small size ({total}): is the kernel body still the "
+                         "stub, or do its loop or bounds stop before the first element?")
         elif nbad == total:
-            small = f" If it is written: no thread stored anything for this small size ({total})." if total < 32 else ""
-            lines.append("  Nothing was written at all: is the kernel body still the stub?" + small)
+            lines.append("  Nothing was written at all: is the kernel body still the stub?")
     elif bool((flat_a == 0).all()) and not bool((flat_e == 0).all()):
         lines.append("  Your output is all zeros.")
     if 0 < nbad < total:

@@ -126,7 +126,8 @@ def build_stopped(path: str, seconds: float) -> CompileError:
 
 
 # The start of :func:`repeated`'s message (the grader's feedback finds it there and puts the whole message back).
-REPEATED_COMPILE_ERROR = "does not compile (the compiler's first error only; its whole message is with one case):"
+REPEATED_COMPILE_ERROR = ("does not compile (the compiler's first error only; its whole message is printed once, "
+                          "under another failing case of this file):")
 
 
 def repeated(err: CompileError) -> CompileError:

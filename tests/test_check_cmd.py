@@ -105,7 +105,8 @@ def test_a_compile_error_is_shown_once_per_process(tmp_path: Path) -> None:
     excerpts = [ln for ln in failures.splitlines() if "CC_BROKEN" in ln and "|" in ln]
     assert len(excerpts) == 1, text[-4000:]
     assert "loader.py" not in failures, "a compile error's report is the compiler's output, not the harness's frames"
-    short = ("does not compile (the compiler's first error only; its whole message is with one case): "
+    short = ("does not compile (the compiler's first error only; its whole message is printed once, under another "
+             "failing case of this file): "
              f"{sub / 'relu.cu'}:{broken_line}")
     assert text.count(short) >= 3, text[-4000:]  # task 1.1 has more than four cases
     assert text.count("CUDA_COURSE_SEED=") == 1, "the run's seed is printed once, not once per case"

@@ -204,6 +204,16 @@ def test_an_untouched_task_of_a_started_lesson_is_one_calm_line() -> None:
     assert "### Task 1.6" not in md and "### Task 1.1" in md
     assert "task 1.6 (relu_torch.cu is still the stub)" in md
     assert rep.to_json()["tasks"][1]["status"] == "fail" and rep.to_json()["tasks"][1]["earned"] == 0
+    # A twin's line says it is optional, and a started lesson's lines come before the lessons not started.
+    twin = TaskResult("1.T1", "01_relu", "Triton twin: relu", 1.0, 0.0, "fail",
+                      "not started: relu_triton.py is still the stub")
+    other = TaskResult("2.1", "02_reduce", "reduce_v2", 3.0, 0.0, "fail", reports.NOT_STARTED)
+    out = io.StringIO()
+    reports.print_report(Report("sim", "CPU simulator", "student", [started, idle, twin, other], seed=7), out=out)
+    lines = out.getvalue().splitlines()
+    assert "1.T1 Triton twin: not started (optional; relu_triton.py is still the stub)" in lines
+    assert lines.index("1.T1 Triton twin: not started (optional; relu_triton.py is still the stub)") < \
+        lines.index("02_reduce: not started, 3 points")
 
 
 def test_the_grade_header_explains_its_seed_only_when_tests_ran() -> None:

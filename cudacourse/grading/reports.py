@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cudacourse.course import is_triton_task
 from cudacourse.grading.feedback import compile_error_key
 from cudacourse.grading.results import (
     NOT_STARTED,
@@ -158,7 +159,8 @@ def not_started_line(t: TaskResult) -> str:
     line ("02_reduce: not started, 17 points"): ``1.6 relu_forward: not started (relu_torch.cu is still the
     stub)``. The title's head (before its first ": ") names it; the task id tells twins apart."""
     name = t.title.split(": ", 1)[0].strip() if t.title else ""
-    return f"{t.id}{' ' + name if name else ''}: {NOT_STARTED} ({_untouched(t)})"
+    optional = "optional; " if is_triton_task(t.id) else ""  # (a learner took the twins for required work)
+    return f"{t.id}{' ' + name if name else ''}: {NOT_STARTED} ({optional}{_untouched(t)})"
 
 
 def print_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
@@ -209,11 +211,11 @@ def print_report(rep: Report, verbose: bool = False, out: Any = None) -> None:
         print(f"REJECTED: {r}", file=out)
     for e in rep.errors:
         print(f"GRADING PROBLEM: {e}", file=out)
-    for lesson, pts in idle.items():
-        print(f"{lesson}: {NOT_STARTED}, {format_points(pts)} points", file=out)
     for t in rep.tasks:  # a started lesson's task whose own files are untouched (a GPU task on the sim: not graded)
         if t.lesson not in idle and t.status == "fail" and is_not_started(t):
             print(not_started_line(t), file=out)
+    for lesson, pts in idle.items():  # (after the started lessons' task lines: a learner read 01's last)
+        print(f"{lesson}: {NOT_STARTED}, {format_points(pts)} points", file=out)
     table = points_table(rep.tasks if verbose else [t for t in rep.tasks if t.lesson not in idle])
     for line in table[:-1]:
         print(line, file=out)
