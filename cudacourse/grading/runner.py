@@ -558,8 +558,8 @@ def _sandbox_failure(run: _Run) -> str:
 
 
 def _crash_note(run: _Run) -> str:
-    if _sandbox_failure(run):
-        return (f"the grader could not start this task's sandbox ({_sandbox_failure(run)}), twice: a problem of "
+    if sandbox := _sandbox_failure(run):
+        return (f"the grader could not start this task's sandbox ({sandbox}), twice: a problem of "
                 "the grading machine, not of your code. Grade again; if it stays, tell your instructor")
     if run.timed_out:
         return (f"timed out: one case ran for more than {run.limit:g} s (an endless loop? a kernel or launcher "
