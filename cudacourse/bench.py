@@ -169,6 +169,9 @@ def _median_and_spread(times: list[float]) -> tuple[float, float]:
     return med, (p90 - p10) / med if med else 0.0
 
 
+_WALL_SAMPLES = 15  # samples of >= 20 ms each: the median and the p10-p90 spread still have 15 points
+
+
 def _wall_stats(fn: Callable[[], object], *, warmup: int, reps: int, max_s: float) -> tuple[float, float]:
     """:func:`time_stats` while grading on a GPU, for every function timed (learner's and reference alike).
 
@@ -176,6 +179,9 @@ def _wall_stats(fn: Callable[[], object], *, warmup: int, reps: int, max_s: floa
     process's CUDA events, so a sample is the wall time of ``k`` calls closed by a synchronisation of both
     processes, with ``k`` chosen so that a sample lasts at least 20 ms: the launch messages then overlap the
     kernels running, and the closing synchronisation costs under 1%. The L2 cache is not flushed between calls.
+    At most ``_WALL_SAMPLES`` samples are taken: each one is already a mean of ``k`` calls, and 50 of them made
+    every timed function cost at least a second of a GPU grade's exclusive turn (22 speed tasks, two or more
+    functions each).
     """
     import torch
 
@@ -195,7 +201,7 @@ def _wall_stats(fn: Callable[[], object], *, warmup: int, reps: int, max_s: floa
         k = max(1, min(1000, int(0.02 / max(time.perf_counter() - t0, 1e-6)) + 1))
         times: list[float] = []
         t_end = time.monotonic() + max_s
-        for _ in range(reps):
+        for _ in range(min(reps, _WALL_SAMPLES)):
             t0 = time.perf_counter()
             for _ in range(k):
                 fn()

@@ -78,6 +78,25 @@ def test_configs_tune_on_a_gpu_and_fix_one_on_the_interpreter(monkeypatch: pytes
     assert (one.kwargs, one.num_warps) == ({"BLOCK": 64}, 2)
     with pytest.raises(ValueError, match="at least one tuned name"):
         triton_track.configs({"BLOCK": 64})
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setenv(triton_track.ONE_CONFIG_ENV, "1")  # a grading task process on a GPU: the first kept config
+    (first,) = triton_track.configs({"BLOCK": 64}, BLOCK=[1024, 4096], num_warps=[4, 8],
+                                    keep=lambda c: c["BLOCK"] > 1024)
+    assert (first.kwargs, first.num_warps) == ({"BLOCK": 4096}, 4)
+
+
+def test_only_a_grading_process_keeps_one_config(tmp_path: Path) -> None:
+    """The plugin sets the one-config switch in a grading task process (``--cc-report``) and nowhere else, so
+    ``make check`` and the course's own tests still autotune."""
+    env = {k: v for k, v in os.environ.items() if k != triton_track.ONE_CONFIG_ENV}
+    for extra, want in (([f"--cc-report={tmp_path / 'r.jsonl'}"], "1"), ([], None)):
+        test = tmp_path / "test_env.py"
+        test.write_text(f"import os\ndef test_env():\n    assert os.environ.get({triton_track.ONE_CONFIG_ENV!r}) == "
+                        f"{want!r}\n")
+        args = ["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "cudacourse.pytest_plugin", *extra, str(test)]
+        r = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=900)
+        assert r.returncode == 0, (extra, r.stdout[-2000:] + r.stderr[-2000:])
 
 
 def test_size_class_groups_sizes_into_few_tunings() -> None:
