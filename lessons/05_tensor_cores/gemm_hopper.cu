@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(kHThreads, 1) gemm_wgmma_kernel(const __grid_c
     uint64_t* full = reinterpret_cast<uint64_t*>(w_s + kHStages * kHTileB);       // stage s loaded (TMA bytes)
     uint64_t* empty = full + kHStages;                                            // stage s read by every consumer warp
     const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x % 128) / 32;
-    const int row0 = blockIdx.y * kHBM, col0 = blockIdx.x * kHBN;
-    const int n_tiles = (K + kHBK - 1) / kHBK;
+    const int k_tiles = (K + kHBK - 1) / kHBK;
+    const int tiles_n = (N + kHBN - 1) / kHBN, n_tiles = tiles_n * ((M + kHBM - 1) / kHBM);
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < kHStages; ++s) {
@@ -60,49 +60,67 @@ __global__ void __launch_bounds__(kHThreads, 1) gemm_wgmma_kernel(const __grid_c
     }
     __syncthreads();  // the last block-wide barrier: from here on the warpgroups meet only on mbarriers
 
+    // Persistent: one block per SM walks the block tiles blockIdx.x, + gridDim.x, ... (along N first, so the
+    // blocks running at once share their rows of A and all of W in L2). Both roles count k-tiles over all
+    // their block tiles in `it`: k-tile number it uses stage it % kHStages, for the (it / kHStages)-th time, so
+    // the producer loads the next block tile while the consumers finish (and store) this one.
     if (wg == 0) {
         // Producer warpgroup: needs few registers, gives them to the consumers.
         setmaxnreg_dec<kHProducerRegs>();
-        // TODO(task 5.12): the producer (thread 0 only). For every k-tile t < n_tiles, into stage s = t % kHStages:
-        //   1. if t >= kHStages, the stage still holds k-tile t - kHStages: mbar_wait(&empty[s], parity of that
-        //      tile's use of the stage, (t / kHStages - 1) & 1) until every consumer warp has handed it back;
-        //   2. mbar_expect_tx(&full[s], kHStageBytes), then tma_load_2d the A box (column t*kHBK, row row0) into
-        //      a_s + s*kHTileA and the W box (column t*kHBK, row col0) into w_s + s*kHTileB, both on &full[s].
-        // (~10 lines)
+        if (threadIdx.x != 0) return;
+        int it = 0;
+        for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+            const int row0 = (tile / tiles_n) * kHBM, col0 = (tile % tiles_n) * kHBN;
+            // TODO(task 5.12): the producer. For every k-tile t < k_tiles (and ++it with it), into stage
+            // s = it % kHStages:
+            //   1. if it >= kHStages, the stage still holds k-tile it - kHStages: mbar_wait(&empty[s], parity of
+            //      that use of the stage, (it / kHStages - 1) & 1) until every consumer warp has handed it back;
+            //   2. mbar_expect_tx(&full[s], kHStageBytes), then tma_load_2d the A box (column t*kHBK, row row0)
+            //      into a_s + s*kHTileA and the W box (column t*kHBK, row col0) into w_s + s*kHTileB, both on
+            //      &full[s].
+            // (~8 lines)
+        }
     } else {
         // Consumer warpgroups 1 and 2: rows 64 (wg - 1) .. 64 wg - 1 of the block tile, all 256 columns.
         setmaxnreg_inc<kHConsumerRegs>();
+        const __nv_bfloat16* a_wg = a_s + (wg - 1) * 64 * kHBK;  // this warpgroup's 64 rows of every A tile
         float d[128];
+        int it = 0;
+        for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+            const int row0 = (tile / tiles_n) * kHBM, col0 = (tile % tiles_n) * kHBN;
 #pragma unroll
-        for (int i = 0; i < 128; ++i) d[i] = 0.0f;
-        // TODO(task 5.12): the consumer main loop. For every k-tile t < n_tiles, stage s = t % kHStages:
-        //   1. mbar_wait(&full[s], (t / kHStages) & 1) until the TMA bytes of k-tile t have landed;
-        //   2. wgmma_fence(); for kk < 4: wgmma_m64n256k16_bf16(d, wgmma_desc(A rows of this warpgroup:
-        //      + (wg - 1)*64*kHBK, + kk*16 elements), wgmma_desc(W tile + kk*16 elements), 1); wgmma_commit();
-        //   3. wgmma_wait1(): k-tile t may still run, but k-tile t - 1 is done with its stage, so (t > 0) lane 0
-        //      of every warp calls mbar_arrive(&empty[(t - 1) % kHStages]) to hand that stage to the producer.
-        // After the loop wgmma_wait0() before d is read. (~15 lines). Hint: the accumulate flag may be 1 from the
-        // start because d was zeroed; the stage of the last k-tile need not be handed back.
+            for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+            // TODO(task 5.12): the consumer main loop. For every k-tile t < k_tiles (and ++it with it), stage
+            // s = it % kHStages:
+            //   1. mbar_wait(&full[s], (it / kHStages) & 1) until the TMA bytes of this k-tile have landed;
+            //   2. wgmma_fence(); for kk < 4: wgmma_m64n256k16_bf16(d, wgmma_desc(a_wg + s*kHTileA + kk*16),
+            //      wgmma_desc(w_s + s*kHTileB + kk*16), 1); wgmma_commit();
+            //   3. wgmma_wait1(): this k-tile may still run, but the one before it is done with its stage, so
+            //      (t > 0) lane 0 of every warp calls mbar_arrive(&empty[(it - 1) % kHStages]) to hand that stage
+            //      back to the producer.
+            // After the loop: wgmma_wait0(), then hand back the stage of the last k-tile the same way, before d
+            // is read. (~15 lines). Hint: the accumulate flag may be 1 from the start because d was zeroed.
 
-        // Worked: the accumulator layout of wgmma (see cc_hopper.h) to C, bounds-checked; two neighbouring
-        // columns go out as one 8-byte store where N is even (then every row starts 8-byte aligned).
-        const int r_base = row0 + (wg - 1) * 64 + warp_in_wg * 16 + lane / 4;
-        const bool pairs = (N % 2) == 0;
+            // Worked: the accumulator layout of wgmma (see cc_hopper.h) to C, bounds-checked; two neighbouring
+            // columns go out as one 8-byte store where N is even (then every row starts 8-byte aligned).
+            const int r_base = row0 + (wg - 1) * 64 + warp_in_wg * 16 + lane / 4;
+            const bool pairs = (N % 2) == 0;
 #pragma unroll
-        for (int j = 0; j < 32; ++j)
+            for (int j = 0; j < 32; ++j)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = r_base + 8 * h, c = col0 + 8 * j + 2 * (lane % 4);
-                const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
-                if (r >= M) continue;
-                float* out = C + (long long)r * N + c;
-                if (pairs && c + 1 < N) {
-                    *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-                } else {
-                    if (c < N) out[0] = v0;
-                    if (c + 1 < N) out[1] = v1;
+                for (int h = 0; h < 2; ++h) {
+                    const int r = r_base + 8 * h, c = col0 + 8 * j + 2 * (lane % 4);
+                    const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+                    if (r >= M) continue;
+                    float* out = C + (long long)r * N + c;
+                    if (pairs && c + 1 < N) {
+                        *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+                    } else {
+                        if (c < N) out[0] = v0;
+                        if (c + 1 < N) out[1] = v1;
+                    }
                 }
-            }
+        }
     }
 }
 
@@ -124,6 +142,13 @@ void gemm_wgmma(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M,
         cudaFuncSetAttribute(gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
         opted_in = true;
     }
-    dim3 grid((N + kHBN - 1) / kHBN, (M + kHBM - 1) / kHBM);
+    static int sms = 0;  // one block per SM (the shared memory allows no second), each looping over block tiles
+    if (!sms) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    }
+    const long long tiles = (long long)((N + kHBN - 1) / kHBN) * ((M + kHBM - 1) / kHBM);
+    const int grid = (int)(tiles < sms ? tiles : sms);
     gemm_wgmma_kernel<<<grid, kHThreads, kHSmem>>>(map_a, map_w, C, M, N, K);
 }
