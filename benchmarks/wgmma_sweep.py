@@ -30,15 +30,23 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "solutions/05_tensor_cores/gemm_hopper.cu"
 HEADER = ROOT / "solutions/05_tensor_cores/cc_hopper.h"
 SIZES = [("4096^3", 4096, 4096, 4096), ("4096x4096x1024", 4096, 4096, 1024), ("4000^3 ragged", 4000, 4000, 4000)]
-CHECKS = [(37, 45, 72), (131, 129, 136), (300, 257, 520), (1000, 999, 1032), (129, 255, 8)]
+# odd N: C stored from registers; N % 4 == 0: C stored by TMA (ragged M and N too)
+CHECKS = [(37, 45, 72), (131, 129, 136), (300, 257, 520), (1000, 999, 1032), (129, 255, 8),
+          (37, 44, 72), (300, 260, 520), (1000, 1004, 1032), (129, 4096, 64)]
 # name: [(text in the solution, replacement)], each text must occur in the file; or the name of a file (with
 # cc_hopper.h copied beside it); or "cluster", made by benchmarks/wgmma17/make_cluster_variant.py.
 VARIANTS: dict[str, list[tuple[str, str]] | str] = {
     # the first warp-specialised version: one block tile per block, no persistent loop
     "v1_nonpersistent": "benchmarks/wgmma17/gemm_hopper_v1.cu",
+    # v1 made persistent; C stored from registers
+    "v2_persistent": "benchmarks/wgmma17/gemm_hopper_v2.cu",
     # the main loop alone: no C stores (its time minus the solution's is what the epilogue costs); not checked
-    "no_epilogue": [("if (r >= M) continue;", "if (r >= M || K > 0) continue;")],
-    # clusters of 2 blocks along M, W tile multicast by TMA to both (last: a hang here loses nothing else)
+    "no_epilogue": [("            if (tma_store) {", "            if (K < 0) {"),
+                    ("if (r >= M) continue;", "if (r >= M || K > 0) continue;")],
+    # more C buffers for fewer stages
+    "stages3_cbufs5": [("kHStages = 4", "kHStages = 3"), ("kHCBufs = 2", "kHCBufs = 5")],
+    "stages2_cbufs8": [("kHStages = 4", "kHStages = 2"), ("kHCBufs = 2", "kHCBufs = 8")],
+    # v2 with clusters of 2 blocks along M, W tile multicast by TMA to both (last: a hang here loses nothing else)
     "cluster2_multicast": "cluster",
 }
 UNCHECKED = {"no_epilogue"}

@@ -1,4 +1,6 @@
-"""Write gemm_hopper_cluster.cu: the task 5.12 solution with clusters of 2 blocks along M sharing W by TMA multicast.
+"""Write gemm_hopper.cu: benchmarks/wgmma17/gemm_hopper_v2.cu with clusters of 2 blocks sharing W by TMA multicast.
+
+gemm_hopper_v2.cu is task 5.12 made persistent, C stored from registers; the pairs of blocks run along M.
 
 Each block of a pair loads its own A tile (128 x 64) and one half (128 rows) of the pair's W tile, multicast into
 both blocks' shared memory; a stage is refilled only once the consumer warps of both blocks have released it
@@ -39,7 +41,7 @@ __device__ inline void tma_load_2d_mc(void* dst, const CUtensorMap* map, int col
 '''
 
 SUBS = [
-    ('#include "cc_hopper.h"\n', '#include "cc_hopper.h"\n' + HELPERS),
+    ("#include \"cc_hopper.h\"\n", "#include <cstdio>\n#include \"cc_hopper.h\"\n" + HELPERS),
     ("__global__ void __launch_bounds__(kHThreads, 1) gemm_wgmma_kernel(",
      "__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kHThreads, 1) gemm_wgmma_kernel("),
     ("mbar_init(&empty[s], 4 * kHConsumers);", "mbar_init(&empty[s], 2 * 4 * kHConsumers);"),
@@ -66,16 +68,26 @@ SUBS = [
     ("    const long long tiles = (long long)((N + kHBN - 1) / kHBN) * ((M + kHBM - 1) / kHBM);\n"
      "    const int grid = (int)(tiles < sms ? tiles : sms);",
      "    const long long tiles = (long long)((N + kHBN - 1) / kHBN) * ((M + 2 * kHBM - 1) / (2 * kHBM));\n"
-     "    const int grid = 2 * (int)(tiles < sms / 2 ? tiles : sms / 2);"),
+     "    static int pairs = 0;  // clusters resident at once (a GPC holds whole clusters only)\n"
+     "    if (!pairs) {\n"
+     "        cudaLaunchConfig_t cfg = {};\n"
+     "        cfg.gridDim = dim3(sms);\n"
+     "        cfg.blockDim = dim3(kHThreads);\n"
+     "        cfg.dynamicSmemBytes = kHSmem;\n"
+     "        if (cudaOccupancyMaxActiveClusters(&pairs, gemm_wgmma_kernel, &cfg) != cudaSuccess || pairs <= 0)\n"
+     "            pairs = sms / 2;\n"
+     "        printf(\"cluster2: %d pairs resident\\n\", pairs);\n"
+     "    }\n"
+     "    const int grid = 2 * (int)(tiles < pairs ? tiles : pairs);"),
 ]
 
 
 def main() -> None:
     """Apply SUBS to the solution (each must match once) and write the variant next to a copy of cc_hopper.h."""
-    text = (SOL / "gemm_hopper.cu").read_text()
+    text = (ROOT / "benchmarks/wgmma17/gemm_hopper_v2.cu").read_text()
     for old, new in SUBS:
         if text.count(old) < 1:
-            raise SystemExit(f"not in the solution: {old!r}")
+            raise SystemExit(f"not in gemm_hopper_v2.cu: {old!r}")
         text = text.replace(old, new)
     # the producer's `if (threadIdx.x == 0) {` needs its closing brace: after the tile loop of the producer
     marker = "            // END SOLUTION\n        }\n    } else {"

@@ -33,19 +33,25 @@ constexpr int kHBM = 128, kHBN = 256, kHBK = 64, kHStages = 4;
 constexpr int kHConsumers = 2, kHThreads = 128 * (1 + kHConsumers);
 constexpr int kHTileA = kHBM * kHBK, kHTileB = kHBN * kHBK;                 // elements per stage
 constexpr unsigned kHStageBytes = (kHTileA + kHTileB) * sizeof(__nv_bfloat16);  // 48 KB
-constexpr int kHSmem = kHStages * (int)kHStageBytes + 1024 + 2 * kHStages * 8;   // + alignment slack, barriers
+// C goes out through shared memory by TMA stores, in boxes of 64 rows x 32 fp32 columns (one 128-byte swizzle
+// row), kHCBufs buffers per consumer warpgroup, so the consumers move on while the copy engine writes C.
+constexpr int kHCBox = 64 * 32, kHCBufs = 2;
+constexpr int kHSmem = kHStages * (int)kHStageBytes + kHConsumers * kHCBufs * kHCBox * 4 + 1024 + 2 * kHStages * 8;
 // Registers per thread after the hand-over: 128 x 40 + 256 x 232 <= 65536, the register file of an SM.
 constexpr int kHProducerRegs = 40, kHConsumerRegs = 232;
 
 __global__ void __launch_bounds__(kHThreads, 1) gemm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
                                                                   const __grid_constant__ CUtensorMap map_w,
-                                                                  float* __restrict__ C, int M, int N, int K) {
+                                                                  const __grid_constant__ CUtensorMap map_c,
+                                                                  float* __restrict__ C, int M, int N, int K,
+                                                                  int tma_store) {
     extern __shared__ unsigned char smem_raw[];
     // the 128-byte swizzle needs 1024-byte aligned tiles
     unsigned char* base = smem_raw + ((1024 - (reinterpret_cast<uintptr_t>(smem_raw) & 1023)) & 1023);
     __nv_bfloat16* a_s = reinterpret_cast<__nv_bfloat16*>(base);                 // kHStages tiles of A
     __nv_bfloat16* w_s = a_s + kHStages * kHTileA;                                // kHStages tiles of W
-    uint64_t* full = reinterpret_cast<uint64_t*>(w_s + kHStages * kHTileB);       // stage s loaded (TMA bytes)
+    float* c_s = reinterpret_cast<float*>(w_s + kHStages * kHTileB);              // C boxes on their way out
+    uint64_t* full = reinterpret_cast<uint64_t*>(c_s + kHConsumers * kHCBufs * kHCBox);  // stage s loaded
     uint64_t* empty = full + kHStages;                                            // stage s read by every consumer warp
     const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, warp_in_wg = (threadIdx.x % 128) / 32;
     const int k_tiles = (K + kHBK - 1) / kHBK;
@@ -127,26 +133,58 @@ __global__ void __launch_bounds__(kHThreads, 1) gemm_wgmma_kernel(const __grid_c
             if (lane == 0) mbar_arrive(&empty[(it - 1) % kHStages]);
             // END SOLUTION
 
-            // Worked: the accumulator layout of wgmma (see cc_hopper.h) to C, bounds-checked; two neighbouring
-            // columns go out as one 8-byte store where N is even (then every row starts 8-byte aligned).
-            const int r_base = row0 + (wg - 1) * 64 + warp_in_wg * 16 + lane / 4;
-            const bool pairs = (N % 2) == 0;
+            // Worked: the accumulator layout of wgmma (see cc_hopper.h) to C. Row r_wg of this warpgroup's 64,
+            // column 8j + 2(lane % 4) of the tile: d[4j + 2h], d[4j + 2h + 1] for the rows r_wg and r_wg + 8.
+            const int r_wg = warp_in_wg * 16 + lane / 4;
+            if (tma_store) {
+                // Box b holds columns 32b..32b+31 (j = 4b..4b+3) in a buffer laid out as TMA's 128-byte swizzle:
+                // 16-byte chunk q of row r sits at chunk q ^ (r % 8), which also keeps the 8 rows a warp writes
+                // at once in different banks. One thread per warpgroup issues the store.
+                float* bufs = c_s + (wg - 1) * kHCBufs * kHCBox;
+                const bool issuer = threadIdx.x % 128 == 0;
 #pragma unroll
-            for (int j = 0; j < 32; ++j)
+                for (int b = 0; b < kHBN / 32; ++b) {
+                    float* buf = bufs + (b % kHCBufs) * kHCBox;
+                    if (issuer) bulk_wait_read<kHCBufs - 1>();  // the store that used this buffer has read it
+                    warpgroup_sync(wg);
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = r_base + 8 * h, c = col0 + 8 * j + 2 * (lane % 4);
-                    const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
-                    if (r >= M) continue;
-                    float* out = C + (long long)r * N + c;
-                    if (pairs && c + 1 < N) {
-                        *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-                    } else {
-                        if (c < N) out[0] = v0;
-                        if (c + 1 < N) out[1] = v1;
+                    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int r = r_wg + 8 * h, q = 2 * jj + (lane % 4) / 2;  // q: 16-byte chunk of the row
+                            float* at = buf + r * 32 + 4 * (q ^ (r % 8)) + 2 * (lane % 2);
+                            *reinterpret_cast<float2*>(at) = make_float2(d[16 * b + 4 * jj + 2 * h],
+                                                                         d[16 * b + 4 * jj + 2 * h + 1]);
+                        }
+                    fence_async_smem();
+                    warpgroup_sync(wg);
+                    if (issuer) {
+                        const int c = col0 + 32 * b, r = row0 + (wg - 1) * 64;
+                        if (c < N && r < M) tma_store_2d(&map_c, c, r, buf);  // a box partly outside: clipped
+                        bulk_commit();
                     }
                 }
+            } else {
+                // N % 4 != 0 (or C not 16-byte aligned): no tensor map for C; bounds-checked stores from registers.
+                const bool pairs = (N % 2) == 0;  // then every row starts 8-byte aligned
+#pragma unroll
+                for (int j = 0; j < 32; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = row0 + (wg - 1) * 64 + r_wg + 8 * h, c = col0 + 8 * j + 2 * (lane % 4);
+                        const float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+                        if (r >= M) continue;
+                        float* out = C + (long long)r * N + c;
+                        if (pairs && c + 1 < N) {
+                            *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+                        } else {
+                            if (c < N) out[0] = v0;
+                            if (c + 1 < N) out[1] = v1;
+                        }
+                    }
+            }
         }
+        if (threadIdx.x % 128 == 0) bulk_wait_all();  // the last stores are done before the block's memory goes
     }
 }
 
@@ -161,8 +199,9 @@ void gemm_wgmma(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M,
     if (M <= 0 || N <= 0 || K <= 0) return;
     static const bool sm90a = cc_sm90a_built();  // asked once: the answer is a property of this build
     if (K % 8 != 0 || !sm90a) return;
-    CUtensorMap map_a, map_w;
+    CUtensorMap map_a, map_w, map_c;
     if (!cc_make_tmap_bf16(&map_a, A, M, K, kHBM) || !cc_make_tmap_bf16(&map_w, W, N, K, kHBN)) return;
+    const int tma_store = cc_make_tmap_f32(&map_c, C, M, N, 64) ? 1 : 0;  // N % 4 == 0 and C 16-byte aligned
     static bool opted_in = false;
     if (!opted_in) {
         cudaFuncSetAttribute(gemm_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kHSmem);
@@ -176,5 +215,5 @@ void gemm_wgmma(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M,
     }
     const long long tiles = (long long)((N + kHBN - 1) / kHBN) * ((M + kHBM - 1) / kHBM);
     const int grid = (int)(tiles < sms ? tiles : sms);
-    gemm_wgmma_kernel<<<grid, kHThreads, kHSmem>>>(map_a, map_w, C, M, N, K);
+    gemm_wgmma_kernel<<<grid, kHThreads, kHSmem>>>(map_a, map_w, map_c, C, M, N, K, tma_store);
 }
