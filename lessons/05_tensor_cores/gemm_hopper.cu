@@ -9,12 +9,14 @@
 // element, and out-of-range elements arrive as zeros.
 //
 // Versions (callable from Python as m.<name>(...)):
-//   gemm_wgmma   task 5.12 (GPU only)  warp-specialised: one producer warpgroup (thread 0 issues TMA) and two
-//                                      consumer warpgroups of 64 x 256 (a 128x256 block tile), k-tiles of 64,
-//                                      4-stage pipeline on full/empty mbarrier pairs, one wgmma group kept in
-//                                      flight (wait_group 1), registers moved to the consumers (setmaxnreg).
-//                                      Launches nothing when this build has no sm_90a code or the tensor maps
-//                                      could not be made (then C is not written).
+//   gemm_wgmma   task 5.12 (GPU only)  warp-specialised and persistent: one block per SM walks the 128x256
+//                                      block tiles; a producer warpgroup (thread 0 issues TMA) and two consumer
+//                                      warpgroups of 64 x 256, k-tiles of 64, a 4-stage pipeline on full/empty
+//                                      mbarrier pairs, one wgmma group kept in flight (wait_group 1), registers
+//                                      moved to the consumers (setmaxnreg); C leaves by TMA stores through
+//                                      shared memory (N % 4 == 0), else from registers. Launches nothing when
+//                                      this build has no sm_90a code or the tensor maps could not be made (then
+//                                      C is not written).
 // Needs compute capability 9.0 and an sm_90a build (TORCH_CUDA_ARCH_LIST="9.0a"); K % 8 == 0 (TMA row strides
 // are multiples of 16 bytes). The simulator compiles this file but does not run it.
 //
