@@ -6,8 +6,14 @@ One process builds, checks and times, in the same run:
     register double buffering, L2 block swizzle), the lesson bench's "mma.sync ceiling (registers only)"
     and a second, fairer ceiling: ldmatrix + mma.sync out of shared memory with the GEMM's 64x64 warp
     tile, no global loads ("smem ceiling").
+    The bench's second ceiling (lessons/05_tensor_cores/bench.py SMEM_CEILING_SRC: task 5.6's inner loop on
+    random operands in shared memory) and diagnostics: the same on constant operands, and the solution on
+    constant inputs (all 1.0), to tell data-dependent power from the kernel's own limits; then the SM clock
+    and board power (nvidia-smi, sampled every 20 ms) while each of cuBLAS, the solution (random and constant
+    inputs) and the two ceilings runs for about half a second.
   bias+GELU 16384x4096 bf16: the measured copy bandwidth, the solution's bias_gelu_bf16, and the variants of
-    benchmarks/mma_sweep_gelu.cu (cache hints, two rows in flight, grid sizes, a flat layout).
+    benchmarks/mma_sweep_gelu.cu (cache hints, two rows in flight, grid sizes (the argument: grid.y, 0 = sized
+    to the GPU), a flat layout (the argument: groups per thread)).
 Checks: fresh random inputs, output poisoned with NaN before the checked call, relative error
 ||out - ref|| / ||ref|| against torch (fp32 matmul of the same bf16 inputs; fp64 GELU); a row that fails its
 check is marked FAIL and its time is not a result. Timing: cudacourse.bench.time_stats (CUDA events, L2
@@ -37,8 +43,8 @@ GEMM_VARIANTS = ["g_128x128_k32_s4", "g_128x128_k32_s4_sw", "g_128x128_k32_s4_db
                  "g_128x128_k64_s3_db", "g_128x256_k32_s4", "g_128x256_k32_s4_db", "g_256x128_k32_s4_db",
                  "g_128x256_k64_s3_db", "g_192x256_k32_s4_db", "g_256x128_k64_s3_db"]
 GELU_VARIANTS = [("gelu_plain", 0), ("gelu_hint", 0), ("gelu_plain2", 0), ("gelu_hint2", 0), ("gelu_hint", 264),
-                 ("gelu_hint", 2112), ("gelu_hint", 4224), ("gelu_hint2", 1056), ("gelu_flat", 1),
-                 ("gelu_flat", 2), ("gelu_flat", 4)]
+                 ("gelu_hint", 2112), ("gelu_hint", 4224), ("gelu_hint", 16384), ("gelu_plain", 16384),
+                 ("gelu_hint2", 1056), ("gelu_flat", 1), ("gelu_flat", 2), ("gelu_flat", 4)]
 
 
 def log(msg: str) -> None:
@@ -59,7 +65,8 @@ def timed(fn) -> tuple[float, float]:
     return bench.time_stats(fn, warmup=5, reps=50)
 
 
-def gemm_rows(gm, sol, M: int, N: int, K: int, variants: list[str], ceilings: list[tuple[str, object, float]]) -> list[dict]:
+def gemm_rows(gm, sol, M: int, N: int, K: int, variants: list[str],
+              ceilings: list[tuple[str, object, float]]) -> list[dict]:
     """Rows of one GEMM size: cuBLAS fp16, the solution, each variant (checked), then the ceilings."""
     g = torch.Generator(device="cuda").manual_seed(M * 7 + K)
     Ah = torch.randn(M, K, device="cuda", generator=g).half()
@@ -86,6 +93,30 @@ def gemm_rows(gm, sol, M: int, N: int, K: int, variants: list[str], ceilings: li
         ms, sp = timed(fn)
         rows.append(dict(group=group, name=name, ms=ms, spread=sp, tflops=cflops / ms / 1e9, err=None))
     return rows
+
+
+def sample_clocks(fn, seconds: float = 0.5) -> tuple[float, float]:
+    """(median SM clock MHz, median board power W) from nvidia-smi while ``fn`` runs back to back."""
+    import subprocess
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    p = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                          "-lms", "20"], stdout=subprocess.PIPE, text=True)
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+    p.terminate()
+    text = p.communicate(timeout=10)[0]
+    vals = [tuple(float(v) for v in ln.split(",")) for ln in text.strip().splitlines() if ln.count(",") == 1]
+    vals = vals[len(vals) // 4:]  # skip the ramp
+    if not vals:
+        return float("nan"), float("nan")
+    clk, pw = sorted(v[0] for v in vals), sorted(v[1] for v in vals)
+    return clk[len(clk) // 2], pw[len(pw) // 2]
 
 
 def gelu_rows(vm, sol, copy_gbs: float) -> list[dict]:
@@ -137,10 +168,45 @@ def main() -> None:
     sout = torch.empty(sblocks * 128, device="cuda")
     smem_flops = sblocks * 4 * siters * 64 * 2 * 16 * 8 * 16  # warps x iters x 64 mma.sync per iter
     ceilings = [("mma.sync ceiling (registers only)", lambda: ck.mma_ceiling(cout, blocks, iters), reg_flops),
-                ("smem ceiling (ldmatrix + mma.sync, 64x64 warp tile, no global loads)",
+                ("diag: smem ceiling of the sweep (k-tile 32, 3 blocks per SM, fixed operands)",
                  lambda: gm.smem_ceiling(sout, sblocks, siters), smem_flops)]
+    skc = cc.load(b5.SMEM_CEILING_SRC.replace("@HEADER@", header), ["mma_smem_ceiling"], backend="cuda")
+    kblocks, kiters = sms * 3 * 4, 1024  # as the bench's row
+    rand_ops = torch.randn(2 * 128 * 32, device="cuda").bfloat16()
+    const_ops = torch.full((2 * 128 * 32,), 0.01, device="cuda").bfloat16()
+    kout = torch.empty(kblocks * 128, device="cuda")
+    k_flops = kblocks * 4 * kiters * 2 * 32 * 2 * 16 * 8 * 16
+    ceilings += [("mma.sync ceiling (ldmatrix from shared memory, random operands)",
+                  lambda: skc.mma_smem_ceiling(rand_ops, kout, kblocks, kiters), k_flops),
+                 ("diag: the same, constant operands (0.01)",
+                  lambda: skc.mma_smem_ceiling(const_ops, kout, kblocks, kiters), k_flops)]
     rows = gemm_rows(gm, sol, 4096, 4096, 4096, GEMM_VARIANTS, ceilings)
+    n = 4096
+    ones = torch.ones(n, n, device="cuda", dtype=torch.bfloat16)
+    cbuf = torch.empty(n, n, device="cuda")
+    ms, sp = timed(lambda: sol.mma_gemm_pipelined(ones, ones, cbuf, n, n, n))
+    ok = bool((cbuf == n).all())
+    rows.append(dict(group=f"gemm {n}x{n}x{n}", name="diag: solution on constant inputs (all 1.0)", ms=ms, spread=sp,
+                     tflops=2 * n**3 / ms / 1e9, err=None, ok=ok))
     log("gemm 4096^3 done")
+    Ah, Wh = torch.randn(n, n, device="cuda").half(), torch.randn(n, n, device="cuda").half()
+    Ab, Wb, Ch = Ah.bfloat16(), Wh.bfloat16(), torch.empty(n, n, device="cuda", dtype=torch.half)
+    phases = [("cuBLAS fp16, random inputs", lambda: torch.matmul(Ah, Wh.T, out=Ch)),
+              ("solution mma_gemm_pipelined, random inputs", lambda: sol.mma_gemm_pipelined(Ab, Wb, cbuf, n, n, n)),
+              ("solution mma_gemm_pipelined, constant inputs",
+               lambda: sol.mma_gemm_pipelined(ones, ones, cbuf, n, n, n)),
+              ("mma.sync ceiling (registers only)", lambda: ck.mma_ceiling(cout, blocks, iters)),
+              ("smem ceiling, random operands", lambda: skc.mma_smem_ceiling(rand_ops, kout, kblocks, kiters)),
+              ("smem ceiling, constant operands", lambda: skc.mma_smem_ceiling(const_ops, kout, kblocks, kiters))]
+    clocks = []
+    for name, fn in phases:
+        try:
+            clk, pw = sample_clocks(fn)
+        except Exception as e:  # noqa: BLE001 - a diagnostic must not cost the real rows
+            log(f"clock sampling failed: {type(e).__name__}: {e}")
+            break
+        clocks.append(dict(phase=name, sm_mhz=clk, power_w=pw))
+        log(f"clocks: {name}: {clk:.0f} MHz, {pw:.0f} W")
     best = sorted((r for r in rows[2:] if r.get("ok")), key=lambda r: r["ms"])[:4]
     others = [r["name"] for r in best if r["name"] in GEMM_VARIANTS]
     rows += gemm_rows(gm, sol, 4096, 4096, 1024, others, [])
@@ -157,10 +223,15 @@ def main() -> None:
         pc = f"{r['pct_copy']:.1f}" if "pct_copy" in r else ""
         er = "" if r["err"] is None else f"{r['err']:.2e}"
         ok = "" if "ok" not in r else ("ok" if r["ok"] else "FAIL")
-        lines.append(f"| {r['group']} | {r['name']} | {r['ms']:.4f} | {r['spread']:.3f} | {tf} | {vs} | {pc} | {er} | {ok} |")
+        lines.append(f"| {r['group']} | {r['name']} | {r['ms']:.4f} | {r['spread']:.3f} | {tf} | {vs} | {pc} | {er} "
+                     f"| {ok} |")
+    lines += ["", "| while running (about 0.5 s each) | median SM clock MHz | median board power W |",
+              "|---|---:|---:|"]
+    lines += [f"| {c['phase']} | {c['sm_mhz']:.0f} | {c['power_w']:.0f} |" for c in clocks]
     md = "\n".join(lines) + "\n"
     (out_dir / "sweep.md").write_text(md)
-    (out_dir / "sweep.json").write_text(json.dumps({"machine": info, "copy_gbs": copy_gbs, "rows": rows}, indent=1,
+    (out_dir / "sweep.json").write_text(json.dumps({"machine": info, "copy_gbs": copy_gbs, "rows": rows,
+                                                    "clocks": clocks}, indent=1,
                                                    default=str))
     print(md, flush=True)
 

@@ -74,7 +74,13 @@ __global__ void gelu_flat_kernel(const __nv_bfloat16* __restrict__ x, const __nv
 template <bool Hint, int Rows2>
 static void gelu_v(const __nv_bfloat16* x, const __nv_bfloat16* b, __nv_bfloat16* y, int rows, int cols, int row_blocks) {
     const int row_groups = cols / 8, threads = 256, col_blocks = (row_groups + threads - 1) / threads;
-    if (row_blocks <= 0) row_blocks = (int)((long long)full_grid() * kEltBlock / ((long long)col_blocks * threads));
+    if (row_blocks <= 0) {  // 0: the grid sized to the GPU (lesson 05's launcher before issue 17's sweep)
+        int dev = 0, sms = 1, per_sm_threads = 2048;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        cudaDeviceGetAttribute(&per_sm_threads, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
+        row_blocks = (int)((long long)sms * per_sm_threads / ((long long)col_blocks * threads));
+    }
     if (row_blocks > rows) row_blocks = rows;
     gelu_v_kernel<Hint, Rows2><<<dim3(col_blocks, row_blocks), threads>>>(x, b, y, rows, row_groups);
 }
