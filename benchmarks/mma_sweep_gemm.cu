@@ -211,6 +211,8 @@ void g_128x256_k32_s4(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, 
 void g_128x256_k32_s4_db(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, int N, int K) { sweep::launch<2, 4, 32, 4, 1, true, 8>(A, W, C, M, N, K); }
 void g_256x128_k32_s4_db(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, int N, int K) { sweep::launch<4, 2, 32, 4, 1, true, 8>(A, W, C, M, N, K); }
 void g_128x256_k64_s3_db(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, int N, int K) { sweep::launch<2, 4, 64, 3, 1, true, 8>(A, W, C, M, N, K); }
+// g_192x256_k32_s4_db is wrong as written: its W tile has 256 x 4 chunks for 384 threads, and issue's loop
+// (1024 / 384 = 2 per thread) leaves 256 of them uncopied; it fails its check in results/.../mma17/sweep.md.
 void g_192x256_k32_s4_db(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, int N, int K) { sweep::launch<3, 4, 32, 4, 1, true, 8>(A, W, C, M, N, K); }
 void g_256x128_k64_s3_db(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, int N, int K) { sweep::launch<4, 2, 64, 3, 1, true, 8>(A, W, C, M, N, K); }
 

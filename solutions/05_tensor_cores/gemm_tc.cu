@@ -357,7 +357,7 @@ void mma_gemm(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, i
 // 64 KB of shared memory and at most 168 registers per thread (__launch_bounds__(kThreads, 3)): 3 blocks,
 // 12 warps, per SM. Of the other shapes measured on the H100 (benchmarks/mma_sweep.py;
 // results/nvidia-h100-80gb-hbm3/mma17/): 128x256 and 256x128 block tiles, k-tiles of 64 in 3 stages, register
-// double buffering of the fragments, an L2 block swizzle: none ran more than 1% faster than this one.
+// double buffering of the fragments, an L2 block swizzle: none ran more than 5% faster than this one.
 
 constexpr int kStages = 4;
 constexpr int kTileElems = kTB * kTK;  // one 128 x 32 tile, no padding
@@ -366,8 +366,8 @@ constexpr int kTileElems = kTB * kTK;  // one 128 x 32 tile, no padding
 __device__ inline int swizzle(int row, int chunk) { return row * kTK + ((chunk ^ ((row >> 1) & 3)) << 3); }
 
 // Issue the cp.async copies of one 128 x 32 tile (rows r0.. of `rows`) into a swizzled tile: 4 chunks per
-// thread. Chunks outside the matrix copy 0 bytes and are zero-filled. "unroll 1": unrolled, the compiler
-// keeps all 8 source addresses live across the k-loop and the 128 accumulators spill. Worked.
+// thread. Chunks outside the matrix copy 0 bytes and are zero-filled. "unroll 1": unrolled, the kernel
+// needs more than the 168 registers of 3 blocks per SM and spills (nvcc 13.0, -Xptxas -v). Worked.
 __device__ inline void issue_tile(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* x_s, int rows, int K, int r0, int k0) {
 #pragma unroll 1
     for (int v = threadIdx.x; v < kTB * kTK / 8; v += kThreads) {
