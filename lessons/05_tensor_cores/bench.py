@@ -6,7 +6,10 @@ ones come from lesson.toml through the ``task`` of the row:
                                     wmma_gemm_naive, wmma_gemm_tiled (task 5.7, >= 0.25x), mma_gemm,
                                     mma_gemm_pipelined (task 5.8, >= 0.45x), and the mma.sync ceiling: a
                                     microbenchmark of back-to-back mma.sync m16n8k16 on registers, no memory
-                                    traffic (the pipeline should be within 10% of it: compare their TFLOP/s)
+                                    traffic (the pipeline should be within 10% of it: compare their TFLOP/s);
+                                    a second ceiling, "ldmatrix + mma.sync from shared memory": task 5.6's
+                                    inner loop (64x64 warp tiles, k-tiles of 32, its swizzle, 3 blocks per SM)
+                                    on random operands staged once in shared memory, no global loads
                                     gemm_wgmma (Hopper wgmma + TMA, task 5.12, >= 0.8x; no rows where the
                                     build has no sm_90a code, i.e. not on a compute capability 9.0 GPU)
   gemm 4096x4096x1024, ragged 4000x4000x4000   the mma.sync versions and gemm_wgmma against cuBLAS fp16
@@ -49,6 +52,55 @@ void mma_ceiling(float* out, int blocks, int iters) { mma_ceiling_kernel<<<block
 """
 
 
+# The second ceiling: task 5.6's inner loop with no global memory. Each block stages one random 128 x 32 tile
+# of A and of W in shared memory (swizzled as task 5.6), then its 4 warps repeat the k-tile's 2 k16 steps
+# (per step 4 + 4 ldmatrix_x4 and 32 mma.sync on a 64 x 64 warp tile) `iters` times, with no barrier. Random
+# operands, as in a real product: the registers-only ceiling feeds constant fragments, which draw less power.
+SMEM_CEILING_SRC = r"""
+#include "@HEADER@"
+__device__ inline int smem_swz(int row, int chunk) { return row * 32 + ((chunk ^ ((row >> 1) & 3)) << 3); }
+__global__ void __launch_bounds__(128, 3) mma_smem_ceiling_kernel(const __nv_bfloat16* src, float* out, int iters) {
+    __shared__ __align__(128) __nv_bfloat16 a_s[128 * 32], w_s[128 * 32];
+    for (int e = threadIdx.x; e < 128 * 32; e += blockDim.x) {
+        a_s[e] = src[e];
+        w_s[e] = src[128 * 32 + e];
+    }
+    __syncthreads();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+    float acc[4][8][4] = {};
+#pragma unroll 1
+    for (int it = 0; it < iters; ++it) {
+#pragma unroll
+        for (int kk = 0; kk < 32; kk += 16) {
+            uint32_t a[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                ldmatrix_x4(a[i], a_s + smem_swz(wm * 64 + i * 16 + lane % 16, kk / 8 + lane / 16));
+#pragma unroll
+            for (int j = 0; j < 8; j += 2) {
+                uint32_t b[4];
+                ldmatrix_x4(b, w_s + smem_swz(wn * 64 + j * 8 + lane % 8 + 8 * (lane / 16), kk / 8 + (lane / 8) % 2));
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    mma_m16n8k16_bf16(acc[i][j], a[i], b, acc[i][j]);
+                    mma_m16n8k16_bf16(acc[i][j + 1], a[i], b + 2, acc[i][j + 1]);
+                }
+            }
+        }
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s += acc[i][j][0] + acc[i][j][1] + acc[i][j][2] + acc[i][j][3];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;  // keeps the work alive
+}
+void mma_smem_ceiling(const __nv_bfloat16* src, float* out, int blocks, int iters) {
+    mma_smem_ceiling_kernel<<<blocks, 128>>>(src, out, iters);
+}
+"""
+
+
 def _gemm_group(m: Any, group: str, M: int, N: int, K: int, versions: list[tuple[str, str | None]],
                 ceiling: Any = None) -> list[Case]:
     dev = m.device
@@ -88,6 +140,20 @@ def _ceiling(m: Any, group: str) -> Case:
     out = torch.empty(blocks * 128, device="cuda")
     flops = blocks * 4 * iters * chains * 2 * 16 * 8 * 16  # warps x mma count x flops per m16n8k16
     return Case(group, "mma.sync ceiling (registers only)", lambda: k.mma_ceiling(out, blocks, iters), flops=flops)
+
+
+def _smem_ceiling(m: Any, group: str) -> Case:
+    import cudacourse as cc
+
+    src = SMEM_CEILING_SRC.replace("@HEADER@", str(Path(m.dir) / "cc_mma.h"))
+    k = cc.load(src, ["mma_smem_ceiling"], backend="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    blocks, iters = sms * 3 * 4, 1024  # 3 blocks per SM (as task 5.6), 4 waves of them
+    operands = torch.randn(2 * 128 * 32, device="cuda").bfloat16()
+    out = torch.empty(blocks * 128, device="cuda")
+    flops = blocks * 4 * iters * 2 * 32 * 2 * 16 * 8 * 16  # warps x iters x k16 steps x 32 mma x flops per mma
+    return Case(group, "mma.sync ceiling (ldmatrix from shared memory, random operands)",
+                lambda: k.mma_smem_ceiling(operands, out, blocks, iters), flops=flops)
 
 
 def _rowwise(m: Any, rows: int, cols: int) -> list[Case]:
@@ -135,7 +201,7 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
     allv = [("wmma_gemm_naive", None), ("wmma_gemm_tiled", "5.7"), ("mma_gemm", None), ("mma_gemm_pipelined", "5.8"),
             ("gemm_wgmma", "5.12")]
     group = f"gemm {n}^3 16-bit in, fp32 accumulate"
-    out = _gemm_group(m, group, n, n, n, allv, ceiling=_ceiling(m, group))
+    out = _gemm_group(m, group, n, n, n, allv, ceiling=_ceiling(m, group)) + [_smem_ceiling(m, group)]
     mma = [("mma_gemm", None), ("mma_gemm_pipelined", None), ("gemm_wgmma", None)]
     out += _gemm_group(m, f"gemm {n}x{n}x{n // 4} 16-bit in", n, n, n // 4, mma)
     r = n - 96

@@ -16,12 +16,14 @@
 //   wmma_gemm_tiled      task 5.4  WMMA, 128x128 block tile shared by 8 warps, 64x32 per warp, double-
 //                                  buffered shared tiles (fp16)
 //   mma_gemm             task 5.5  mma.sync m16n8k16 + ldmatrix, padded shared tiles (bf16), same tiling
-//   mma_gemm_pipelined   task 5.6  + XOR-swizzled shared tiles (no padding, no bank conflicts) and a
-//                                  4-stage cp.async pipeline (bf16); K % 8 != 0 falls back to mma_gemm
+//   mma_gemm_pipelined   task 5.6  + XOR-swizzled shared tiles (no padding, no bank conflicts), a 4-stage
+//                                  cp.async pipeline, 3 blocks per SM and float2 stores of C (bf16);
+//                                  K % 8 != 0 falls back to mma_gemm
 // Worked helpers: store_acc_tile (a WMMA accumulator to C, through shared memory where bounds need checks),
 // fetch_tile / put_tile (task 5.4: a tile's 16-byte chunks global -> registers -> padded shared memory),
-// load_tile_bf16 (a tile of rows into padded shared memory, 16-byte vectors or zero-filled scalars),
-// swizzle (the XOR swizzle of task 5.6).
+// load_tile (task 5.5: a tile of rows into padded shared memory, 16-byte vectors or zero-filled scalars),
+// swizzle, issue_tile and store_warp_tile (task 5.6: the XOR swizzle, the cp.async copies of a tile, the
+// accumulators to C).
 // Sizes: any M, N, K >= 1. Rows and columns outside the matrices are staged as zeros and never stored.
 //
 // Run it:
@@ -352,6 +354,10 @@ void mma_gemm(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, i
 // Each thread issues the copies of its chunks, commits one group per stage, and cp_async_wait<kStages - 2>
 // before a stage is read guarantees that the stage's own group has landed (then __syncthreads makes every
 // thread's copies visible to all).
+// 64 KB of shared memory and at most 168 registers per thread (__launch_bounds__(kThreads, 3)): 3 blocks,
+// 12 warps, per SM. Of the other shapes measured on the H100 (benchmarks/mma_sweep.py;
+// results/nvidia-h100-80gb-hbm3/mma17/): 128x256 and 256x128 block tiles, k-tiles of 64 in 3 stages, register
+// double buffering of the fragments, an L2 block swizzle: none ran more than 5% faster than this one.
 
 constexpr int kStages = 4;
 constexpr int kTileElems = kTB * kTK;  // one 128 x 32 tile, no padding
@@ -359,10 +365,12 @@ constexpr int kTileElems = kTB * kTK;  // one 128 x 32 tile, no padding
 // Offset (in elements) of chunk `chunk` (0..3, 8 elements each) of row `row` in a swizzled tile. Worked.
 __device__ inline int swizzle(int row, int chunk) { return row * kTK + ((chunk ^ ((row >> 1) & 3)) << 3); }
 
-// Issue the cp.async copies of one 128 x 32 tile (rows r0.. of `rows`) into a swizzled tile. Chunks outside
-// the matrix copy 0 bytes and are zero-filled. Worked.
+// Issue the cp.async copies of one 128 x 32 tile (rows r0.. of `rows`) into a swizzled tile: 4 chunks per
+// thread. Chunks outside the matrix copy 0 bytes and are zero-filled. "unroll 1": unrolled, the kernel
+// needs more than the 168 registers of 3 blocks per SM and spills (nvcc 13.0, -Xptxas -v). Worked.
 __device__ inline void issue_tile(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* x_s, int rows, int K, int r0, int k0) {
-    for (int v = threadIdx.x; v < kTB * kTK / 8; v += blockDim.x) {
+#pragma unroll 1
+    for (int v = threadIdx.x; v < kTB * kTK / 8; v += kThreads) {
         const int r = v / (kTK / 8), ch = v % (kTK / 8);
         const bool inside = r0 + r < rows && k0 + ch * 8 < K;
         const __nv_bfloat16* src = inside ? X + (long long)(r0 + r) * K + k0 + ch * 8 : X;
@@ -370,9 +378,34 @@ __device__ inline void issue_tile(const __nv_bfloat16* __restrict__ X, __nv_bflo
     }
 }
 
-__global__ void __launch_bounds__(kThreads) mma_gemm_pipelined_kernel(const __nv_bfloat16* __restrict__ A,
-                                                                 const __nv_bfloat16* __restrict__ W,
-                                                                 float* __restrict__ C, int M, int N, int K) {
+// Store the accumulators of a 64 x 64 warp tile at rows r0.., columns c0.. of C (M x N): values 0, 1 of
+// tile (i, j) are two neighbouring columns, so when `pairs` (N even, C 8-byte aligned) they go out as one
+// 8-byte float2 store; else one float at a time. Nothing outside C is written. Worked.
+__device__ inline void store_warp_tile(const float (&acc)[4][8][4], float* __restrict__ C, int M, int N, int r0, int c0,
+                                       bool pairs) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {  // h = 0: values 0, 1 (row g); h = 1: values 2, 3 (row g + 8)
+                const int r = r0 + i * 16 + lane / 4 + 8 * h, c = c0 + j * 8 + 2 * (lane % 4);
+                if (r >= M) continue;
+                float* dst = C + (long long)r * N + c;
+                if (pairs && c + 1 < N) {
+                    *reinterpret_cast<float2*>(dst) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                } else {
+                    if (c < N) dst[0] = acc[i][j][2 * h];
+                    if (c + 1 < N) dst[1] = acc[i][j][2 * h + 1];
+                }
+            }
+}
+
+__global__ void __launch_bounds__(kThreads, 3) mma_gemm_pipelined_kernel(const __nv_bfloat16* __restrict__ A,
+                                                                    const __nv_bfloat16* __restrict__ W,
+                                                                    float* __restrict__ C, int M, int N, int K,
+                                                                    int pairs) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __nv_bfloat16* a_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // kStages tiles of A, then kStages of W
     __nv_bfloat16* w_s = a_s + kStages * kTileElems;
@@ -384,8 +417,9 @@ __global__ void __launch_bounds__(kThreads) mma_gemm_pipelined_kernel(const __nv
     // n_tiles) and cp_async_commit (always: empty groups keep the count right). Main loop over t < n_tiles:
     // cp_async_wait<kStages - 2>(), __syncthreads(); issue k-tile t + kStages - 1 into stage (t + kStages - 1)
     // % kStages (when it exists) and commit; compute on stage t % kStages exactly as task 5.5 but with the
-    // swizzled addresses: A row (wm*64 + i*16 + lane%16), chunk kk/8 + lane/16; W row (wn*64 + j*8 + lane%8 +
-    // 8*(lane/16)), chunk kk/8 + (lane/8)%2. Store as task 5.5 (~35 lines).
+    // swizzled addresses: A row (wm*64 + i*16 + lane%16), chunk kk/8 + lane/16; W row (wn*64 + j*8 +
+    // lane%8 + 8*(lane/16)), chunk kk/8 + (lane/8)%2. After the loop, cp_async_wait<0>() and
+    // store_warp_tile(acc, C, M, N, row0 + wm*64, col0 + wn*64, pairs != 0) (~30 lines).
     // Hint: the stage being filled in iteration t is the one computed in iteration t - 1; the __syncthreads
     // after the wait is what makes overwriting it safe.
     // BEGIN SOLUTION
@@ -425,16 +459,7 @@ __global__ void __launch_bounds__(kThreads) mma_gemm_pipelined_kernel(const __nv
         }
     }
     cp_async_wait<0>();  // nothing may be in flight when the block exits
-    #pragma unroll
-    for (int i = 0; i < 4; ++i)
-        #pragma unroll
-        for (int j = 0; j < 8; ++j)
-            #pragma unroll
-            for (int v = 0; v < 4; ++v) {
-                const int r = row0 + wm * 64 + i * 16 + lane / 4 + 8 * (v / 2);
-                const int c = col0 + wn * 64 + j * 8 + 2 * (lane % 4) + v % 2;
-                if (r < M && c < N) C[(long long)r * N + c] = acc[i][j][v];
-            }
+    store_warp_tile(acc, C, M, N, row0 + wm * 64, col0 + wn * 64, pairs != 0);
     // END SOLUTION
 }
 
@@ -452,6 +477,7 @@ void mma_gemm_pipelined(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C
         cudaFuncSetAttribute(mma_gemm_pipelined_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         opted_in = true;
     }
+    const int pairs = N % 2 == 0 && reinterpret_cast<uintptr_t>(C) % 8 == 0;  // float2 stores line up
     dim3 grid((N + kTB - 1) / kTB, (M + kTB - 1) / kTB);
-    mma_gemm_pipelined_kernel<<<grid, kThreads, smem>>>(A, W, C, M, N, K);
+    mma_gemm_pipelined_kernel<<<grid, kThreads, smem>>>(A, W, C, M, N, K, pairs ? 1 : 0);
 }
