@@ -121,9 +121,9 @@ def attention_online_v1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
 # q, v and kt starts 16-byte aligned (16-byte copies).
 #
 # K arrives transposed, kt = K^T per head, (B, H, d, NP) with NP = N rounded up to 16 and zeros past N: a tile
-# kt[c, j0:j0 + BK] is BK consecutive keys. The float32 tl.dot(a, b) has each thread read its columns of b along
-# N from shared memory: with b = tl.trans(k) those columns are d floats apart (all in one bank: 8-way conflicts
-# on every read, 12 TFLOP/s on an H100); with b a key-contiguous kt tile they are neighbours.
+# kt[c, j0:j0 + BK] is BK consecutive keys. In the float32 tl.dot(a, b) neighbouring lanes read neighbouring
+# columns of b from shared memory: with b = tl.trans(k) those columns are d floats apart (the same banks at
+# d = 64: 8-way conflicts on every read, 10-12 TFLOP/s on an H100); in a key-contiguous kt tile they are adjacent.
 # The score product is split over the two halves of the head dim (q_lo kt_lo + q_up kt_up): the product's
 # inner size is what each thread holds in registers per operand row, and the whole d spills (see FLASH).
 @triton.autotune(configs=FLASH, key=["N_class", "BLOCK_D"])
