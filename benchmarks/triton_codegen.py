@@ -28,10 +28,11 @@ FLOAT_ARGS = {"a", "eps", "qk_scale", "inv_count", "lr", "beta1", "beta2", "weig
 INT_POINTERS = {"labels_ptr"}  # int32 pointers; other pointers are float32
 PICK = {"BLOCK": 4096, "num_warps": 8}  # the configuration compiled (the first one with these values) ...
 # ... or, for the tiled kernels, the first one with these: the configs the H100 kept in
-# results/nvidia-h100-80gb-hbm3/triton_twins/results.md (sgemm at 2048^3 and 4096^3, attention at d = 64)
+# results/nvidia-h100-80gb-hbm3/triton_twins/results.md (sgemm at 2048^3 and 4096^3) and
+# results/nvidia-h100-80gb-hbm3/flash21/results.md (attention at d = 64)
 PICK_BY_KERNEL = {"sgemm_kernel": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8},
-                  "attention_flash_kernel": {"BQ": 64, "BK": 64}}
-EXTRA_CONSTEXPRS = {"NPROG": 528, "GROUP_M": 8, "BLOCK_D": 64}  # constexprs the wrappers pass (not tuned)
+                  "attention_flash_kernel": {"BQ": 64, "BK": 32, "num_warps": 8}}
+EXTRA_CONSTEXPRS = {"NPROG": 528, "GROUP_M": 8, "BLOCK_D": 64, "VEC": 4}  # constexprs the wrappers pass (not tuned)
 
 
 def kernels(path: Path) -> list[tuple[str, object]]:

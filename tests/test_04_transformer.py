@@ -917,8 +917,9 @@ def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Path) -> None:
 # adds the large ones.
 # ----------------------------------------------------------------------------------------------------
 
-HINT_4T3 = ("attention_flash_kernel (TODO task 4.T3 in attention_triton.py): s = tl.dot(q, tl.trans(k), "
-            "input_precision=\"ieee\"); -inf where js >= N or (causal and js > qs); m_new = max(m, row max); "
+HINT_4T3 = ("attention_flash_kernel (TODO task 4.T3 in attention_triton.py): s = tl.dot(q_lo, kt_lo, "
+            "input_precision=\"ieee\") then s = tl.dot(q_up, kt_up, s, ...); -inf where js >= N or (causal and "
+            "js > qs); m_new = max(m, row max); "
             "p = exp2(s - m_new); alpha = exp2(m - m_new); l_i = l_i * alpha + row sums of p; "
             "acc = acc * alpha + tl.dot(p, v, ...); m = m_new.")
 TRITON_ATTN_CASES = [(1, 1, 1, 32, False), (2, 3, 17, 64, True), (1, 2, 100, 80, True), (1, 1, 130, 48, False)]

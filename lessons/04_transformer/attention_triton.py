@@ -1,10 +1,13 @@
 """Lesson 04, Triton track: flash attention forward in Triton, the twin of attention.cu's attention_flash.
 
 attention_flash in CUDA stages a Q tile, K and V tiles in shared memory (transposed, padded against bank
-conflicts), gives each thread a 4 x 4 patch of scores and a 4 x d/8 patch of O, and reduces each row's max
-and sum over 8 lanes with shuffles. Here one program owns BQ queries of one head, two tl.dot calls compute
-the scores S = Q K^T and the update P V, and tl.max / tl.sum reduce the rows of a tile: the staging, the
-split over threads and the shuffles are the compiler's. The online softmax is yours, as in CUDA.
+conflicts), gives each thread an 8 x 4 patch of scores and an 8 x d/8 patch of O, and reduces each row's max
+and sum over 8 lanes with shuffles. Here one program owns BQ queries of one head, tl.dot calls compute the
+scores S = Q K^T and the update P V, and tl.max / tl.sum reduce the rows of a tile: the staging, the split
+over threads and the shuffles are the compiler's. The online softmax is yours, as in CUDA. What the compiler
+does not choose for you is the layout in memory: the wrapper hands the kernel K^T (a copy, key-contiguous),
+because the float32 tl.dot reads its second operand along its rows, and a transposed K tile (tl.trans(k))
+puts those reads in one shared-memory bank (attention_flash_kernel's comment has the numbers).
 
 Q, K, V and O are (B, N, H, d) row-major like attention.cu's: the element (b, n, h, c) is at
 ((b * N + n) * H + h) * d + c, so the rows of one head are H * d floats apart.
@@ -41,10 +44,14 @@ from cudacourse.triton_track import check_tensors, configs, size_class
 LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp2(s * log2(e) - m) == exp(s - m'), as in CUDA
 MAX_D = 128
 
-# BQ queries x BK keys per step: 64 or 128 queries (4 or 8 warps: 16 query rows per warp), 32 or 64 keys. The
-# interpreter takes 32 x 32, so the tests' sequence lengths (17 to 257) are ragged against it.
-FLASH = configs({"BQ": 32, "BK": 32, "num_warps": 4}, keep=lambda c: c["num_warps"] * 16 == c["BQ"],
-                BQ=[64, 128], BK=[32, 64], num_warps=[4, 8], num_stages=[2])
+# BQ queries x BK keys per step and 4, 8 or 16 warps: the combinations where a thread holds 8 or 16 scores. The
+# float32 ("ieee") tl.dot keeps a whole slice of each operand per thread in registers: more than 16 scores per
+# thread (or the whole head dim as the product's inner size, see the kernel) spill (ptxas, sm_90, d = 64).
+# The interpreter takes 32 x 32, so the tests' sequence lengths (17 to 257) are ragged against it.
+_FLASH_SHAPES = {(64, 32, 4), (64, 32, 8), (64, 64, 8), (128, 32, 8), (128, 32, 16), (32, 64, 8)}
+FLASH = configs({"BQ": 32, "BK": 32, "num_warps": 4},
+                keep=lambda c: (c["BQ"], c["BK"], c["num_warps"]) in _FLASH_SHAPES,
+                BQ=[32, 64, 128], BK=[32, 64], num_warps=[4, 8, 16], num_stages=[2])
 
 
 def _check(fn: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, B: int, H: int, N: int,
@@ -110,20 +117,35 @@ def attention_online_v1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
 
 
 # N and H vary from call to call; not specializing on them (N == 1, N % 16 == 0) keeps one compiled kernel per
-# config and head-dim tile. d stays specialized: d % 16 == 0 tells the compiler each row starts 16-byte aligned.
+# config and head-dim tile. d and NP stay specialized: d % 16 == 0 and NP % 16 == 0 tell the compiler each row of
+# q, v and kt starts 16-byte aligned (16-byte copies).
+#
+# K arrives transposed, kt = K^T per head, (B, H, d, NP) with NP = N rounded up to 16 and zeros past N: a tile
+# kt[c, j0:j0 + BK] is BK consecutive keys. In the float32 tl.dot(a, b) neighbouring lanes read neighbouring
+# columns of b from shared memory: with b = tl.trans(k) those columns are d floats apart (the same banks at
+# d = 64: 8-way conflicts on every read, 10-12 TFLOP/s on an H100); in a key-contiguous kt tile they are adjacent.
+# The score product is split over the two halves of the head dim (q_lo kt_lo + q_up kt_up): the product's
+# inner size is what each thread holds in registers per operand row, and the whole d spills (see FLASH).
 @triton.autotune(configs=FLASH, key=["N_class", "BLOCK_D"])
 @triton.jit(do_not_specialize=["H", "N"])
-def attention_flash_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, N, d, qk_scale, causal, N_class, BQ: tl.constexpr,
+def attention_flash_kernel(q_ptr, kt_ptr, v_ptr, o_ptr, H, N, NP, d, qk_scale, causal, N_class, BQ: tl.constexpr,
                            BK: tl.constexpr, BLOCK_D: tl.constexpr):
+    DC: tl.constexpr = BLOCK_D // 2  # half the head-dim tile (16 at least)
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
     stride = H * d
-    head = (b.to(tl.int64) * N * H + h) * d
+    head = (b.to(tl.int64) * N * H + h) * d  # row 0 of this head in q, v and o
+    head_t = bh.to(tl.int64) * d * NP  # row 0 (c = 0) of this head in kt
     qs = tl.program_id(0) * BQ + tl.arange(0, BQ)  # this program's query rows
     cs = tl.arange(0, BLOCK_D)
-    q = tl.load(q_ptr + head + qs[:, None] * stride + cs[None, :], mask=(qs[:, None] < N) & (cs[None, :] < d),
-                other=0.0)
-    q = q * qk_scale  # scale * log2(e) folded into q once: the scores come out in log2 units
+    lo = tl.arange(0, DC)  # the two halves of the head dim
+    up = DC + tl.arange(0, DC)
+    q_row = qs[:, None] < N
+    # scale * log2(e) folded into q once: the scores come out in log2 units
+    q_lo = tl.load(q_ptr + head + qs[:, None] * stride + lo[None, :], mask=q_row & (lo[None, :] < d), other=0.0)
+    q_up = tl.load(q_ptr + head + qs[:, None] * stride + up[None, :], mask=q_row & (up[None, :] < d), other=0.0)
+    q_lo = q_lo * qk_scale  # noqa: F841
+    q_up = q_up * qk_scale  # noqa: F841
     m = tl.full([BQ], float("-inf"), tl.float32)  # noqa: F841  per query row: running max, sum, output row
     l_i = tl.zeros([BQ], tl.float32)
     acc = tl.zeros([BQ, BLOCK_D], tl.float32)
@@ -131,11 +153,16 @@ def attention_flash_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, N, d, qk_scale, causal
     hi = tl.where(causal != 0, tl.minimum(N, (tl.program_id(0) + 1) * BQ), N)
     for j0 in range(0, hi, BK):
         js = j0 + tl.arange(0, BK)
-        kv_mask = (js[:, None] < N) & (cs[None, :] < d)
-        k = tl.load(k_ptr + head + js[:, None] * stride + cs[None, :], mask=kv_mask, other=0.0)  # noqa: F841
-        v = tl.load(v_ptr + head + js[:, None] * stride + cs[None, :], mask=kv_mask, other=0.0)  # noqa: F841
-        # TODO(task 4.T3): one step of the online softmax over this tile of keys (~10 lines):
-        #   1. s = the [BQ, BK] scores q k^T (tl.dot(q, tl.trans(k), input_precision="ieee"));
+        in_kt = js[None, :] < NP  # kt holds zeros from N to NP: a mask the compiler sees in 16-key steps
+        kt_lo = tl.load(kt_ptr + head_t + lo[:, None] * NP + js[None, :], mask=(lo[:, None] < d) & in_kt,  # noqa: F841
+                        other=0.0)
+        kt_up = tl.load(kt_ptr + head_t + up[:, None] * NP + js[None, :], mask=(up[:, None] < d) & in_kt,  # noqa: F841
+                        other=0.0)
+        v = tl.load(v_ptr + head + js[:, None] * stride + cs[None, :], mask=(js[:, None] < N) & (cs[None, :] < d),  # noqa: F841
+                    other=0.0)
+        # TODO(task 4.T3): one step of the online softmax over this tile of keys (~11 lines):
+        #   1. s = the [BQ, BK] scores: tl.dot(q_lo, kt_lo, input_precision="ieee"), then the upper half added
+        #      by tl.dot(q_up, kt_up, s, input_precision="ieee") (the third argument is the accumulator);
         #   2. set s to -inf where the key does not exist (js >= N) and, when causal != 0, where js > qs;
         #   3. m_new = max(m, the row max of s); p = exp2(s - m_new[:, None]); alpha = exp2(m - m_new);
         #   4. l_i = l_i * alpha + the row sums of p; acc = acc * alpha[:, None] + tl.dot(p, v, ...); m = m_new.
@@ -144,7 +171,7 @@ def attention_flash_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, N, d, qk_scale, causal
         # first tile on: no -inf - -inf. Rows past N compute garbage that is never stored.
         pass
     tl.store(o_ptr + head + qs[:, None] * stride + cs[None, :], acc / l_i[:, None],
-             mask=(qs[:, None] < N) & (cs[None, :] < d))
+             mask=q_row & (cs[None, :] < d))
 
 
 def attention_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, B: int, H: int, N: int,
@@ -157,7 +184,13 @@ def attention_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.
     if B * N * H * d >= 2**31:
         raise ValueError(f"attention_flash: B * N * H * d = {B * N * H * d}: 2^31 floats or more do not fit the "
                          "kernel's int32 row offsets")
+    # K^T per head, key-contiguous and zero-padded to NP keys (see attention_flash_kernel): one copy of K,
+    # about 1% of the kernel's time at N = 4096.
+    n_pad = triton.cdiv(N, 16) * 16
+    kt = torch.empty((B, H, d, n_pad), dtype=k.dtype, device=k.device)
+    kt[..., :N].copy_(k.reshape(-1)[: B * N * H * d].view(B, N, H, d).permute(0, 2, 3, 1))
+    kt[..., N:].zero_()
     grid = lambda meta: (triton.cdiv(N, meta["BQ"]), B * H)  # noqa: E731
-    attention_flash_kernel[grid](q, k, v, o, H, N, d, scale * LOG2E, int(causal), size_class(N, 1024),
-                                 BLOCK_D=max(16, triton.next_power_of_2(d)))
+    attention_flash_kernel[grid](q, kt, v, o, H, N, n_pad, d, scale * LOG2E, int(causal), size_class(N, 1024),
+                                 BLOCK_D=max(32, triton.next_power_of_2(d)))
 

@@ -86,10 +86,15 @@ def sgemv_example(A: torch.Tensor, x: torch.Tensor, y: torch.Tensor, M: int, K: 
 # ----------------------------------------------------------------------------------------------------
 
 
+# VEC (given): the wrapper passes N and K divided by VEC (4 when both are multiples of 4, else 1), and the kernel
+# multiplies them back. Triton specializes an integer argument only when it is a multiple of 16 (4092 is not), so
+# without this it cannot tell that every row of A, B and C starts 16 bytes after a 16-byte boundary, and loads
+# 4 bytes at a time; N = N4 * 4 states it (benchmarks/triton_codegen.py shows the 16-byte copies either way).
 @triton.autotune(configs=GEMM_CONFIGS, key=["M_class", "N_class", "K_class"])
 @triton.jit
-def sgemm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, M_class, N_class, K_class, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def sgemm_kernel(a_ptr, b_ptr, c_ptr, M, N4, K4, M_class, N_class, K_class, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr):
+    N, K = N4 * VEC, K4 * VEC  # the sizes, known to be multiples of VEC
     # Program order (given): programs run roughly in id order, so consecutive ids take GROUP_M tiles down a
     # column of C before moving right; those tiles share their slices of B, and GROUP_M rows of A tiles are
     # reused across the group, while they are still in L2 (the Triton tutorial's "grouped ordering").
@@ -134,4 +139,6 @@ def sgemm(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, M: int, N: int, K: 
         raise ValueError(f"sgemm: M={M}, N={N}, K={K}: a matrix of 2^31 or more floats does not fit the kernel's "
                          "int32 indices")
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-    sgemm_kernel[grid](A, B, C, M, N, K, size_class(M, 1024), size_class(N, 1024), size_class(K, 1024), GROUP_M=8)
+    vec = 4 if N % 4 == 0 and K % 4 == 0 else 1  # see sgemm_kernel: rows 16-byte aligned when both are
+    sgemm_kernel[grid](A, B, C, M, N // vec, K // vec, size_class(M, 1024), size_class(N, 1024), size_class(K, 1024),
+                       GROUP_M=8, VEC=vec)
