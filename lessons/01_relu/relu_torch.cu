@@ -7,14 +7,17 @@
 // torch, launch on PyTorch's current stream and check the launch. torch.utils.cpp_extension.load_inline
 // (or a setup.py with CUDAExtension, see extension_setup/) compiles such a file and binds each listed
 // function with pybind11. The price is build time: the torch headers make one build take tens of
-// seconds instead of one or two (README: "Three ways to build an extension").
+// seconds instead of one or two (README: "Three ways to build an extension"). This file includes
+// <torch/types.h> (torch::Tensor, the ATen ops, TORCH_CHECK) rather than the usual <torch/extension.h>, which
+// adds the whole C++ frontend and pybind11: only the binding that load_inline writes needs those, and nvcc
+// then compiles this file in about half the time (33 s instead of 64 s on the H100 machine).
 //
 // Functions (callable as m.<name>(...) on cc.lesson("01_relu"); they return tensors):
 //   scale_forward(x, a)   worked example: returns a * x
 //   relu_forward(x)       task 1.6: returns max(x, 0), checking its input like a real extension
 // ====================================================================================================
 
-#include <torch/extension.h>
+#include <torch/types.h>            // torch::Tensor, torch::empty_like, TORCH_CHECK
 #include <c10/cuda/CUDAStream.h>     // c10::cuda::getCurrentCUDAStream()
 #include <c10/cuda/CUDAException.h>  // C10_CUDA_KERNEL_LAUNCH_CHECK()
 
