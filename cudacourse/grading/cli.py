@@ -409,6 +409,9 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
         for t in mine:
             if (t.lesson, t.id) not in st.timed:
                 keyed.setdefault((t.lesson, st.task_files.get((t.lesson, t.id), ())), []).append(t)
+        merged = _merge_shared_builds(course, subs[i], keyed, st)
+        if len(subs) * len(merged) >= 2 * jobs:  # still two processes per job: one process per lesson saves
+            keyed = merged                         # a python, pytest and torch start-up per group
         # about two processes per job: a long task (the lesson 06 capstone) then holds up fewer others, and a
         # job that finishes early finds work left
         split = max(1, -(-2 * jobs // (len(subs) * max(1, len(keyed)))))
@@ -427,6 +430,35 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
             out.append((i, timed))
     # every submission's ordinary processes before any timed one
     return sorted(out, key=lambda g: all((t.lesson, t.id) in st.timed for t in g[1]))
+
+
+def _merge_shared_builds(course: Course, sub: Submission, keyed: dict[tuple[str, tuple[str, ...]], list[TaskSpec]],
+                         st: RunSettings) -> dict[tuple[str, tuple[str, ...]], list[TaskSpec]]:
+    """``keyed`` with the kernel-file groups of each lesson joined into one, where that costs no wait.
+
+    Groups are kept apart by file so that the tasks of a quick file need not wait for a slow torch-route
+    build. A submission's torch-route file identical to the instructor's is built once per run, into the
+    shared cache (``runner._warm_up``): no slow build of its own, so its tasks may run with the others, in one
+    process instead of two. The Triton twins (no build) and this checkout's own files stay as they are."""
+    if sub.build_dir is None:
+        return keyed
+    out: dict[tuple[str, tuple[str, ...]], list[TaskSpec]] = {}
+    joined: dict[str, tuple[set[str], list[TaskSpec]]] = {}
+    for (lesson, files), tasks in keyed.items():
+        info = course.lesson(lesson)
+        if set(files) <= set(info.triton_files):
+            out[(lesson, files)] = tasks
+            continue
+        files_, tasks_ = joined.setdefault(lesson, (set(), []))
+        files_.update(files)
+        tasks_ += tasks
+    for lesson, (files, tasks) in joined.items():
+        shared = {n for n, _ in runner.instructor_files(sub, lesson, st)}
+        if (set(files) & set(course.lesson(lesson).torch_files)) - shared:  # a slow build of its own
+            out.update({k: v for k, v in keyed.items() if k[0] == lesson and k not in out})
+        else:
+            out[(lesson, tuple(sorted(files)))] = sorted(tasks, key=lambda t: task_sort_key(t.id))
+    return out
 
 
 def _own_work_lock(course: Course, impl: str) -> filelock.FileLock:
