@@ -25,6 +25,7 @@ from cudacourse.course import Course, course
 from cudacourse.grading import cli
 from cudacourse.grading.results import TestRecord, fold_tasks
 from cudacourse.grading.screens import screen_kernel_file, screen_python_file
+from cudacourse.settings import using
 from cudacourse.source import mask
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -405,10 +406,23 @@ def fake_course(tmp_path: Path) -> Path:
     return course
 
 
+_SHARED_BUILD: list[Path] = []  # the session's grader build cache (conftest.grader_build_cache), once known
+
+
+@pytest.fixture(autouse=True)
+def _shared_grader_build(grader_build_cache: Path) -> None:
+    _SHARED_BUILD[:] = [grader_build_cache]
+
+
 def _grade(course: Path, *args: str) -> int:
+    """Grade on the simulator, with the session's shared run cache (unless the test set CUDA_COURSE_BUILD)."""
     # The default --build-timeout: with 2 s, a loaded 2-core machine stopped the warm-up (torch import and the
     # simulator's runtime) and every task failed as unbuildable.
-    return cli.main(["--course", str(course), "--backend", "sim", *args])
+    argv = ["--course", str(course), "--backend", "sim", *args]
+    if os.environ.get("CUDA_COURSE_BUILD") or not _SHARED_BUILD:
+        return cli.main(argv)
+    with using(build_dir=_SHARED_BUILD[0]):
+        return cli.main(argv)
 
 
 def test_grader_verdicts_isolation_and_reports(fake_course: Path, tmp_path: Path) -> None:
@@ -797,13 +811,14 @@ def test_corpus(tmp_path: Path) -> None:
     env_backend = os.environ.get("CUDA_COURSE_BACKEND", "sim")
     t0 = time.monotonic()
     cuda_tasks = [t.id for t in course().lesson("01_relu").tasks if t.track == "cuda"] + ["1.H"]
-    rc = cli.main(["--batch", str(corpus), "--lessons", "01_relu", "--hidden", str(HIDDEN_EXAMPLE),
-                   "--tasks", *cuda_tasks,
-                   "--backend", env_backend if env_backend in ("sim", "cuda") else "sim",
-                   # 60 s per case: at 20 s a loaded 2-core machine once timed out the torch-route case of a
-                   # correct relu_torch.cu (fresh clone, 2026-11-23); the two endless-loop cases pay it
-                   "--timeout", "60", "--jobs", "2", "--json", str(out), "--markdown", str(out),
-                   "--gradescope", str(out), "-q"])
+    with using(build_dir=_SHARED_BUILD[0]):  # the runtime and relu_torch.cu's shared build: once per session
+        rc = cli.main(["--batch", str(corpus), "--lessons", "01_relu", "--hidden", str(HIDDEN_EXAMPLE),
+                       "--tasks", *cuda_tasks,
+                       "--backend", env_backend if env_backend in ("sim", "cuda") else "sim",
+                       # 60 s per case: at 20 s a loaded 2-core machine once timed out the torch-route case of a
+                       # correct relu_torch.cu (fresh clone, 2026-11-23); the two endless-loop cases pay it
+                       "--timeout", "60", "--jobs", "2", "--json", str(out), "--markdown", str(out),
+                       "--gradescope", str(out), "-q"])
     seconds = time.monotonic() - t0
     print(f"corpus of {len(cases)} submissions graded in {seconds:.0f} s")
     assert rc == 0
