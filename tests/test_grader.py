@@ -603,6 +603,47 @@ def test_task_groups_twins_first_torch_files_last_speed_in_one_process() -> None
         assert at == list(range(at[0], at[0] + len(at))) or at == sorted(at), ids  # consecutive, in order
 
 
+def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructors(tmp_path: Path) -> None:
+    """A batch's submission whose relu_torch.cu is the instructor's (built once per run, in the shared cache) runs
+    lesson 01's CUDA tasks in one process; one with its own relu_torch.cu (a slow build) keeps 1.6 apart, and so
+    does every submission of a batch too small to keep each job busy with two processes."""
+    import threading
+
+    from cudacourse.grading.results import TaskSpec
+    from cudacourse.grading.runner import RunSettings
+    from cudacourse.grading.staging import Submission
+
+    c = course(ROOT)
+    declared = {(t.lesson, t.id): t for t in c.tasks()}
+    cuda = [t for t in c.tasks() if t.lesson == "01_relu" and t.track == "cuda" and not t.gpu]
+    tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in cuda]
+    st = RunSettings(["01_relu"], 1, "sim", 60.0, 300.0, tmp_path / "build", "brief", False, "sim",
+                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()},
+                     instructor=cli.instructor_hashes(c), builders=threading.Semaphore(1))
+    subs = []
+    for name in ("same", "own", "same2", "own2"):
+        sub = Submission(name, tmp_path / name, "submission", pristine=tmp_path / name, build_dir=tmp_path / "b")
+        d = sub.pristine / "lessons" / "01_relu"  # type: ignore[operator]
+        d.mkdir(parents=True)
+        (d / "relu.cu").write_text("// the learner's relu.cu\n")
+        torch_file = (ROOT / "solutions" / "01_relu" / "relu_torch.cu").read_text()
+        (d / "relu_torch.cu").write_text(torch_file if name.startswith("same") else torch_file + "// edited\n")
+        subs.append(sub)
+    ids = sorted(t.id for t in cuda)
+
+    def groups(n: int) -> dict[str, list[list[str]]]:
+        out: dict[str, list[list[str]]] = {}
+        for i, g in cli.task_groups(c, subs[:n], tasks, {k: set() for k in range(n)}, st, jobs=2):
+            out.setdefault(subs[i].name, []).append([t.id for t in g])
+        return out
+
+    many = groups(4)
+    assert many["same"] == [ids] and many["same2"] == [ids], many  # one process, tasks in order
+    assert many["own"] == [[i for i in ids if i != "1.6"], ["1.6"]] == many["own2"], many
+    few = groups(1)  # one submission, two jobs: 1.6 apart (and the rest split to fill the jobs)
+    assert ["1.6"] in few["same"] and len(few["same"]) >= 2, few
+
+
 def test_a_task_on_an_untouched_file_is_neither_built_nor_run(fake_course: Path, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 15 (stumble 13): a learner who had not opened relu_torch.cu waited 63 s for its build in every
