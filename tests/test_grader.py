@@ -644,6 +644,29 @@ def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructo
     assert ["1.6"] in few["same"] and len(few["same"]) >= 2, few
 
 
+def test_the_warm_up_builds_a_kernel_only_file_without_torch(tmp_path: Path, grader_build_cache: Path) -> None:
+    """The warm-up worker builds a kernel-only file for the simulator as loader.Module would (same cache entry)
+    without importing torch (2 CPU-s per submission and lesson in a batch) or starting a simulator worker."""
+    from cudacourse.grading import runner
+    from cudacourse.settings import Settings, to_env
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_COURSE_")}
+    env.update(to_env(Settings(impl="solution", backend="sim", build_dir=tmp_path / "own")))
+    env["CUDA_COURSE_BUILD_SHARED"] = str(grader_build_cache)  # the runtime, as in a grade's warm-up
+    r = subprocess.run([sys.executable, "-X", "importtime", "-c", runner._WARM_UP, "01_relu", "sim", "1", "relu.cu"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.stdout.split()[:1] == ["start"] and r.stdout.split("\n")[1].split()[:2] == ["done", "relu.cu"], r.stdout
+    imported = {ln.split("|")[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")}
+    assert "cudacourse.sim" in imported and "torch" not in imported, sorted(imported)
+    assert "sim" in {p.name for p in (tmp_path / "own").iterdir()}, "relu.cu was not built into the cache"
+    with using(build_dir=tmp_path / "own"):  # the tests' build of the same file is a cache hit
+        from cudacourse.loader import load
+
+        before = {p.name for p in (tmp_path / "own" / "sim").iterdir()}
+        load(ROOT / "solutions" / "01_relu" / "relu.cu", backend="sim", check=None)
+        assert {p.name for p in (tmp_path / "own" / "sim").iterdir()} == before
+
+
 def test_a_task_on_an_untouched_file_is_neither_built_nor_run(fake_course: Path, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 15 (stumble 13): a learner who had not opened relu_torch.cu waited 63 s for its build in every
