@@ -1142,3 +1142,22 @@ def test_the_capstone_test_refuses_a_torch_answer(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(t04, "_decoder", lambda: import_file(tmp_path / "decoder.py"))
     with pytest.raises(RuntimeError, match=r"decoder\.py:\d+: calls torch's \w*linear\w*\(\)"):
         t04.test_decoder_block_matches_pytorch()
+
+
+def test_an_oversized_file_is_not_scanned_for_untouched_todos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A submission's file over the size limit (refused "too large" when staged) is never compared block by block
+    with the stub: the 50 MB attack cost the grader a minute of CPU there. Its tasks are graded (and fail)."""
+    from cudacourse.grading.staging import MAX_SOURCE_BYTES, Submission
+
+    folder = tmp_path / "sub" / "lessons" / "01_relu"
+    shutil.copytree(ROOT / "lessons" / "01_relu", folder)
+    relu = folder / "relu.cu"
+    relu.write_text(relu.read_text() + "//" + "x" * MAX_SOURCE_BYTES + "\n")
+    scanned: list[str] = []
+    monkeypatch.setattr(cli, "untouched_todos", lambda c, info, t, f: scanned.append(t.id) or [])
+    c = course()
+    declared = cli.declared_tasks(c, None)
+    idle = cli.untouched_tasks(c, Submission("sub", tmp_path / "sub", "submission"), declared, ["01_relu"])
+    on_relu = {t.id for t in c.lesson("01_relu").tasks if "relu.cu" in c.lesson("01_relu").files_of(t)}
+    assert on_relu and not on_relu & {tid for (_, tid) in idle}, idle
+    assert not on_relu & set(scanned), scanned

@@ -23,6 +23,7 @@ from cudacourse.checkcmd import file_states, lesson_started, untouched_todos
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
 from cudacourse.grading import runner
+from cudacourse.grading.confine import SourceTooLarge, check_source_size
 from cudacourse.grading.feedback import complete_compile_errors, feedback, scrub, secret_lines
 from cudacourse.grading.reports import (
     NOT_STARTED,
@@ -44,7 +45,7 @@ from cudacourse.grading.runner import (
     sanitizer_report,
     signal_name,
 )
-from cudacourse.grading.staging import Submission, manifest, stage_harness, stage_kernels
+from cudacourse.grading.staging import MAX_SOURCE_BYTES, Submission, manifest, stage_harness, stage_kernels
 from cudacourse.settings import current
 
 EXIT_OK, EXIT_GRADER_ERROR = 0, 2
@@ -121,9 +122,21 @@ def untouched_tasks(course: Course, sub: Submission, declared: dict[tuple[str, s
                 continue
             if set(files) <= untouched:
                 out[(lid, t.id)] = f"{', '.join(files)} {'is' if len(files) == 1 else 'are'} still the stub"
+            elif _too_large([folder / f for f in files]):
+                continue  # refused when staged ("too large"), so not the stub; and not scanned here (a 50 MB file
+                #           took the grader a minute of CPU per TODO block compared)
             elif todos := untouched_todos(course, info, t, folder):
                 out[(lid, t.id)] = f"its TODO in {', '.join(todos)} is still the stub"
     return out
+
+
+def _too_large(paths: list[Path]) -> bool:
+    """Whether a file of ``paths`` is over the limit staging refuses (``staging.MAX_SOURCE_BYTES``)."""
+    try:
+        check_source_size([p for p in paths if p.is_file()], MAX_SOURCE_BYTES)
+    except SourceTooLarge:
+        return True
+    return False
 
 
 def not_started_results(course: Course, declared: dict[tuple[str, str], Task], idle: dict[tuple[str, str], str],
