@@ -652,7 +652,10 @@ def test_the_warm_up_builds_a_kernel_only_file_without_torch(tmp_path: Path, gra
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_COURSE_")}
     env.update(to_env(Settings(impl="solution", backend="sim", build_dir=tmp_path / "own")))
-    env["CUDA_COURSE_BUILD_SHARED"] = str(grader_build_cache)  # the runtime, as in a grade's warm-up
+    shared = tmp_path / "shared"  # the session's runtime, if built (its other builds would hide this one)
+    if (grader_build_cache / "sim-rt").is_dir():
+        shutil.copytree(grader_build_cache / "sim-rt", shared / "sim-rt", ignore=shutil.ignore_patterns("*.lock"))
+    env["CUDA_COURSE_BUILD_SHARED"] = str(shared)
     r = subprocess.run([sys.executable, "-X", "importtime", "-c", runner._WARM_UP, "01_relu", "sim", "1", "relu.cu"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.stdout.split()[:1] == ["start"] and r.stdout.split("\n")[1].split()[:2] == ["done", "relu.cu"], r.stdout
