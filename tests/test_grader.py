@@ -25,6 +25,7 @@ from cudacourse.course import Course, course
 from cudacourse.grading import cli
 from cudacourse.grading.results import TestRecord, fold_tasks
 from cudacourse.grading.screens import screen_kernel_file, screen_python_file
+from cudacourse.settings import using
 from cudacourse.source import mask
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -405,10 +406,23 @@ def fake_course(tmp_path: Path) -> Path:
     return course
 
 
+_SHARED_BUILD: list[Path] = []  # the session's grader build cache (conftest.grader_build_cache), once known
+
+
+@pytest.fixture(autouse=True)
+def _shared_grader_build(grader_build_cache: Path) -> None:
+    _SHARED_BUILD[:] = [grader_build_cache]
+
+
 def _grade(course: Path, *args: str) -> int:
+    """Grade on the simulator, with the session's shared run cache (unless the test set CUDA_COURSE_BUILD)."""
     # The default --build-timeout: with 2 s, a loaded 2-core machine stopped the warm-up (torch import and the
     # simulator's runtime) and every task failed as unbuildable.
-    return cli.main(["--course", str(course), "--backend", "sim", *args])
+    argv = ["--course", str(course), "--backend", "sim", *args]
+    if os.environ.get("CUDA_COURSE_BUILD") or not _SHARED_BUILD:
+        return cli.main(argv)
+    with using(build_dir=_SHARED_BUILD[0]):
+        return cli.main(argv)
 
 
 def test_grader_verdicts_isolation_and_reports(fake_course: Path, tmp_path: Path) -> None:
@@ -587,6 +601,73 @@ def test_task_groups_twins_first_torch_files_last_speed_in_one_process() -> None
         assert len({i.split(".")[0] for i in g}) == 1 and not any(i in ("1.7", "2.7") for i in g), ids
         at = [order.index(i) for i in g]
         assert at == list(range(at[0], at[0] + len(at))) or at == sorted(at), ids  # consecutive, in order
+
+
+def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructors(tmp_path: Path) -> None:
+    """A batch's submission whose relu_torch.cu is the instructor's (built once per run, in the shared cache) runs
+    lesson 01's CUDA tasks in one process; one with its own relu_torch.cu (a slow build) keeps 1.6 apart, and so
+    does every submission of a batch too small to keep each job busy with two processes."""
+    import threading
+
+    from cudacourse.grading.results import TaskSpec
+    from cudacourse.grading.runner import RunSettings
+    from cudacourse.grading.staging import Submission
+
+    c = course(ROOT)
+    declared = {(t.lesson, t.id): t for t in c.tasks()}
+    cuda = [t for t in c.tasks() if t.lesson == "01_relu" and t.track == "cuda" and not t.gpu]
+    tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in cuda]
+    st = RunSettings(["01_relu"], 1, "sim", 60.0, 300.0, tmp_path / "build", "brief", False, "sim",
+                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()},
+                     instructor=cli.instructor_hashes(c), builders=threading.Semaphore(1))
+    subs = []
+    for name in ("same", "own", "same2", "own2"):
+        sub = Submission(name, tmp_path / name, "submission", pristine=tmp_path / name, build_dir=tmp_path / "b")
+        d = sub.pristine / "lessons" / "01_relu"  # type: ignore[operator]
+        d.mkdir(parents=True)
+        (d / "relu.cu").write_text("// the learner's relu.cu\n")
+        torch_file = (ROOT / "solutions" / "01_relu" / "relu_torch.cu").read_text()
+        (d / "relu_torch.cu").write_text(torch_file if name.startswith("same") else torch_file + "// edited\n")
+        subs.append(sub)
+    ids = sorted(t.id for t in cuda)
+
+    def groups(n: int) -> dict[str, list[list[str]]]:
+        out: dict[str, list[list[str]]] = {}
+        for i, g in cli.task_groups(c, subs[:n], tasks, {k: set() for k in range(n)}, st, jobs=2):
+            out.setdefault(subs[i].name, []).append([t.id for t in g])
+        return out
+
+    many = groups(4)
+    assert many["same"] == [ids] and many["same2"] == [ids], many  # one process, tasks in order
+    assert many["own"] == [[i for i in ids if i != "1.6"], ["1.6"]] == many["own2"], many
+    few = groups(1)  # one submission, two jobs: 1.6 apart (and the rest split to fill the jobs)
+    assert ["1.6"] in few["same"] and len(few["same"]) >= 2, few
+
+
+def test_the_warm_up_builds_a_kernel_only_file_without_torch(tmp_path: Path, grader_build_cache: Path) -> None:
+    """The warm-up worker builds a kernel-only file for the simulator as loader.Module would (same cache entry)
+    without importing torch (2 CPU-s per submission and lesson in a batch) or starting a simulator worker."""
+    from cudacourse.grading import runner
+    from cudacourse.settings import Settings, to_env
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_COURSE_")}
+    env.update(to_env(Settings(impl="solution", backend="sim", build_dir=tmp_path / "own")))
+    shared = tmp_path / "shared"  # the session's runtime, if built (its other builds would hide this one)
+    if (grader_build_cache / "sim-rt").is_dir():
+        shutil.copytree(grader_build_cache / "sim-rt", shared / "sim-rt", ignore=shutil.ignore_patterns("*.lock"))
+    env["CUDA_COURSE_BUILD_SHARED"] = str(shared)
+    r = subprocess.run([sys.executable, "-X", "importtime", "-c", runner._WARM_UP, "01_relu", "sim", "1", "relu.cu"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.stdout.split()[:1] == ["start"] and r.stdout.split("\n")[1].split()[:2] == ["done", "relu.cu"], r.stdout
+    imported = {ln.split("|")[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")}
+    assert "cudacourse.sim" in imported and "torch" not in imported, sorted(imported)
+    assert "sim" in {p.name for p in (tmp_path / "own").iterdir()}, "relu.cu was not built into the cache"
+    with using(build_dir=tmp_path / "own"):  # the tests' build of the same file is a cache hit
+        from cudacourse.loader import load
+
+        before = {p.name for p in (tmp_path / "own" / "sim").iterdir()}
+        load(ROOT / "solutions" / "01_relu" / "relu.cu", backend="sim", check=None)
+        assert {p.name for p in (tmp_path / "own" / "sim").iterdir()} == before
 
 
 def test_a_task_on_an_untouched_file_is_neither_built_nor_run(fake_course: Path, tmp_path: Path,
@@ -797,13 +878,14 @@ def test_corpus(tmp_path: Path) -> None:
     env_backend = os.environ.get("CUDA_COURSE_BACKEND", "sim")
     t0 = time.monotonic()
     cuda_tasks = [t.id for t in course().lesson("01_relu").tasks if t.track == "cuda"] + ["1.H"]
-    rc = cli.main(["--batch", str(corpus), "--lessons", "01_relu", "--hidden", str(HIDDEN_EXAMPLE),
-                   "--tasks", *cuda_tasks,
-                   "--backend", env_backend if env_backend in ("sim", "cuda") else "sim",
-                   # 60 s per case: at 20 s a loaded 2-core machine once timed out the torch-route case of a
-                   # correct relu_torch.cu (fresh clone, 2026-11-23); the two endless-loop cases pay it
-                   "--timeout", "60", "--jobs", "2", "--json", str(out), "--markdown", str(out),
-                   "--gradescope", str(out), "-q"])
+    with using(build_dir=_SHARED_BUILD[0]):  # the runtime and relu_torch.cu's shared build: once per session
+        rc = cli.main(["--batch", str(corpus), "--lessons", "01_relu", "--hidden", str(HIDDEN_EXAMPLE),
+                       "--tasks", *cuda_tasks,
+                       "--backend", env_backend if env_backend in ("sim", "cuda") else "sim",
+                       # 60 s per case: at 20 s a loaded 2-core machine once timed out the torch-route case of a
+                       # correct relu_torch.cu (fresh clone, 2026-11-23); the two endless-loop cases pay it
+                       "--timeout", "60", "--jobs", "2", "--json", str(out), "--markdown", str(out),
+                       "--gradescope", str(out), "-q"])
     seconds = time.monotonic() - t0
     print(f"corpus of {len(cases)} submissions graded in {seconds:.0f} s")
     assert rc == 0
@@ -1063,3 +1145,22 @@ def test_the_capstone_test_refuses_a_torch_answer(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(t04, "_decoder", lambda: import_file(tmp_path / "decoder.py"))
     with pytest.raises(RuntimeError, match=r"decoder\.py:\d+: calls torch's \w*linear\w*\(\)"):
         t04.test_decoder_block_matches_pytorch()
+
+
+def test_an_oversized_file_is_not_scanned_for_untouched_todos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A submission's file over the size limit (refused "too large" when staged) is never compared block by block
+    with the stub: the 50 MB attack cost the grader a minute of CPU there. Its tasks are graded (and fail)."""
+    from cudacourse.grading.staging import MAX_SOURCE_BYTES, Submission
+
+    folder = tmp_path / "sub" / "lessons" / "01_relu"
+    shutil.copytree(ROOT / "lessons" / "01_relu", folder)
+    relu = folder / "relu.cu"
+    relu.write_text(relu.read_text() + "//" + "x" * MAX_SOURCE_BYTES + "\n")
+    scanned: list[str] = []
+    monkeypatch.setattr(cli, "untouched_todos", lambda c, info, t, f: scanned.append(t.id) or [])
+    c = course()
+    declared = cli.declared_tasks(c, None)
+    idle = cli.untouched_tasks(c, Submission("sub", tmp_path / "sub", "submission"), declared, ["01_relu"])
+    on_relu = {t.id for t in c.lesson("01_relu").tasks if "relu.cu" in c.lesson("01_relu").files_of(t)}
+    assert on_relu and not on_relu & {tid for (_, tid) in idle}, idle
+    assert not on_relu & set(scanned), scanned

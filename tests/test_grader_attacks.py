@@ -103,7 +103,7 @@ def _passwd_line() -> str:
 
 
 @pytest.fixture(scope="session")
-def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def graded(tmp_path_factory: pytest.TempPathFactory, grader_build_cache: Path) -> dict[str, Any]:
     """The batch grade, run once per test session: under xdist the suite twice graded it (390 s each) as
     its tests landed on two workers, so the first worker to get here grades and the others read its result
     (a file lock in the session's shared temporary folder)."""
@@ -119,13 +119,16 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         done = shared / "cc-attacks.pickle"
         if done.exists():
             return pickle.loads(done.read_bytes())
-        result = _grade_attacks(tmp_path_factory)
+        result = _grade_attacks(tmp_path_factory, grader_build_cache)
         done.write_bytes(pickle.dumps(result))
         return result
 
 
-def _grade_attacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Grade the attacks and an unchanged solution in one ``--batch`` run; what the tests check."""
+def _grade_attacks(tmp_path_factory: pytest.TempPathFactory, run_cache: Path) -> dict[str, Any]:
+    """Grade the attacks and an unchanged solution in one ``--batch`` run; what the tests check.
+
+    ``run_cache``: the run's build cache (the session's, ``conftest.grader_build_cache``), written only by the
+    grader's confined course's-copy workers; each submission builds in a folder of its own, as always."""
     tmp = tmp_path_factory.mktemp("attacks")
     course, hidden, batch, out = tmp / "course", tmp / "hidden", tmp / "batch", tmp / "out"
     _copy_course(course)
@@ -148,7 +151,7 @@ def _grade_attacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             (batch / name / rel).write_text(text)
     before = {"course": _checksums(course), "hidden": _checksums(hidden), "batch": _checksums(batch)}
     t0 = time.monotonic()
-    with using(build_dir=tmp / "build"):
+    with using(build_dir=run_cache):
         # The CUDA tasks only: every attack edits a .cu file, and the Triton twins (the solution's file in every
         # submission) cost an interpreter process per submission for verdicts no attack can change.
         rc = cli.main(["--batch", str(batch), "--course", str(course), "--lessons", LESSON, "--tasks", *TASKS,

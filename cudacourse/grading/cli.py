@@ -23,6 +23,7 @@ from cudacourse.checkcmd import file_states, lesson_started, untouched_todos
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
 from cudacourse.grading import runner
+from cudacourse.grading.confine import SourceTooLarge, check_source_size
 from cudacourse.grading.feedback import complete_compile_errors, feedback, scrub, secret_lines
 from cudacourse.grading.reports import (
     NOT_STARTED,
@@ -44,7 +45,7 @@ from cudacourse.grading.runner import (
     sanitizer_report,
     signal_name,
 )
-from cudacourse.grading.staging import Submission, manifest, stage_harness, stage_kernels
+from cudacourse.grading.staging import MAX_SOURCE_BYTES, Submission, manifest, stage_harness, stage_kernels
 from cudacourse.settings import current
 
 EXIT_OK, EXIT_GRADER_ERROR = 0, 2
@@ -121,9 +122,21 @@ def untouched_tasks(course: Course, sub: Submission, declared: dict[tuple[str, s
                 continue
             if set(files) <= untouched:
                 out[(lid, t.id)] = f"{', '.join(files)} {'is' if len(files) == 1 else 'are'} still the stub"
+            elif _too_large([folder / f for f in files]):
+                continue  # refused when staged ("too large"), so not the stub; and not scanned here (a 50 MB file
+                #           took the grader a minute of CPU per TODO block compared)
             elif todos := untouched_todos(course, info, t, folder):
                 out[(lid, t.id)] = f"its TODO in {', '.join(todos)} is still the stub"
     return out
+
+
+def _too_large(paths: list[Path]) -> bool:
+    """Whether a file of ``paths`` is over the limit staging refuses (``staging.MAX_SOURCE_BYTES``)."""
+    try:
+        check_source_size([p for p in paths if p.is_file()], MAX_SOURCE_BYTES)
+    except SourceTooLarge:
+        return True
+    return False
 
 
 def not_started_results(course: Course, declared: dict[tuple[str, str], Task], idle: dict[tuple[str, str], str],
@@ -409,6 +422,9 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
         for t in mine:
             if (t.lesson, t.id) not in st.timed:
                 keyed.setdefault((t.lesson, st.task_files.get((t.lesson, t.id), ())), []).append(t)
+        merged = _merge_shared_builds(course, subs[i], keyed, st)
+        if len(subs) * len(merged) >= 2 * jobs:  # still two processes per job: one process per lesson saves
+            keyed = merged                         # a python, pytest and torch start-up per group
         # about two processes per job: a long task (the lesson 06 capstone) then holds up fewer others, and a
         # job that finishes early finds work left
         split = max(1, -(-2 * jobs // (len(subs) * max(1, len(keyed)))))
@@ -427,6 +443,35 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
             out.append((i, timed))
     # every submission's ordinary processes before any timed one
     return sorted(out, key=lambda g: all((t.lesson, t.id) in st.timed for t in g[1]))
+
+
+def _merge_shared_builds(course: Course, sub: Submission, keyed: dict[tuple[str, tuple[str, ...]], list[TaskSpec]],
+                         st: RunSettings) -> dict[tuple[str, tuple[str, ...]], list[TaskSpec]]:
+    """``keyed`` with the kernel-file groups of each lesson joined into one, where that costs no wait.
+
+    Groups are kept apart by file so that the tasks of a quick file need not wait for a slow torch-route
+    build. A submission's torch-route file identical to the instructor's is built once per run, into the
+    shared cache (``runner._warm_up``): no slow build of its own, so its tasks may run with the others, in one
+    process instead of two. The Triton twins (no build) and this checkout's own files stay as they are."""
+    if sub.build_dir is None:
+        return keyed
+    out: dict[tuple[str, tuple[str, ...]], list[TaskSpec]] = {}
+    joined: dict[str, tuple[set[str], list[TaskSpec]]] = {}
+    for (lesson, files), tasks in keyed.items():
+        info = course.lesson(lesson)
+        if set(files) <= set(info.triton_files):
+            out[(lesson, files)] = tasks
+            continue
+        files_, tasks_ = joined.setdefault(lesson, (set(), []))
+        files_.update(files)
+        tasks_ += tasks
+    for lesson, (files, tasks) in joined.items():
+        shared = {n for n, _ in runner.instructor_files(sub, lesson, st)}
+        if (set(files) & set(course.lesson(lesson).torch_files)) - shared:  # a slow build of its own
+            out.update({k: v for k, v in keyed.items() if k[0] == lesson and k not in out})
+        else:
+            out[(lesson, tuple(sorted(files)))] = sorted(tasks, key=lambda t: task_sort_key(t.id))
+    return out
 
 
 def _own_work_lock(course: Course, impl: str) -> filelock.FileLock:

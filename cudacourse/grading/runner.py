@@ -399,12 +399,19 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-import cudacourse as cc
-m = cc.lesson(sys.argv[1])
-threads = int(sys.argv[2])
-only = set(sys.argv[3:])  # the files to build (default: every kernel file of the lesson; "-": none)
-if m.backend == "sim":
-    from cudacourse.sim import runtime_object
+from pathlib import Path
+
+from cudacourse import settings
+from cudacourse.course import course as course_model
+from cudacourse.loader import exposed_functions, lesson_dir, load
+from cudacourse.source import launcher, uses_torch
+
+name, backend, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+only = set(sys.argv[4:])  # the files to build (default: every kernel file of the lesson; "-": none)
+folder = lesson_dir(name)
+info = course_model(settings.current().root).lesson(name)
+if backend == "sim":
+    from cudacourse.sim import SimLibrary, runtime_object
 
     runtime_object()  # the simulator's runtime: the instructor's code, built once into the cache
 lock = threading.Lock()
@@ -418,12 +425,20 @@ def build(f):
     say("start", f.name)
     t0 = time.monotonic()
     try:
-        m.module(f.name)
+        text = f.read_text()
+        if backend == "sim" and not uses_torch(text):
+            # what loader.Module builds for this file (same cache entry), without loading it: no torch import
+            # here, and no simulator worker
+            las = [launcher(text, fn) for fn in exposed_functions(text)]
+            SimLibrary.build(text, str(f.resolve()), las, checked=True)
+        else:
+            load(f, None, backend=backend)
         say("done", f.name, f"{time.monotonic() - t0:.1f}")
     except Exception as e:
         say("fail", f.name, f"{time.monotonic() - t0:.1f}", type(e).__name__)
 
-todo = [f for f in m.files() if f.suffix in (".cu", ".cuh") and (not only or f.name in only)]
+todo = [folder / n for n in info.kernel_files if (folder / n).is_file() and Path(n).suffix in (".cu", ".cuh")
+        and (not only or n in only)]
 with ThreadPoolExecutor(max(1, threads)) as pool:  # the compilers run as child processes: threads suffice
     list(pool.map(build, todo))
 os._exit(0)  # never wait on a slow interpreter exit
@@ -458,7 +473,7 @@ def _warm_up(sub: Submission, lesson: str, names: list[str], st: RunSettings) ->
     Runs in a thread of its own from the start of the grade, at most ``jobs`` lessons at a time
     (``st.builders``), in ``sub.build_slot``, a copy of the staged submission that no test uses. A submission's
     files identical to the instructor's (its solution or stub) are first built into the run's shared cache by a
-    worker that loads nothing else of the submission (:func:`_instructor_files`); the submission's own workers
+    worker that loads nothing else of the submission (:func:`instructor_files`); the submission's own workers
     read that cache and write only their own. Building runs none of the submission's code, so the tests'
     watchdog can then hold each case to ``--timeout`` alone. A file that does not compile is left to the
     tests, which report it. A file whose build is still running after ``st.build_timeout`` is recorded in
@@ -470,13 +485,22 @@ def _warm_up(sub: Submission, lesson: str, names: list[str], st: RunSettings) ->
             if STOPPING.is_set():
                 return
             assert sub.build_slot is not None
+            own = list(names)
             if sub.build_dir is not None:
-                mine = [(n, h) for n, h in _instructor_files(sub, lesson, st) if n in names]
+                mine = [(n, h) for n, h in instructor_files(sub, lesson, st) if n in names]
                 # (with no file of the instructor's: the simulator's runtime alone)
-                st.shared_built.run((lesson, tuple(mine)), lambda: _build(
+                shared = st.shared_built.run((lesson, tuple(mine)), lambda: _build(
                     sub, sub.build_slot, lesson, st, [n for n, _ in mine] or ["-"], st.build_dir, shared=None,
                     label="the course's copy"))
-            _build(sub, sub.build_slot, lesson, st, names or ["-"], build_dir_of(sub, st),
+                # Files the shared build finished are in the run's cache, which the task processes read first:
+                # no second worker for them (a torch-route file would cost a torch worker for a cache hit).
+                done = set(shared or ()) & {n for n, _ in mine}
+                for n in sorted(done):
+                    sub.builds.event(lesson, n).set()
+                own = [n for n in names if n not in done]
+                if not own and (st.backend_name != "sim" or shared is not None):
+                    return  # nothing of its own to build (the simulator's runtime is in the shared cache too)
+            _build(sub, sub.build_slot, lesson, st, own or ["-"], build_dir_of(sub, st),
                    shared=st.build_dir if sub.build_dir else None,
                    on_file=lambda n: sub.builds.event(lesson, n).set())
     except Exception as e:  # noqa: BLE001 - the tasks then build (and report) the file themselves
@@ -486,7 +510,7 @@ def _warm_up(sub: Submission, lesson: str, names: list[str], st: RunSettings) ->
             sub.builds.event(lesson, n).set()
 
 
-def _instructor_files(sub: Submission, lesson: str, st: RunSettings) -> list[tuple[str, str]]:
+def instructor_files(sub: Submission, lesson: str, st: RunSettings) -> list[tuple[str, str]]:
     """(name, sha256) of ``sub``'s kernel files of ``lesson`` identical to the instructor's solution or stub
     (none when any header of the lesson differs: a header is compiled into every file that includes it)."""
     assert sub.pristine is not None
@@ -500,14 +524,16 @@ def _instructor_files(sub: Submission, lesson: str, st: RunSettings) -> list[tup
 
 
 def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list[str], build_dir: Path,
-           shared: Path | None, label: str = "", on_file: Callable[[str], None] | None = None) -> None:
+           shared: Path | None, label: str = "", on_file: Callable[[str], None] | None = None) -> set[str]:
     """One warm-up worker: build ``only`` (``["-"]``: none) of ``lesson`` into ``build_dir``, reading ``shared``
     first; progress lines as files start and end, ``on_file(name)`` as each ends; stopped after
-    ``st.build_timeout``."""
+    ``st.build_timeout``. Returns the names of the files that built."""
     env = child_env(slot, st.seed, st.backend, build_dir)
     if shared is not None:
         env[SHARED_ENV] = str(shared)
-    proc = start_worker([_python(), "-c", _WARM_UP, lesson, str(st.build_threads), *only], cwd=slot, env=env,
+    built: set[str] = set()
+    proc = start_worker([_python(), "-c", _WARM_UP, lesson, st.backend_name, str(st.build_threads), *only],
+                        cwd=slot, env=env,
                         scratch=scratch_of(slot), writable=[build_dir], readable=[shared] if shared is not None else [],
                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace")
     LIVE.add(proc)
@@ -526,6 +552,8 @@ def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list
             elif len(word) >= 3 and word[0] in ("done", "fail"):
                 if word[1] in building:
                     building.remove(word[1])
+                if word[0] == "done":
+                    built.add(word[1])
                 how = "built" if word[0] == "done" else f"does not build ({' '.join(word[3:4]) or 'error'})"
                 st.say(sub, f"{lesson}: {word[1]} {how} in {word[2]} s")
                 if on_file is not None:
@@ -547,6 +575,7 @@ def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list
                     f"{st.build_timeout:g} s (--build-timeout)")
     finally:
         LIVE.discard(proc)
+    return built
 
 
 def _sandbox_failure(run: _Run) -> str:

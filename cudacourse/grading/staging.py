@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cudacourse.course import Course
 from cudacourse.grading.confine import SourceTooLarge, check_source_size
@@ -72,9 +73,11 @@ class Once:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._done: dict[object, threading.Event] = {}
+        self._result: dict[object, Any] = {}
 
-    def run(self, key: object, job: Callable[[], None]) -> None:
-        """Run ``job`` unless ``key`` ran (or is running) already; return once it has finished."""
+    def run(self, key: object, job: Callable[[], Any]) -> Any:
+        """Run ``job`` unless ``key`` ran (or is running) already; return once it has finished, with what the
+        job returned (``None`` when it raised: the exception goes to the first caller only)."""
         with self._lock:
             done = self._done.get(key)
             first = done is None
@@ -82,9 +85,10 @@ class Once:
                 done = self._done[key] = threading.Event()
         if not first:
             done.wait()
-            return
+            return self._result.get(key)
         try:
-            job()
+            self._result[key] = job()
+            return self._result[key]
         finally:
             done.set()
 
