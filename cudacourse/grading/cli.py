@@ -307,7 +307,8 @@ def grade(args: argparse.Namespace) -> list[Report]:
                      task_files={k: course.lesson(k[0]).files_of(t) for k, t in declared.items()},
                      # at most `jobs` warm-up workers, each compiling a few files at once: about one compiler
                      # per core (nvcc and g++ run single-threaded)
-                     builders=threading.Semaphore(jobs), build_threads=max(1, min(4, cpus // jobs)))
+                     builders=threading.Semaphore(jobs), build_threads=max(1, min(4, cpus // jobs)),
+                     task_threads=max(1, cpus // jobs))
     t_start = time.monotonic()
     try:
         harness = work / "harness"

@@ -119,12 +119,19 @@ def build_dir_of(sub: Submission, st: RunSettings) -> Path:
 
 
 def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
-              unbuildable: dict[str, float] | None = None) -> dict[str, str]:
+              unbuildable: dict[str, float] | None = None, threads: int | None = None) -> dict[str, str]:
     """The environment of a worker: the run's settings (``settings.to_env``), nothing inherited of ours.
 
     ``unbuildable`` ("lesson/file" -> seconds): files whose build the warm-up stopped; the loader fails
-    them at once (``loader.UNBUILDABLE_ENV``) instead of building them again in every test process."""
+    them at once (``loader.UNBUILDABLE_ENV``) instead of building them again in every test process.
+    ``threads``: the CPU threads each of torch's pools may use (unless the caller's environment sets them)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_COURSE_", "PYTEST_"))}
+    if threads is not None:
+        # One task process per core runs at once, and each computes float64 references on the CPU: with torch's
+        # default (a thread per core in every process) 16 processes ran 16 threads each on an H100 machine's 16
+        # cores, and spinning OpenMP threads burnt 1311 CPU-s of a 155 s grade (results/.../grade_cpu).
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
+            env.setdefault(var, str(threads))
     run = Settings(root=slot, impl="student", backend=backend if backend in ("cuda", "sim") else "auto", seed=seed,
                    submission=slot, build_dir=build_dir, confine=confine_mode())
     env.update(to_env(run))
@@ -246,6 +253,8 @@ class RunSettings:
     task_files: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)  # (lesson, id) -> files_of
     builders: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(1), repr=False)  # warm-ups
     build_threads: int = 1  # files one warm-up worker builds at once
+    announced: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (name, lesson, id) -> status said
+    task_threads: int = 1  # CPU threads of torch in each task process (``child_env``): cores / jobs
 
     def kernels_of(self, tasks: Sequence[TaskSpec]) -> set[tuple[str, str]]:
         """(lesson, file) of the kernel files (``.cu``) the tests of ``tasks`` use (``LessonInfo.files_of``)."""
@@ -343,7 +352,7 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     with contextlib.ExitStack() as turn, open(log, "w") as logf:
         if not alone:
             turn.enter_context(st.gpu_turn(exclusive=False))
-        env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable)
+        env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable, st.task_threads)
         if sub.build_dir is not None:
             env[SHARED_ENV] = str(st.build_dir)
         proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir_of(sub, st)],
@@ -367,7 +376,9 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
                 now_size = 0
             if now_size != size:
                 size, last = now_size, time.monotonic()
-                if finished_at is None and any(e.get("event") == "finished" for e in read_records(report)):
+                events = read_records(report)
+                _announce(sub, tasks, events, st)
+                if finished_at is None and any(e.get("event") == "finished" for e in events):
                     finished_at = time.monotonic()
             if finished_at is not None and time.monotonic() - finished_at > _EXIT_GRACE_S:
                 kill_group(proc)  # every test has reported; only the interpreter's exit is stuck
@@ -391,6 +402,33 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     culprit = next((n for n in reversed(started) if n not in results), None)
     tampered = restore(slot, sub.pristine, sub.manifest)
     return _Run(collected, results, culprit, timed_out, rc, log.read_text(errors="replace"), tampered, limit)
+
+
+def _announce(sub: Submission, tasks: list[TaskSpec], events: list[dict[str, Any]], st: RunSettings) -> None:
+    """Print the line of each task whose cases have all reported, while its process runs on (progress only).
+
+    A failure that will be confirmed alone on a GPU waits for that run; the verdict of record is the one
+    :func:`safe_run_group` returns, which prints again only if it differs from what was announced here."""
+    if st.progress is None:
+        return
+    run = _Run({e["nodeid"]: e for e in events if e.get("event") == "collected"},
+               {e["nodeid"]: e for e in events if e.get("event") == "result"}, None, False, 0, "", [], 0.0)
+    for t in tasks:
+        key = (sub.name, t.lesson, t.id)
+        if key in st.announced:
+            continue
+        recs = _records(t, run)
+        if not recs or any(r.outcome == "not-run" for r in recs):
+            continue
+        result = fold_tasks(recs)[0]
+        if result.status == "fail" and st.backend_name == "cuda" and not _own_verdicts(recs):
+            continue
+        st.announced[key] = result.status
+        st.say(sub, _task_line(t.lesson, t.id, t.title, result.status, sum(r.duration for r in recs)))
+
+
+def _task_line(lesson: str, tid: str, title: str, status: str, seconds: float) -> str:
+    return f"{lesson} task {tid} {title}: {status} ({seconds:.1f} s)"
 
 
 _WARM_UP = """
@@ -739,8 +777,8 @@ def safe_run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> l
             return []
         FINISHED.setdefault(sub.name, {}).update({f"{r.lesson}/{r.id}": r for r in out})
     for r in out:
-        secs = sum(t.duration for t in r.tests)
-        st.say(sub, f"{r.lesson} task {r.id} {r.title}: {r.status} ({secs:.1f} s)")
+        if st.announced.get((sub.name, r.lesson, r.id)) != r.status:  # not announced as its process ran
+            st.say(sub, _task_line(r.lesson, r.id, r.title, r.status, sum(t.duration for t in r.tests)))
     return out
 
 
@@ -759,7 +797,7 @@ def sanitizer_report(sub: Submission, task: TaskSpec, st: RunSettings) -> str:
         cmd = [tool, "--tool", "memcheck", "--print-limit", "5", _python(), "-m", "pytest", "-q", "-x",
                "-c", str(slot / "pytest.ini"), "--rootdir", str(slot), "-p", "cudacourse.pytest_plugin",
                "--cc-task", task.id, *task.files]
-        env = child_env(slot, st.seed, "cuda", build_dir_of(sub, st))
+        env = child_env(slot, st.seed, "cuda", build_dir_of(sub, st), threads=st.task_threads)
         if sub.build_dir is not None:
             env[SHARED_ENV] = str(st.build_dir)
         proc = start_worker(cmd, cwd=slot, env=env, scratch=scratch_of(slot), writable=[build_dir_of(sub, st)],
