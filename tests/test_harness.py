@@ -186,6 +186,22 @@ def test_assert_close_rejects_zeros_and_nan_mismatch():
     check.assert_close(ref + 1e-7, ref)
 
 
+def test_assert_close_checks_every_chunk(monkeypatch: pytest.MonkeyPatch):
+    """The quick check (``check._all_close``, on the output's device) goes over the output in chunks: a wrong
+    element, a NaN or an infinity of the wrong sign in the last, partial chunk still fails, with the report."""
+    monkeypatch.setattr(check, "_CHUNK", 7)
+    ref = torch.arange(30, dtype=torch.float64).float()
+    check.assert_close(ref.clone(), ref.double())  # a float64 reference is cast to the output's dtype first
+    for k, bad in ((29, 0.5), (14, float("nan")), (28, float("-inf"))):
+        out = ref.clone()
+        out[k] = bad
+        with pytest.raises(AssertionError, match=f"1 of 30 elements differ.*\n  at {k}:"):
+            check.assert_close(out, ref)
+    ints = torch.arange(30, dtype=torch.int32)
+    with pytest.raises(AssertionError, match="1 of 30"):
+        check.assert_close(torch.cat([ints[:-1], ints[-1:] + 1]), ints)
+
+
 def test_unchanged_catches_mutation():
     x = torch.ones(5)
     with pytest.raises(AssertionError, match="x was modified"):

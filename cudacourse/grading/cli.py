@@ -308,7 +308,7 @@ def grade(args: argparse.Namespace) -> list[Report]:
                      # at most `jobs` warm-up workers, each compiling a few files at once: about one compiler
                      # per core (nvcc and g++ run single-threaded)
                      builders=threading.Semaphore(jobs), build_threads=max(1, min(4, cpus // jobs)),
-                     task_threads=max(1, cpus // jobs))
+                     task_threads=max(1, cpus // jobs), timed_threads=cpus)
     t_start = time.monotonic()
     try:
         harness = work / "harness"

@@ -255,6 +255,7 @@ class RunSettings:
     build_threads: int = 1  # files one warm-up worker builds at once
     announced: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (name, lesson, id) -> status said
     task_threads: int = 1  # CPU threads of torch in each task process (``child_env``): cores / jobs
+    timed_threads: int = 1  # ... in a process that times (alone on the machine once it has the gate): cores
 
     def kernels_of(self, tasks: Sequence[TaskSpec]) -> set[tuple[str, str]]:
         """(lesson, file) of the kernel files (``.cu``) the tests of ``tasks`` use (``LessonInfo.files_of``)."""
@@ -352,7 +353,8 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     with contextlib.ExitStack() as turn, open(log, "w") as logf:
         if not alone:
             turn.enter_context(st.gpu_turn(exclusive=False))
-        env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable, st.task_threads)
+        env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable,
+                        st.timed_threads if alone else st.task_threads)
         if sub.build_dir is not None:
             env[SHARED_ENV] = str(st.build_dir)
         proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir_of(sub, st)],
@@ -477,6 +479,7 @@ def build(f):
 
 todo = [folder / n for n in info.kernel_files if (folder / n).is_file() and Path(n).suffix in (".cu", ".cuh")
         and (not only or n in only)]
+todo.sort(key=lambda f: f.name not in info.torch_files)  # the longest build (a torch-route file) starts first
 with ThreadPoolExecutor(max(1, threads)) as pool:  # the compilers run as child processes: threads suffice
     list(pool.map(build, todo))
 os._exit(0)  # never wait on a slow interpreter exit
