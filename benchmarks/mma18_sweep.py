@@ -8,22 +8,24 @@ One process builds, checks and times, in the same run (sm_90a: TORCH_CUDA_ARCH_L
      4000^3 with L2 promotion none / 128B; 4000x4000x4096 (ragged M, N only); 4096x4096x4000 (ragged K and
      unaligned rows only); 4032^3 (ragged M, N, rows 8064 = 63 x 128 bytes apart: aligned); and the solution's
      gemm_wgmma at 4000^3 (must match the ld 4000 row).
+  3. (a candidate fix of 1) gemm_wgmma with 64-byte TMA boxes and the 64-byte swizzle (WGMMA64_SUBS), checked
+     and timed at 4096^3, 4000^3 and 4096x4096x1024 next to the solution.
   2. mma.sync fed by TMA (benchmarks/mma18_tma.cu: mma_tma_128x256, _128x256_1buf, _256x128) against cuBLAS
      fp16, task 5.6's mma_gemm_pipelined (cp.async), gemm_wgmma and both mma.sync ceiling rows of
      lessons/05_tensor_cores/bench.py, at 4096^3, 4096x4096x1024 and 4000^3.
 Checks: fresh random inputs, C poisoned with NaN, relative Frobenius error against a float32 matmul of the
 same bf16 inputs, on ragged small shapes and on each timed shape; a failed check marks the row FAIL (its time
 is not a result). Timing: cudacourse.bench.time_stats (CUDA events, L2 flushed before each run, median of 50).
-Part 1 runs first and its table is written before part 2 starts (a part-2 kernel that traps ends the run).
+--parts picks and orders the parts (default 1,3,2); run the risky ones in a process of their own (a kernel that
+traps ends its CUDA context): builds are cached, so a second process only runs.
 
-    PYTHONPATH=$PWD TORCH_CUDA_ARCH_LIST=9.0a python3 benchmarks/mma18_sweep.py OUT_FOLDER
-Writes OUT_FOLDER/mma18_sweep.md (and .json) and prints the table last.
+    PYTHONPATH=$PWD TORCH_CUDA_ARCH_LIST=9.0a python3 benchmarks/mma18_sweep.py OUT_FOLDER [--parts 1,3]
+Writes OUT_FOLDER/mma18_sweep_<parts>.md (and .json), rewritten after each part, and prints the table last.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +42,48 @@ T0 = time.monotonic()
 TMA_VARIANTS = ["mma_tma_128x256", "mma_tma_128x256_1buf", "mma_tma_256x128"]
 CHECKS = [(37, 45, 72), (131, 129, 136), (300, 257, 520), (1000, 1004, 1032), (129, 255, 8), (257, 999, 200)]
 Row = dict
+# gemm_wgmma with 64-byte TMA boxes (32 bf16 of K, 64-byte swizzle): every box row of A and W lies inside one
+# 128-byte line even when rows are 8000 bytes apart. A k-tile of 64 is two boxes per operand; the wgmma
+# descriptors use swizzle mode 2 (64B) with 8-row groups 512 bytes apart.
+WGMMA64_PRELUDE = r"""
+__device__ inline uint64_t desc64(const void* smem) {
+    const uint64_t addr = cc_hopper_smem(smem);
+    return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(512 >> 4) << 32) | (2ull << 62);
+}
+static inline bool tmap64(CUtensorMap* map, const void* ptr, int rows, int cols, int box_rows) {
+    using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn)
+        return false;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)cols * 2};
+    const cuuint32_t box[2] = {32, (cuuint32_t)box_rows};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    return reinterpret_cast<Encode>(fn)(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(ptr), dims, strides,
+                                        box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B,
+                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+           CUDA_SUCCESS;
+}
+"""
+WGMMA64_SUBS = [
+    ("tma_load_2d(a_s + s * kHTileA, &map_a, t * kHBK, row0, &full[s]);\n"
+     "                tma_load_2d(w_s + s * kHTileB, &map_w, t * kHBK, col0, &full[s]);",
+     "for (int h = 0; h < 2; ++h) {\n"
+     "                    tma_load_2d(a_s + s * kHTileA + h * kHBM * 32, &map_a, t * kHBK + 32 * h, row0, &full[s]);\n"
+     "                    tma_load_2d(w_s + s * kHTileB + h * kHBN * 32, &map_w, t * kHBK + 32 * h, col0, &full[s]);\n"
+     "                }"),
+    ("a_s + (wg - 1) * 64 * kHBK;", "a_s + (wg - 1) * 64 * 32;"),
+    ("wgmma_m64n256k16_bf16(d, wgmma_desc(as + kk * 16), wgmma_desc(ws + kk * 16), 1);",
+     "wgmma_m64n256k16_bf16(d, desc64(as + (kk / 2) * kHBM * 32 + (kk % 2) * 16),\n"
+     "                                          desc64(ws + (kk / 2) * kHBN * 32 + (kk % 2) * 16), 1);"),
+    ("if (!cc_make_tmap_bf16(&map_a, A, M, K, kHBM) || !cc_make_tmap_bf16(&map_w, W, N, K, kHBN)) return;",
+     "if (!tmap64(&map_a, A, M, K, kHBM) || !tmap64(&map_w, W, N, K, kHBN)) return;"),
+    ('#include "cc_hopper.h"\n', '#include "cc_hopper.h"\n' + WGMMA64_PRELUDE),
+]
 
 
 def log(msg: str) -> None:
@@ -117,44 +161,21 @@ def table(rows: list[Row], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(out_dir: Path, info: dict, parts: list[tuple[str, list[Row]]], notes: list[str]) -> str:
-    """Write mma18_sweep.md / .json with what has been measured so far; return the markdown."""
+def write(out_dir: Path, stem: str, info: dict, parts: list[tuple[str, list[Row]]], notes: list[str]) -> str:
+    """Write STEM.md / STEM.json with what has been measured so far; return the markdown."""
     md = f"# mma18 sweep: {info['gpu']}, torch {torch.__version__}, CUDA {torch.version.cuda}\n\n"
     md += "\n".join(table(rows, title) for title, rows in parts)
     if notes:
         md += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
-    (out_dir / "mma18_sweep.md").write_text(md)
-    (out_dir / "mma18_sweep.json").write_text(json.dumps({"machine": info, "parts": parts, "notes": notes},
+    (out_dir / f"{stem}.md").write_text(md)
+    (out_dir / f"{stem}.json").write_text(json.dumps({"machine": info, "parts": parts, "notes": notes},
                                                          indent=1, default=str))
     return md
 
 
-def main() -> None:
-    """Build, check and time both parts; write the tables under argv[1]."""
-    out_dir = Path(sys.argv[1])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    info = bench.machine_info()
-    log(f"{info['gpu']}, torch {torch.__version__}")
-    src = (ROOT / "benchmarks/mma18_tma.cu").read_text()
-    src = src.replace("@MMA@", str(SOL / "cc_mma.h")).replace("@HOPPER@", str(SOL / "gemm_hopper.cu"))
-    tm = cc.load(src, TMA_VARIANTS + ["wgmma_ld"], backend="cuda")
-    hop = cc.load(SOL / "gemm_hopper.cu", ["gemm_wgmma", "gemm_wgmma_supported"], backend="cuda")
-    sol = cc.load(SOL / "gemm_tc.cu", ["mma_gemm_pipelined"], backend="cuda")
-    b5 = import_file(ROOT / "lessons/05_tensor_cores/bench.py", "mma18_bench05")
-    header = str(SOL / "cc_mma.h")
-    ck = cc.load(b5.CEILING_SRC.replace("@HEADER@", header), ["mma_ceiling"], backend="cuda")
-    skc = cc.load(b5.SMEM_CEILING_SRC.replace("@HEADER@", header), ["mma_smem_ceiling"], backend="cuda")
-    log("built")
-    ok = torch.zeros(1, dtype=torch.int32, device="cuda")
-    hop.gemm_wgmma_supported(ok)
-    if int(ok.item()) != 1:
-        raise SystemExit("no sm_90a code in this build: run with TORCH_CUDA_ARCH_LIST=9.0a on a Hopper GPU")
-    parts: list[tuple[str, list[Row]]] = []
-    notes: list[str] = []
-
-    # Part 1: gemm_wgmma at ragged sizes.
+def part1(tm, hop) -> list[Row]:
+    """gemm_wgmma's kernel at ragged sizes, with chosen row strides and L2 promotions, next to cuBLAS."""
     diag: list[Row] = []
-    parts.append(("1. gemm_wgmma (task 5.12's kernel) at ragged sizes: tensor-map row stride and L2 promotion", diag))
     cases = [((4096, 4096, 4096, None), [(4096, 3)]),
              ((4000, 4000, 4000, None), [(4000, 3), (4000, 0), (4000, 2)]),
              ((4000, 4000, 4000, 4096), [(4096, 3)]),
@@ -174,22 +195,41 @@ def main() -> None:
             fn = (lambda s=s, ldv=ldv, p=p: tm.wgmma_ld(s.Abuf, s.Wbuf, s.C, s.M, s.N, s.K, ldv, p))
             diag.append(gemm_row(group, f"wgmma kernel, ld {ldv}, L2 promotion {promo[p]}", s, fn, cub["ms"]))
         log(f"{group} done")
-        del s
-    write(out_dir, info, parts, notes)
+    return diag
 
-    # Part 2: mma.sync fed by TMA.
+
+def part3(hop, notes: list[str]) -> list[Row]:
+    """gemm_wgmma with 64-byte TMA boxes (WGMMA64_SUBS): checked, then timed next to the solution and cuBLAS."""
+    import tempfile
+
+    ws = import_file(ROOT / "benchmarks/wgmma_sweep.py", "mma18_wgmma_sweep")
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        m64 = ws.build("wgmma_box64", WGMMA64_SUBS, Path(tmp))
+        log("wgmma_box64 built")
+        worst = small_checks(m64.gemm_wgmma, "wgmma_box64")
+        notes.append(f"wgmma_box64: worst relative error of the small ragged checks {worst:.2e}")
+        for M, N, K in [(4096, 4096, 4096), (4000, 4000, 4000), (4096, 4096, 1024)]:
+            s = Shape(M, N, K)
+            group = f"gemm {s.name}"
+            cub = cublas_row(group, s)
+            rows.append(cub)
+            rows.append(gemm_row(group, "solution gemm_wgmma (128-byte boxes)", s,
+                                 lambda s=s: hop.gemm_wgmma(s.A, s.W, s.C, s.M, s.N, s.K), cub["ms"]))
+            r = gemm_row(group, "wgmma_box64 (64-byte boxes, 64-byte swizzle)", s,
+                         lambda s=s: m64.gemm_wgmma(s.A, s.W, s.C, s.M, s.N, s.K), cub["ms"])
+            r["ok"] = r["ok"] and worst < 1e-3
+            rows.append(r)
+            log(f"{group} done")
+    return rows
+
+
+def part2(tm, hop, sol, ck, skc, notes: list[str]) -> list[Row]:
+    """mma.sync fed by TMA against task 5.6, gemm_wgmma, cuBLAS fp16 and both ceilings."""
     tma: list[Row] = []
-    parts.append(("2. mma.sync fed by TMA against task 5.6 (cp.async), gemm_wgmma, cuBLAS fp16 and the ceilings",
-                  tma))
     worst = {}
     for v in TMA_VARIANTS:
-        try:
-            worst[v] = small_checks(getattr(tm, v), v)
-        except Exception as e:  # noqa: BLE001 - a trap ends the CUDA context: note it and stop this part
-            notes.append(f"{v}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-            log(notes[-1])
-            write(out_dir, info, parts, notes)
-            raise
+        worst[v] = small_checks(getattr(tm, v), v)
     notes.append("worst relative error of the small ragged checks " + str(CHECKS) + ": "
                  + ", ".join(f"{v} {e:.2e}" for v, e in worst.items()))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -225,8 +265,62 @@ def main() -> None:
         tma.append(dict(cublas_row(group, s), name="cuBLAS torch.matmul fp16, timed again after the kernels"))
         log(f"{group} done")
         del s
-    md = write(out_dir, info, parts, notes)
-    print(md, flush=True)
+    return tma
+
+
+TITLES = {"1": "1. gemm_wgmma (task 5.12's kernel) at ragged sizes: tensor-map row stride and L2 promotion",
+          "2": "2. mma.sync fed by TMA against task 5.6 (cp.async), gemm_wgmma, cuBLAS fp16 and the ceilings",
+          "3": "3. gemm_wgmma with 64-byte TMA boxes (a candidate fix of 1)"}
+
+
+def main() -> None:
+    """Build, check and time the chosen parts; write the tables under OUT_FOLDER."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--parts", default="1,3,2", help="comma-separated parts, in order (default 1,3,2)")
+    args = ap.parse_args()
+    chosen = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if not chosen or any(p not in TITLES for p in chosen):
+        raise SystemExit(f"--parts takes a comma-separated list of {sorted(TITLES)}, got {args.parts!r}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    info = bench.machine_info()
+    log(f"{info['gpu']}, torch {torch.__version__}, parts {chosen}")
+    src = (ROOT / "benchmarks/mma18_tma.cu").read_text()
+    src = src.replace("@MMA@", str(SOL / "cc_mma.h")).replace("@HOPPER@", str(SOL / "gemm_hopper.cu"))
+    tm = cc.load(src, TMA_VARIANTS + ["wgmma_ld"], backend="cuda")
+    hop = cc.load(SOL / "gemm_hopper.cu", ["gemm_wgmma", "gemm_wgmma_supported"], backend="cuda")
+    ok = torch.zeros(1, dtype=torch.int32, device="cuda")
+    hop.gemm_wgmma_supported(ok)
+    if int(ok.item()) != 1:
+        raise SystemExit("no sm_90a code in this build: run with TORCH_CUDA_ARCH_LIST=9.0a on a Hopper GPU")
+    log("built")
+    parts: list[tuple[str, list[Row]]] = []
+    notes: list[str] = []
+    stem = "mma18_sweep_" + "".join(chosen)
+    for p in chosen:
+        rows: list[Row] = []
+        parts.append((TITLES[p], rows))
+        try:
+            if p == "1":
+                rows += part1(tm, hop)
+            elif p == "3":
+                rows += part3(hop, notes)
+            else:
+                sol = cc.load(SOL / "gemm_tc.cu", ["mma_gemm_pipelined"], backend="cuda")
+                b5 = import_file(ROOT / "lessons/05_tensor_cores/bench.py", "mma18_bench05")
+                header = str(SOL / "cc_mma.h")
+                ck = cc.load(b5.CEILING_SRC.replace("@HEADER@", header), ["mma_ceiling"], backend="cuda")
+                skc = cc.load(b5.SMEM_CEILING_SRC.replace("@HEADER@", header), ["mma_smem_ceiling"], backend="cuda")
+                rows += part2(tm, hop, sol, ck, skc, notes)
+        except Exception as e:  # noqa: BLE001 - keep what was measured; a trap ends the CUDA context
+            notes.append(f"part {p} stopped: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+            log(notes[-1])
+            write(args.out, stem, info, parts, notes)
+            raise
+        write(args.out, stem, info, parts, notes)
+    print(write(args.out, stem, info, parts, notes), flush=True)
 
 
 if __name__ == "__main__":
