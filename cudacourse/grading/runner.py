@@ -129,7 +129,8 @@ def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
     if threads is not None:
         # One task process per core runs at once, and each computes float64 references on the CPU: with torch's
         # default (a thread per core in every process) 16 processes ran 16 threads each on an H100 machine's 16
-        # cores, and spinning OpenMP threads burnt 1311 CPU-s of a 155 s grade (results/.../grade_cpu).
+        # cores, and spinning OpenMP threads burnt 1311 CPU-s of a 155 s grade
+        # (results/nvidia-h100-80gb-hbm3/grade_profile/).
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, str(threads))
         # torch.compile in-process: a pool of compile workers costs more to start (and to stop) than the one small
