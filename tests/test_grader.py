@@ -43,6 +43,17 @@ def _course_kernel_files() -> list[Path]:
     return sorted(p for d in ("solutions", "lessons") for p in (ROOT / d).glob("*/*.cu*"))
 
 
+# Under `make test` (xdist, --dist loadgroup) the largest groups are handed out first, one to each worker, then
+# the rest as workers run low: test_corpus alone, a group of one, would start only after the attacks, torch_route
+# and stubs groups, and could end last with one core idle (416 s of a 766 s suite). In one group with this file's
+# screen tests (44 cases, under a second in all) it is the largest: it starts at once on one worker, the attack
+# batch (22) on the other. (With pytest 9.2 and pytest-xdist 3.8 loadgroup groups nothing, pytest-xdist#1386:
+# every test is its own unit, handed out in collection order, where conftest puts the slow tests first: the
+# same start.)
+CORPUS_GROUP = pytest.mark.xdist_group("corpus")
+
+
+@CORPUS_GROUP
 @pytest.mark.parametrize("path", _course_kernel_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_screen_accepts_every_course_kernel_file(path: Path) -> None:
     names = {p.name for p in path.parent.iterdir()}  # as staging does: the exercise and the support files (cc_mma.h)
@@ -65,6 +76,7 @@ KERNEL_ONLY_CHEATS = {
 }
 
 
+@CORPUS_GROUP
 @pytest.mark.parametrize("what", sorted(KERNEL_ONLY_CHEATS))
 def test_screen_rejects_kernel_only_cheats(what: str) -> None:
     src = KERNEL_ONLY_CHEATS[what] + "__global__ void k(float* y) { y[0] = 1.0f; }\n"
@@ -866,6 +878,7 @@ def _make_corpus() -> object:
 
 
 @pytest.mark.slow
+@CORPUS_GROUP
 def test_corpus(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Every corpus case gets the expected verdict on every task, in one grading run."""
     corpus = tmp_path / "corpus"
