@@ -1,17 +1,36 @@
 """Shared pytest setup of the course's tests: the grading plugin (options, markers, points table)."""
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["cudacourse.pytest_plugin"]
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
     """Start the slow tests first (stable order otherwise): under xdist they then run beside the many short
     tests instead of forming a serial tail at the end of the suite on a 2-core machine."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's temporary folder that every xdist worker of this run sees (the base of theirs)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _seed(src: Path, dst: Path) -> None:
+    """Copy the finished build folder ``src`` to ``dst`` (atomically: a copy, then a rename), unless there."""
+    if dst.exists() or not (src / "DONE").exists():
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f"{dst.name}.seed{os.getpid()}"
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("*.lock"))
+    tmp.rename(dst)
 
 
 @pytest.fixture(scope="session")
@@ -21,10 +40,35 @@ def grader_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Each grade built the runtime (about 10 CPU-s) and the corpus and attack batches each built relu_torch.cu's
     torch extension (about 35 CPU-s) again in a fresh folder. Builds there are keyed by content and written
-    under a file lock (``buildcache.cached``), only by the grader's confined "course's copy" workers; a
-    submission's workers read it and write their own folder, as in any grade."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    d = shared / "cc-grader-build"
+    under a file lock (``buildcache.cached``), only by the grader's confined "course's copy" workers and by
+    this session's seeding (:func:`instructor_builds`: the checkout's own builds of the instructor's files);
+    a submission's workers read it and write their own folder, as in any grade. It is not the checkout's cache
+    itself: that one holds every lesson's solution sources (``ccsim-src/``), which no submission may read."""
+    d = _shared_tmp(tmp_path_factory) / "cc-grader-build"
     d.mkdir(exist_ok=True)
     return d
+
+
+@pytest.fixture(scope="session")
+def instructor_builds(tmp_path_factory: pytest.TempPathFactory, grader_build_cache: Path) -> Path:
+    """``grader_build_cache`` seeded with the checkout's builds of the simulator's runtime and of lesson 01's
+    solution relu_torch.cu (its torch extension: ~50 CPU-s), built there first if need be (file locks: once per
+    run, whichever worker or test gets there first). The corpus and the attack batch grade lesson 01 on the
+    simulator, and the suite's own tests (test_01_relu, the torch-route tests, the notebook) build the same two
+    in the checkout's cache: keyed by content, so one build serves both caches. Only the instructor's files."""
+    import filelock
+
+    from cudacourse.buildcache import build_root
+    from cudacourse.loader import exposed_functions
+    from cudacourse.sim import build_torch_extension, runtime_object
+
+    with filelock.FileLock(str(_shared_tmp(tmp_path_factory) / "cc-grader-build.seed.lock")):
+        root = build_root()  # the checkout's cache (or $CUDA_COURSE_BUILD)
+        rt = runtime_object().parent
+        torch_file = ROOT / "solutions" / "01_relu" / "relu_torch.cu"
+        text = torch_file.read_text()
+        # what loader.Module builds for this file on the simulator (checked mode, the default: the same entry)
+        ext = Path(build_torch_extension(text, str(torch_file), exposed_functions(text), checked=True).__file__)
+        _seed(rt, grader_build_cache / rt.relative_to(root))
+        _seed(ext.parent, grader_build_cache / ext.parent.relative_to(root))
+    return grader_build_cache

@@ -43,6 +43,17 @@ def _course_kernel_files() -> list[Path]:
     return sorted(p for d in ("solutions", "lessons") for p in (ROOT / d).glob("*/*.cu*"))
 
 
+# Under `make test` (xdist, --dist loadgroup) the largest groups are handed out first, one to each worker, then
+# the rest as workers run low: test_corpus alone, a group of one, would start only after the attacks, torch_route
+# and stubs groups, and could end last with one core idle (416 s of a 766 s suite). In one group with this file's
+# screen tests (44 cases, under a second in all) it is the largest: it starts at once on one worker, the attack
+# batch (22) on the other. (With pytest 9.2 and pytest-xdist 3.8 loadgroup groups nothing, pytest-xdist#1386:
+# every test is its own unit, handed out in collection order, where conftest puts the slow tests first: the
+# same start.)
+CORPUS_GROUP = pytest.mark.xdist_group("corpus")
+
+
+@CORPUS_GROUP
 @pytest.mark.parametrize("path", _course_kernel_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_screen_accepts_every_course_kernel_file(path: Path) -> None:
     names = {p.name for p in path.parent.iterdir()}  # as staging does: the exercise and the support files (cc_mma.h)
@@ -65,6 +76,7 @@ KERNEL_ONLY_CHEATS = {
 }
 
 
+@CORPUS_GROUP
 @pytest.mark.parametrize("what", sorted(KERNEL_ONLY_CHEATS))
 def test_screen_rejects_kernel_only_cheats(what: str) -> None:
     src = KERNEL_ONLY_CHEATS[what] + "__global__ void k(float* y) { y[0] = 1.0f; }\n"
@@ -866,7 +878,8 @@ def _make_corpus() -> object:
 
 
 @pytest.mark.slow
-def test_corpus(tmp_path: Path) -> None:
+@CORPUS_GROUP
+def test_corpus(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Every corpus case gets the expected verdict on every task, in one grading run."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -876,14 +889,20 @@ def test_corpus(tmp_path: Path) -> None:
     assert len(cases) >= 20
     out = tmp_path / "out"
     env_backend = os.environ.get("CUDA_COURSE_BACKEND", "sim")
+    if env_backend not in ("sim", "cuda"):
+        env_backend = "sim"
+    if env_backend == "sim":  # the runtime and relu_torch.cu's torch extension: the checkout's builds, once a run
+        request.getfixturevalue("instructor_builds")
     t0 = time.monotonic()
     cuda_tasks = [t.id for t in course().lesson("01_relu").tasks if t.track == "cuda"] + ["1.H"]
     with using(build_dir=_SHARED_BUILD[0]):  # the runtime and relu_torch.cu's shared build: once per session
         rc = cli.main(["--batch", str(corpus), "--lessons", "01_relu", "--hidden", str(HIDDEN_EXAMPLE),
                        "--tasks", *cuda_tasks,
-                       "--backend", env_backend if env_backend in ("sim", "cuda") else "sim",
+                       "--backend", env_backend,
                        # 60 s per case: at 20 s a loaded 2-core machine once timed out the torch-route case of a
-                       # correct relu_torch.cu (fresh clone, 2026-11-23); the two endless-loop cases pay it
+                       # correct relu_torch.cu (fresh clone, 2026-11-23). The endless-loop cases do not wait it
+                       # out: the simulator's per-call timeout (10 s, KernelTimeout) ends each, and the task's
+                       # other cases are skipped (measured 10.5-10.9 s per task, 2-core machine, 2026-11-25)
                        "--timeout", "60", "--jobs", "2", "--json", str(out), "--markdown", str(out),
                        "--gradescope", str(out), "-q"])
     seconds = time.monotonic() - t0
@@ -972,9 +991,14 @@ def test_capstone_is_graded_with_the_other_lessons_staged(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """Grading lesson 04 alone still stages lessons 02 and 03, whose kernels the capstone calls (the capstone
     task alone: ``--tasks``; tests/test_04_transformer.py checks the other tasks)."""
+    from cudacourse.buildcache import build_root
+
     out = tmp_path / "g.json"
-    rc = cli.main(["--impl", "solution", "--lessons", "04_transformer", "--tasks", "4.9", "--backend", "sim",
-                   "--json", str(out), "-q", "--timeout", "60"])
+    # Built into the checkout's cache, where the suite's own tests build the same solution files (lessons 02-04:
+    # ~20 CPU-s), not a folder of this grade's own: --workdir makes it an instructor's grade of the checkout.
+    with using(build_dir=build_root()):
+        rc = cli.main(["--impl", "solution", "--lessons", "04_transformer", "--tasks", "4.9", "--backend", "sim",
+                       "--json", str(out), "-q", "--timeout", "60", "--workdir", str(tmp_path / "work")])
     assert rc == 0
     rep = json.loads(out.read_text())
     status = {t["id"]: t["status"] for t in rep["tasks"]}

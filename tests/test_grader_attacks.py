@@ -103,7 +103,7 @@ def _passwd_line() -> str:
 
 
 @pytest.fixture(scope="session")
-def graded(tmp_path_factory: pytest.TempPathFactory, grader_build_cache: Path) -> dict[str, Any]:
+def graded(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> dict[str, Any]:
     """The batch grade, run once per test session: under xdist the suite twice graded it (390 s each) as
     its tests landed on two workers, so the first worker to get here grades and the others read its result
     (a file lock in the session's shared temporary folder)."""
@@ -119,7 +119,8 @@ def graded(tmp_path_factory: pytest.TempPathFactory, grader_build_cache: Path) -
         done = shared / "cc-attacks.pickle"
         if done.exists():
             return pickle.loads(done.read_bytes())
-        result = _grade_attacks(tmp_path_factory, grader_build_cache)
+        # (the seeded cache is asked for here: no build for a skipped batch or a worker that reads the result)
+        result = _grade_attacks(tmp_path_factory, request.getfixturevalue("instructor_builds"))
         done.write_bytes(pickle.dumps(result))
         return result
 
@@ -127,8 +128,9 @@ def graded(tmp_path_factory: pytest.TempPathFactory, grader_build_cache: Path) -
 def _grade_attacks(tmp_path_factory: pytest.TempPathFactory, run_cache: Path) -> dict[str, Any]:
     """Grade the attacks and an unchanged solution in one ``--batch`` run; what the tests check.
 
-    ``run_cache``: the run's build cache (the session's, ``conftest.grader_build_cache``), written only by the
-    grader's confined course's-copy workers; each submission builds in a folder of its own, as always."""
+    ``run_cache``: the run's build cache (the session's, ``conftest.instructor_builds``: seeded with the checkout's
+    builds of the runtime and relu_torch.cu), written by the grader's confined course's-copy workers; each
+    submission builds in a folder of its own, as always."""
     tmp = tmp_path_factory.mktemp("attacks")
     course, hidden, batch, out = tmp / "course", tmp / "hidden", tmp / "batch", tmp / "out"
     _copy_course(course)
