@@ -201,7 +201,7 @@ def stage_harness(dst: Path, lessons: list[str], hidden: Path | None, course: Co
     (dst / "pytest.ini").write_text(
         "[pytest]\n"
         "# Written by the grader: the instructor's settings, whatever the submission holds.\n"
-        "addopts = --strict-markers -p no:cacheprovider\n"
+        "addopts = --strict-markers -p no:cacheprovider -p no:nbval -p no:xdist\n"
         "pythonpath = .\n")
     for info in course:
         (dst / "lessons" / info.id).mkdir(parents=True)
