@@ -47,9 +47,9 @@ def _course_kernel_files() -> list[Path]:
 # the rest as workers run low: test_corpus alone, a group of one, would start only after the attacks, torch_route
 # and stubs groups, and could end last with one core idle (416 s of a 766 s suite). In one group with this file's
 # screen tests (44 cases, under a second in all) it is the largest: it starts at once on one worker, the attack
-# batch (22) on the other. (With pytest 9.2 and pytest-xdist 3.8 loadgroup groups nothing, pytest-xdist#1386:
-# every test is its own unit, handed out in collection order, where conftest puts the slow tests first: the
-# same start.)
+# batch (22) on the other. (pytest 9.2 with pytest-xdist 3.8 makes loadgroup group nothing, pytest-xdist#1386,
+# so pyproject.toml pins pytest < 9.2; ungrouped, every test is its own unit, handed out in collection order,
+# where conftest puts the slow tests first: the same start.)
 CORPUS_GROUP = pytest.mark.xdist_group("corpus")
 
 

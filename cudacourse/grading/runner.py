@@ -390,7 +390,7 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
                 if finished_at is None and any(e.get("event") == "finished" for e in events):
                     finished_at = time.monotonic()
             if finished_at is not None and time.monotonic() - finished_at > _EXIT_GRACE_S:
-                kill_group(proc)  # every test has reported; only the interpreter's exit is stuck
+                kill_group(proc)  # every test has reported: its exit is not waited for
                 proc.wait()
                 rc = next(int(e["exitstatus"]) for e in read_records(report) if e.get("event") == "finished")
                 break
