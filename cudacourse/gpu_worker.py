@@ -127,6 +127,7 @@ def _serve(lib_path: str, sock_fd: int) -> None:
     buffers: dict[int, tuple[int, int, int]] = {}  # id -> pointer, handle, size
     vmm: _Vmm | None = None
     pending, fds = b"", []
+    me = os.getpid()
 
     def error(code: int) -> str:
         return lib.cc_error_string(code).decode(errors="replace")
@@ -161,6 +162,8 @@ def _serve(lib_path: str, sock_fd: int) -> None:
                     cargs = [(buffers[a["b"]][0] if a["b"] else None) if isinstance(a, dict) else a
                              for a in msg["args"]]
                     err, stage = entries[msg["name"]](*cargs), "launch"
+                    if os.getpid() != me:  # a process the launcher forked returned here: not a worker
+                        os._exit(0)
                     if not err and msg["sync"]:
                         err, stage = lib.cc_sync(), "run"
                     if err:

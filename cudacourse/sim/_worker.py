@@ -20,6 +20,7 @@ import sys
 def main() -> None:
     """Serve requests until the parent closes the request pipe."""
     lib_path, checked, order, seed, req_fd, resp_fd = sys.argv[1:7]
+    me = os.getpid()
     req = os.fdopen(int(req_fd), "r")
     resp_fd_i = int(resp_fd)
     lib = ctypes.CDLL(lib_path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
@@ -87,6 +88,8 @@ def main() -> None:
             if map_size:
                 lib.ccsim_api_host_begin(base_addr, map_size)
             rc = fn(argv)
+            if os.getpid() != me:  # a process the launcher forked returned here: it must not answer
+                os._exit(0)       # for the worker, nor read its requests
             lib.ccsim_api_host_end()
             sys.stdout.flush()
             libc_fflush()

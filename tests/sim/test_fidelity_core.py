@@ -217,6 +217,43 @@ def test_host_assert_and_exit_are_reported(sim, checked: bool) -> None:
     assert (y == 1.0).all()
 
 
+FORK_SRC = r"""
+#include <cstdlib>
+#include <sys/wait.h>
+#include <unistd.h>
+__global__ void fill(float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = 1.0f; }
+// A launcher that forks a helper process and waits for it, as host code that daemonises or shells out does.
+// how = 0: the child calls exit(3); how = 1: the child returns from the launcher (into the worker's loop).
+void forks(float* y, int how) {
+    pid_t child = fork();
+    if (child == 0) {
+        if (how == 0) exit(3);
+        return;
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    fill<<<1, 64>>>(y, 64);
+}
+void quits(float* y, int code) { if (code) exit(code); fill<<<1, 64>>>(y, 64); }
+"""
+
+
+@pytest.mark.parametrize("how", [0, 1], ids=["child-exits", "child-returns"])
+def test_a_forked_child_does_not_answer_for_the_worker(sim, how: int) -> None:
+    """The child shares the worker's pipes: its exit() must not be reported as the worker's (that report reached
+    the checker as the answer to a later call and failed other tasks, on the H100 machine), and a child that
+    returns from the launcher must not answer the call or read the next request (the parent would wait for it
+    forever)."""
+    lib = sim(FORK_SRC, timeout_s=20)
+    for _ in range(3):  # the same worker serves call after call
+        y = torch.full((64,), float("nan"))
+        lib.call("forks", [y, how])
+        assert (y == 1.0).all()
+    y = torch.full((64,), float("nan"))
+    with pytest.raises(KernelError, match=r"launcher quits called exit\(3\)"):  # the worker's own exit() is reported
+        lib.call("quits", [y, 3])
+
+
 # ----------------------------------------------------------------------------------------------------
 # 6. warp masks: shuffles outside the mask, exact __activemask()
 # ----------------------------------------------------------------------------------------------------

@@ -190,6 +190,11 @@ bool g_checked = false;
 int g_order = 0;                   // 0 forward, 1 reverse, 2 shuffle
 unsigned g_seed = 0;
 int g_report_fd = 2;
+// The worker's pid (ccsim_api_init): a process a launcher forks shares the report channel, and its reports
+// (its exit(), a crash) would reach the checker as the answer to a later call, costing other tasks.
+pid_t g_worker_pid = 0;
+bool in_worker() { return g_worker_pid == 0 || getpid() == g_worker_pid; }
+void report(const char* buf, size_t n) { if (in_worker() && write(g_report_fd, buf, n) < 0) {} }
 uintptr_t g_base = 0;              // load address of this module (for pc -> file:line)
 struct Range { uintptr_t lo, hi; };
 Range g_image[16]; int g_nimage = 0;
@@ -1283,20 +1288,22 @@ extern "C" __attribute__((visibility("hidden"), noreturn)) void __assert_fail(co
     o += ",\"function\":";
     json_str(o, func);
     o += "}\n";
+    if (!in_worker()) _exit(4);  // a forked child: silent, and without flushing the worker's copied buffers
     fflush(nullptr);
-    if (write(g_report_fd, o.data(), o.size()) < 0) {}
+    report(o.data(), o.size());
     _exit(4);
 }
 
 // Host exit(): a launcher that ends the process is reported (file:line from the caller's pc) before the
 // worker goes; only this module's calls bind here (hidden symbol), the worker's own exit is untouched.
 extern "C" __attribute__((visibility("hidden"), noreturn)) void exit(int status) noexcept {
+    if (!in_worker()) _exit(status & 0xff);  // a forked child (a daemonising launcher): silent, see g_worker_pid
     uintptr_t pc = rel(__builtin_return_address(0));
     fflush(nullptr);
     char b[256];
     int n = snprintf(b, sizeof b, "{\"kind\":\"exit\",\"status\":%d,\"pc\":%lu,\"in_kernel\":%s}\n", status,
                      (unsigned long)pc, t_fiber ? "true" : "false");
-    if (write(g_report_fd, b, (size_t)n) < 0) {}
+    report(b, (size_t)n);
     _exit(status & 0xff);
 }
 
@@ -2724,7 +2731,7 @@ void sig_handler(int sig, siginfo_t* si, void* ucv) {
     write_where(p, end, f);
     if (!f && dev_fault(addr)) dev_fault_report(p, end, addr, ucv);
     append_raw(p, "}\n", end);
-    if (write(g_report_fd, buf, (size_t)(p - buf)) < 0) {}
+    report(buf, (size_t)(p - buf));
     _exit(3);
 }
 
@@ -2749,7 +2756,7 @@ void status_handler(int sig, siginfo_t*, void* ucv) {
     write_where(p, end, f);
     if (f && (f->state == F_BARRIER || f->state == F_WARP)) { append_raw(p, ",\"line\":", end); append_num(p, (unsigned)f->wline); }
     append_raw(p, "}\n", end);
-    if (write(g_report_fd, buf, (size_t)(p - buf)) < 0) {}
+    report(buf, (size_t)(p - buf));
 }
 }  // namespace
 
@@ -2757,6 +2764,7 @@ API void ccsim_api_init(int checked, int order, unsigned seed, int report_fd) {
     g_checked = checked != 0;
     g_order = order; g_seed = seed;
     if (report_fd >= 0) g_report_fd = report_fd;
+    g_worker_pid = getpid();
     Dl_info di;
     if (dladdr((void*)&ccsim_api_init, &di)) g_base = (uintptr_t)di.dli_fbase;
     g_nimage = 0;
