@@ -159,7 +159,7 @@ def _serve(lib_path: str, sock_fd: int) -> None:
                         ptr, handle = vmm.open(fd, size)  # type: ignore[union-attr]
                         os.close(fd)
                         buffers[bid] = (ptr, handle, size)
-                    cargs = [(buffers[a["b"]][0] if a["b"] else None) if isinstance(a, dict) else a
+                    cargs = [(buffers[a["b"]][0] + a["o"] if a["b"] else None) if isinstance(a, dict) else a
                              for a in msg["args"]]
                     err, stage = entries[msg["name"]](*cargs), "launch"
                     if os.getpid() != me:  # a process the launcher forked returned here: not a worker
@@ -187,6 +187,7 @@ def _serve(lib_path: str, sock_fd: int) -> None:
 
 
 _VMM: _Vmm | None = None
+_ALIGN = 256  # a staged copy keeps its tensor's address modulo this (cudaMalloc's own alignment)
 
 
 def _vmm() -> _Vmm:
@@ -313,27 +314,30 @@ class GpuWorker:
 
     # ---- buffers ----------------------------------------------------------------------------------
 
-    def _stage(self, t: Any) -> int:
-        """The id of the buffer that holds a copy of tensor ``t`` (0 for an empty tensor)."""
+    def _stage(self, t: Any) -> dict[str, int]:
+        """The buffer that holds a copy of tensor ``t``, as a call names it: its id (0 for an empty tensor) and
+        the offset of the copy in it, which keeps ``t``'s address modulo ``_ALIGN``: a view starting one float
+        into a tensor (the misaligned case a float4 launcher must detect) stays misaligned in the worker."""
         import torch
 
         nbytes = t.numel() * t.element_size()
         if nbytes == 0:
-            return 0
+            return {"b": 0}
         key = (t.data_ptr(), nbytes)
+        offset = t.data_ptr() % _ALIGN
         if key not in self._staged:
             vmm = _vmm()
-            size = vmm.size(nbytes)
+            size = vmm.size(nbytes + offset)
             if self._pool.get(size):
                 bid, mem = self._pool[size].pop()
             else:
                 bid, mem = self._next_id, (*vmm.create(size), size)
                 self._next_id += 1
-            view = _as_bytes(mem[0], nbytes)
+            view = _as_bytes(mem[0] + offset, nbytes)
             view.copy_(t.reshape(-1).view(torch.uint8))
             self._staged[key] = (t, bid, mem, view)  # type: ignore[arg-type]
             self._copies = True
-        return self._staged[key][1]
+        return {"b": self._staged[key][1], "o": offset}
 
     def _release_all(self, copy_back: bool) -> None:
         """Copy every staged buffer back into its tensor (``copy_back``) and return it to the pool; without
@@ -383,7 +387,7 @@ class GpuWorker:
         if len(self._staged) >= 64:  # a timed loop that allocates its output on every call: recycle, do not grow
             self.synchronize(release=True)
         self._copies = False
-        wire = [{"b": self._stage(a)} if isinstance(a, torch.Tensor) else a for a in args]
+        wire = [self._stage(a) if isinstance(a, torch.Tensor) else a for a in args]
         new = [s for s in self._staged.values() if s[1] not in self._sent]
         if self._copies:
             torch.cuda.synchronize()  # the staged copies are complete before the worker reads them

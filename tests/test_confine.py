@@ -668,6 +668,13 @@ __global__ void trap_kernel(float* y) { if (threadIdx.x == 0) __trap(); y[thread
 void trap(float* y) { trap_kernel<<<1, 32>>>(y); }
 
 void bad_launch(float* y) { trap_kernel<<<1, 4096>>>(y); }
+
+// where x lies modulo 256 bytes, and its first value: what a float4 launcher checks before it vectorises
+__global__ void where_kernel(const float* x, float* out) {
+    out[0] = (float)((unsigned long long)x % 256);
+    out[1] = x[0];
+}
+void where(const float* x, float* out) { where_kernel<<<1, 1>>>(x, out); }
 """
 
 
@@ -694,6 +701,10 @@ def test_grading_on_a_gpu_runs_learner_libraries_in_a_gpu_worker(tmp_path: Path)
         m.scale(x, y, 2.0, n)
         assert torch.equal(y, 2 * x)
         assert str(m._lib.so) not in _maps(), "the learner's library is loaded in the checking process"
+        out = torch.empty(2, device="cuda")
+        for k in (0, 1, 3):  # a view k floats into x keeps its misalignment in the worker (task 1.3's fallback)
+            m.where(x[k:], out)
+            assert out.tolist() == [float((x.data_ptr() + 4 * k) % 256), x[k].item()], (k, out.tolist())
         guard = torch.zeros(1 << 20, device="cuda")  # allocated next to y by the caching allocator
         try:
             m.overrun(y, n)
