@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +189,25 @@ def _serve(lib_path: str, sock_fd: int) -> None:
 
 _VMM: _Vmm | None = None
 _ALIGN = 256  # a staged copy keeps its tensor's address modulo this (cudaMalloc's own alignment)
+# Guards: bytes before (_FRONT plus the offset modulo _ALIGN) and after (at least _BACK, and the allocation's slack)
+# each staged copy, filled with a byte of the buffer's own and compared after the call. A GPU does not fault on a
+# store a few elements past a tensor's end (the allocation is larger), so this is how a grade on a GPU sees the
+# missing bounds check that the simulator's checked mode names by thread and line.
+_FRONT, _BACK = 512, 4096
+
+
+@dataclass
+class _Staged:
+    """A tensor's copy in a buffer of its own: the buffer (id, (pointer, handle, fd, size)), the copy and its guards
+    (uint8 views), the guard byte, and the launcher parameter it was staged for."""
+
+    tensor: Any
+    bid: int
+    mem: tuple[int, int, int, int]
+    view: Any
+    guards: tuple[Any, Any]
+    poison: int
+    name: str
 
 
 def _vmm() -> _Vmm:
@@ -225,12 +245,13 @@ class GpuWorker:
         self._private = Path(tempfile.mkdtemp(prefix="ccgpu-"))
         self._log = self._private / "output.log"
         self._next_id = 1
-        # (tensor pointer, bytes) -> tensor, buffer id, (pointer, handle, size), uint8 view; sent: ids the worker has
-        self._staged: dict[tuple[int, int], tuple[Any, int, tuple[int, int, int], Any]] = {}
+        # (tensor pointer, bytes) -> its staged copy; sent: the buffer ids the worker has mapped
+        self._staged: dict[tuple[int, int], _Staged] = {}
         self._sent: set[int] = set()
         # buffers the worker has mapped, free for reuse (by size): a timed loop that allocates its output on each
         # call (torch.empty in a lambda) then costs a copy, not a new allocation exported and mapped each time
         self._pool: dict[int, list[tuple[int, tuple[int, int, int, int]]]] = {}
+        self._last = "your launcher"  # the last launcher called (named by a stray write found at synchronize)
 
     # ---- the process ------------------------------------------------------------------------------
 
@@ -314,20 +335,21 @@ class GpuWorker:
 
     # ---- buffers ----------------------------------------------------------------------------------
 
-    def _stage(self, t: Any) -> dict[str, int]:
-        """The buffer that holds a copy of tensor ``t``, as a call names it: its id (0 for an empty tensor) and
-        the offset of the copy in it, which keeps ``t``'s address modulo ``_ALIGN``: a view starting one float
-        into a tensor (the misaligned case a float4 launcher must detect) stays misaligned in the worker."""
+    def _stage(self, t: Any, name: str) -> dict[str, int]:
+        """The buffer that holds a copy of tensor ``t`` (launcher parameter ``name``), as a call names it: its id
+        (0 for an empty tensor) and the offset of the copy in it, which keeps ``t``'s address modulo ``_ALIGN``: a
+        view starting one float into a tensor (the misaligned case a float4 launcher must detect) stays misaligned
+        in the worker. The bytes around the copy are guards (``_FRONT``, ``_BACK``)."""
         import torch
 
         nbytes = t.numel() * t.element_size()
         if nbytes == 0:
             return {"b": 0}
         key = (t.data_ptr(), nbytes)
-        offset = t.data_ptr() % _ALIGN
+        offset = _FRONT + t.data_ptr() % _ALIGN
         if key not in self._staged:
             vmm = _vmm()
-            size = vmm.size(nbytes + offset)
+            size = vmm.size(offset + nbytes + _BACK)
             if self._pool.get(size):
                 bid, mem = self._pool[size].pop()
             else:
@@ -335,9 +357,41 @@ class GpuWorker:
                 self._next_id += 1
             view = _as_bytes(mem[0] + offset, nbytes)
             view.copy_(t.reshape(-1).view(torch.uint8))
-            self._staged[key] = (t, bid, mem, view)  # type: ignore[arg-type]
+            # a byte of its own per buffer: a kernel copying one buffer's guard into another's still changes it
+            poison = 0xA0 | (bid & 0x0F)
+            guards = (_as_bytes(mem[0], offset), _as_bytes(mem[0] + offset + nbytes, size - offset - nbytes))
+            for g in guards:
+                g.fill_(poison)
+            self._staged[key] = _Staged(t, bid, mem, view, guards, poison, name)
             self._copies = True
-        return {"b": self._staged[key][1], "o": offset}
+        return {"b": self._staged[key].bid, "o": offset}
+
+    def _stray_writes(self, launcher: str) -> Exception | None:
+        """An ``OutOfBoundsError`` naming each staged tensor whose guards a kernel changed, or None (one
+        synchronisation for all of them)."""
+        import torch
+
+        from cudacourse.errors import OutOfBoundsError
+
+        staged = list(self._staged.values())
+        if not staged:
+            return None
+        counts = torch.stack([(g != s.poison).sum() for s in staged for g in s.guards]).tolist()
+        found = []
+        for k, s in enumerate(staged):
+            before, after = counts[2 * k], counts[2 * k + 1]
+            if after:
+                first = int((s.guards[1] != s.poison).nonzero()[0]) // s.tensor.element_size()
+                found.append(f"past the end of {s.name} (from element {s.tensor.numel() + first}, "
+                             f"{after} bytes changed)")
+            if before:
+                found.append(f"before the start of {s.name} ({before} bytes changed)")
+        if not found:
+            return None
+        return OutOfBoundsError(f"{launcher}(): a kernel wrote outside its buffers: " + "; ".join(found) + ". A "
+                                "thread whose index is outside the array still stored: check the bounds test (e.g. "
+                                "if (i < n)) in each kernel this launcher starts. The simulator's checked mode "
+                                "(backend='sim') names the thread and the line.", kernel=launcher)
 
     def _release_all(self, copy_back: bool) -> None:
         """Copy every staged buffer back into its tensor (``copy_back``) and return it to the pool; without
@@ -346,18 +400,18 @@ class GpuWorker:
 
         if copy_back:
             extra = []
-            for t, bid, mem, view in self._staged.values():
-                t.reshape(-1).view(torch.uint8).copy_(view)
-                if bid in self._sent and len(self._pool.setdefault(mem[3], [])) < 16:
-                    self._pool[mem[3]].append((bid, mem))
+            for s in self._staged.values():
+                s.tensor.reshape(-1).view(torch.uint8).copy_(s.view)
+                if s.bid in self._sent and len(self._pool.setdefault(s.mem[3], [])) < 16:
+                    self._pool[s.mem[3]].append((s.bid, s.mem))
                 else:
-                    extra.append((bid, mem))
+                    extra.append((s.bid, s.mem))
             torch.cuda.synchronize()  # the copies are done before any buffer is unmapped (else: illegal address)
             self._free(extra)
             self._staged.clear()
             return
         torch.cuda.synchronize()
-        self._free([(s[1], s[2]) for s in self._staged.values()] + [x for v in self._pool.values() for x in v])
+        self._free([(s.bid, s.mem) for s in self._staged.values()] + [x for v in self._pool.values() for x in v])
         self._staged.clear()
         self._pool.clear()
 
@@ -387,13 +441,15 @@ class GpuWorker:
         if len(self._staged) >= 64:  # a timed loop that allocates its output on every call: recycle, do not grow
             self.synchronize(release=True)
         self._copies = False
-        wire = [self._stage(a) if isinstance(a, torch.Tensor) else a for a in args]
-        new = [s for s in self._staged.values() if s[1] not in self._sent]
+        names = [p.name for p in la.params]
+        wire = [self._stage(a, names[k] if k < len(names) else f"argument {k}") if isinstance(a, torch.Tensor) else a
+                for k, a in enumerate(args)]
+        new = [s for s in self._staged.values() if s.bid not in self._sent]
         if self._copies:
             torch.cuda.synchronize()  # the staged copies are complete before the worker reads them
-        msg = {"op": "call", "name": la.name, "args": wire, "sync": sync, "new": [[s[1], s[2][3]] for s in new]}
-        r = self._ask(msg, la.name, self.timeout_s, fds=[s[2][2] for s in new])
-        self._sent.update(s[1] for s in new)
+        msg = {"op": "call", "name": la.name, "args": wire, "sync": sync, "new": [[s.bid, s.mem[3]] for s in new]}
+        r = self._ask(msg, la.name, self.timeout_s, fds=[s.mem[2] for s in new])
+        self._sent.update(s.bid for s in new)
         if not r.get("ok"):
             self._kill()  # the context may be unusable: the next call starts a fresh worker
             if r.get("stage") == "launch":
@@ -403,7 +459,11 @@ class GpuWorker:
             raise KernelError(f"{la.name}(): the GPU reported '{r.get('what')}' (error {r.get('error')}). Run the "
                               "same call with backend='sim' for the file and line.", kernel=la.name)
         if sync:
+            stray = self._stray_writes(la.name)
             self._release_all(copy_back=True)
+            if stray:
+                raise stray
+        self._last = la.name
 
     def synchronize(self, release: bool = True) -> None:
         """Wait for every launch; with ``release`` copy the staged buffers back into their tensors and free
@@ -417,7 +477,10 @@ class GpuWorker:
                 raise KernelError(f"the GPU reported '{r.get('what')}' (error {r.get('error')}) while waiting for "
                                   "your kernels", kernel="")
         if release:
+            stray = self._stray_writes(self._last)
             self._release_all(copy_back=True)
+            if stray:
+                raise stray
 
     def close(self) -> None:
         """Stop the worker and free its buffers."""

@@ -664,6 +664,13 @@ __global__ void overrun_kernel(float* y, int n) {
 }
 void overrun(float* y, int n) { overrun_kernel<<<(n + 4096 + 255) / 256, 256>>>(y, n); }
 
+// the classic missing bounds check: the last partial block stores up to 255 floats past the end; or one before it
+__global__ void unchecked_kernel(float* y, int n, int before) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    y[before ? i - 1 : i] = 7.0f;
+}
+void unchecked(float* y, int n, int before) { unchecked_kernel<<<(n + 255) / 256, 256>>>(y, n, before); }
+
 __global__ void trap_kernel(float* y) { if (threadIdx.x == 0) __trap(); y[threadIdx.x] = 1.0f; }
 void trap(float* y) { trap_kernel<<<1, 32>>>(y); }
 
@@ -675,6 +682,21 @@ __global__ void where_kernel(const float* x, float* out) {
     out[1] = x[0];
 }
 void where(const float* x, float* out) { where_kernel<<<1, 1>>>(x, out); }
+
+// host code that forks (a daemon, a shell-out) and waits: the child shares the worker's socket and CUDA state;
+// how = 0: the child calls exit(0) (the CUDA runtime's exit handlers run in it); how = 1: it returns
+#include <cstdlib>
+#include <sys/wait.h>
+#include <unistd.h>
+void forks(const float* x, float* y, float a, int n, int how) {
+    pid_t child = fork();
+    if (child == 0) {
+        if (how == 0) exit(0);
+        return;
+    }
+    waitpid(child, nullptr, 0);
+    scale_kernel<<<(n + 255) / 256, 256>>>(x, y, a, n);
+}
 """
 
 
@@ -682,12 +704,14 @@ void where(const float* x, float* out) { where_kernel<<<1, 1>>>(x, out); }
 def test_grading_on_a_gpu_runs_learner_libraries_in_a_gpu_worker(tmp_path: Path) -> None:
     """While grading (settings.confine set) a cuda module runs in cudacourse/gpu_worker.py, not in this
     process: results arrive through CUDA IPC; a kernel writing out of bounds cannot reach this process's
-    tensors; a trapping kernel costs only its call; a bad launch is a LaunchError; timing works."""
+    tensors, and one writing past a tensor's end or before its start is an OutOfBoundsError (guards around each
+    staged copy); a trapping kernel costs only its call; a bad launch is a LaunchError; timing works; a misaligned
+    view stays misaligned; a launcher's forked child neither answers for the worker nor breaks its context."""
     import torch
 
     from cudacourse import loader, settings
     from cudacourse.bench import time_kernel
-    from cudacourse.errors import KernelError, LaunchError
+    from cudacourse.errors import KernelError, LaunchError, OutOfBoundsError
     from cudacourse.gpu_worker import GpuWorker
 
     src = tmp_path / "k.cu"
@@ -705,13 +729,18 @@ def test_grading_on_a_gpu_runs_learner_libraries_in_a_gpu_worker(tmp_path: Path)
         for k in (0, 1, 3):  # a view k floats into x keeps its misalignment in the worker (task 1.3's fallback)
             m.where(x[k:], out)
             assert out.tolist() == [float((x.data_ptr() + 4 * k) % 256), x[k].item()], (k, out.tolist())
+        pid = m._lib._proc.pid
+        for how in (0, 1):  # a forked child that exits, or returns into the worker's loop: the worker goes on
+            m.forks(x, y, 5.0 + how, n, how)
+            assert torch.equal(y, (5.0 + how) * x) and m._lib._proc.pid == pid, how
         guard = torch.zeros(1 << 20, device="cuda")  # allocated next to y by the caching allocator
-        try:
+        with pytest.raises(OutOfBoundsError, match=rf"overrun\(\): .* past the end of y \(from element {n},"):
             m.overrun(y, n)
-            assert bool((y == 99.0).all())
-        except KernelError:  # the write left the worker's allocation: an illegal address there, nothing here
-            pass
+        assert bool((y == 99.0).all()), "the values inside y came back as the kernel wrote them"
         assert bool((guard == 0).all()), "the overrun reached the caller's memory"
+        for before, where in ((0, rf"past the end of y \(from element {n}, "), (1, r"before the start of y \(4 bytes")):
+            with pytest.raises(OutOfBoundsError, match=where):
+                m.unchecked(y, n, before)
         with pytest.raises(KernelError):
             m.trap(y)
         m.scale(x, y, 3.0, n)  # a fresh worker after the trap
