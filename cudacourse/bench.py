@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudacourse import gpu_gate
 from cudacourse.course import Course, course
 from cudacourse.errors import NeedsGPU
 
@@ -112,18 +111,14 @@ def time_kernel(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50, fl
 
 def time_stats(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50, flush: bool = True,
                max_s: float = 5.0) -> tuple[float, float]:
-    """(median ms, relative spread (p90-p10)/median) of ``fn()``; stops early after ``max_s`` seconds.
-
-    Where several processes share the GPU (grading, the suite under xdist) it times with the GPU to itself
-    (``cudacourse.gpu_gate``)."""
+    """(median ms, relative spread (p90-p10)/median) of ``fn()``; stops early after ``max_s`` seconds."""
     torch = _require_gpu()
     from cudacourse.loader import no_sync, uses_gpu_worker
 
     if uses_gpu_worker("cuda"):
-        with gpu_gate.turn(alone=True):
-            return _wall_stats(fn, warmup=warmup, reps=reps, max_s=max_s)
+        return _wall_stats(fn, warmup=warmup, reps=reps, max_s=max_s)
 
-    with gpu_gate.turn(alone=True), no_sync():
+    with no_sync():
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
@@ -153,15 +148,14 @@ def self_timed_stats(own_ms: Callable[[], float], *, warmup: int = 3, reps: int 
 
     Launches here run outside ``loader.no_sync()``: each call is waited for (and, while grading, its buffers
     copied back) before the next, which costs nothing the call reports, since it times itself."""
-    with gpu_gate.turn(alone=True):
-        for _ in range(warmup):
-            own_ms()
-        times: list[float] = []
-        t_end = time.monotonic() + max_s
-        for _ in range(reps):
-            times.append(float(own_ms()))
-            if time.monotonic() > t_end and len(times) >= 5:
-                break
+    for _ in range(warmup):
+        own_ms()
+    times: list[float] = []
+    t_end = time.monotonic() + max_s
+    for _ in range(reps):
+        times.append(float(own_ms()))
+        if time.monotonic() > t_end and len(times) >= 5:
+            break
     if not all(math.isfinite(t) and t >= 0 for t in times):
         raise ValueError(f"a self-timed case reported {times[:5]}...: not a time in ms")
     return _median_and_spread(times)

@@ -43,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from cudacourse import gpu_gate, settings
+from cudacourse import settings
 from cudacourse.course import Course, CourseError, Task, hidden_tasks
 from cudacourse.course import course as course_model
 from cudacourse.errors import CompileError, KernelError
@@ -79,6 +79,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "each hint once")
     group.addoption("--cc-report", default=None, metavar="FILE",
                     help="(grader) append a JSON line per test to FILE")
+    group.addoption("--cc-wait-file", default=None, metavar="FILE",
+                    help="(grader) after collection, wait until FILE exists before the first test (a timed task "
+                         "waiting for the GPU to itself)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -118,13 +121,53 @@ def pytest_configure(config: pytest.Config) -> None:
 
         os.environ[ONE_CONFIG_ENV] = "1"
 
-    if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get(gpu_gate.GATE_ENV):
-        from cudacourse.buildcache import build_root  # the workers of one run share it
-
-        os.environ[gpu_gate.GATE_ENV] = str(gpu_gate.prepare(build_root() / "gpu-gate"))
     state = _State(report_path=config.getoption("cc_report"), only_tasks=set(config.getoption("cc_task")),
                    course=course_model(st.root))
     config.stash[_STATE] = state
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Under ``--cc-wait-file``: start the CUDA context, then wait for the grader's go before the first test.
+
+    The grader starts a timed task's process while other task processes still use the GPU, so its start-up
+    (Python, torch, the tests' imports, the context) overlaps their work, and creates the file once the GPU is
+    this process's alone. A process stopped by the grader while it waits is simply killed.
+    """
+    path = session.config.getoption("cc_wait_file")
+    if not path or session.config.option.collectonly:
+        return
+    if backend_name() == "cuda":
+        import torch
+
+        torch.empty(1, device="cuda")  # the context and allocator, created before the turn
+    _preload(session)
+    while not Path(path).exists():
+        time.sleep(0.05)
+
+
+def _preload(session: pytest.Session) -> None:
+    """Load the kernel modules the collected tests will use (their GPU workers start now, not in a timed test's
+    wall time). A file that does not load is left to its tests, which report it."""
+    from cudacourse import loader
+
+    state = session.config.stash.get(_STATE, None)
+    if state is None:
+        return
+    wanted: set[tuple[str, str]] = set()
+    for item in session.items:
+        try:
+            task = _declared(state, item)
+            if task is not None:
+                info = state.course.lesson(task.lesson)
+                wanted |= {(task.lesson, f) for f in info.files_of(task) if f.endswith(".cu")}
+        except (ValueError, CourseError, KeyError):
+            continue
+    for lesson, name in sorted(wanted):
+        try:
+            loader.lesson(lesson).module(name)
+        except Exception:  # noqa: BLE001, S112 - its tests report what is wrong with it
+            continue
 
 
 def backend_name() -> str:
@@ -287,21 +330,33 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
     """Emit the ``start`` line before the test runs (the grader reads it after a crash).
 
-    Where several processes share a GPU (grading; the suite under pytest-xdist), each test of a task holds the
-    GPU gate shared (``cudacourse.gpu_gate``), so that no timing loop of another process measures beside it. A
-    timed (``gpu``) test takes no turn here: its timing loops take the GPU alone themselves (``cudacourse.bench``)
-    and the rest of it shares. Tests of no task (the simulator's, the grader's, which run minutes on the CPU)
-    take no turn: holding one, they would stall every timing loop behind them."""
+    Under pytest-xdist on a GPU, a timed (``gpu``) test holds the GPU alone: it takes an exclusive lock
+    that every other lesson test (a test of a task) holds shared, so no other worker's lesson kernels share
+    the GPU while it times. Tests of no task (the simulator's, the grader's, which run minutes on the CPU)
+    take no lock: holding one, they would stall every timed test behind them. (The grader gates its task
+    processes the same way: ``RunSettings.gpu_turn``.)"""
     state = item.config.stash.get(_STATE, None)
     if state is not None:
         state.emit({"event": "start", "nodeid": item.nodeid, "t": _now()})
     rec = state.records.get(item.nodeid) if state is not None else None
-    timed = item.get_closest_marker("gpu") is not None or (rec is not None and rec.gpu)
-    if (not os.environ.get(gpu_gate.GATE_ENV) or rec is None or rec.task is None or timed
-            or backend_name() != "cuda"):
+    if not os.environ.get("PYTEST_XDIST_WORKER") or rec is None or rec.task is None or backend_name() != "cuda":
         return (yield)
-    with gpu_gate.turn(alone=False):
-        return (yield)
+    import fcntl  # stdlib: filelock has no shared (reader) lock, and these are two flocks on two files
+
+    from cudacourse.buildcache import build_root
+
+    root = build_root()
+    root.mkdir(parents=True, exist_ok=True)
+    timed = item.get_closest_marker("gpu") is not None or rec.gpu
+    with open(root / ".gpu-turnstile.lock", "a") as turn, open(root / ".gpu-timing.lock", "a") as gpu:
+        # The turnstile keeps a waiting timed test from starving: while it waits, no new test gets in.
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        fcntl.flock(gpu, fcntl.LOCK_EX if timed else fcntl.LOCK_SH)
+        fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(gpu, fcntl.LOCK_UN)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -552,11 +552,40 @@ def test_grading_the_checkout_again_reuses_its_builds(fake_course: Path, tmp_pat
     assert rep["earned"] == rep["possible"] - rep["not_graded"] > 0, rep["tasks"]
 
 
-def test_task_groups_speed_first_then_twins_torch_files_last() -> None:
+def test_plugin_waits_for_the_go_file_before_the_first_test(tmp_path: Path) -> None:
+    """Issue 14: the grader starts a timed task's process while others still use the GPU and lets its tests run
+    only once the GPU is free, by creating the ``--cc-wait-file``. The process collects first, and no test
+    starts before the file exists."""
+    _toy_lesson(tmp_path, "09_fake", PLUGIN_LESSON)
+    (tmp_path / "test_09_fake.py").write_text(PLUGIN_TESTS)
+    report, go = tmp_path / "r.jsonl", tmp_path / "go"
+    env = {**os.environ, "CUDA_COURSE_BACKEND": "sim", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "cudacourse.pytest_plugin", "-q",
+                             "-p", "no:cacheprovider", "--cc-task", "9.2", "--cc-report", str(report),
+                             "--cc-wait-file", str(go), str(tmp_path)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def events() -> list[str]:
+        return [json.loads(ln)["event"] for ln in report.read_text().splitlines()] if report.exists() else []
+
+    try:
+        while "collected" not in events():
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.1)
+        time.sleep(1.0)  # time to start a test if it were not waiting (it must not, however long this takes)
+        assert "start" not in events() and proc.poll() is None, events()
+        go.touch()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert events()[-3:] == ["start", "result", "finished"], events()
+
+
+def test_task_groups_twins_first_torch_files_last_speed_in_one_process() -> None:
     """Issue 14: a lesson's tasks share a process only with tasks on the same files, in runs of consecutive ids
-    (progress lines come out in order); on a GPU each lesson's timed tasks go first, in a process of their own
-    (their timing loops take the GPU one at a time: the longest chain), then the Triton twins (no build), and a
-    task on a torch-route file (the slowest build) last."""
+    (progress lines come out in order); the Triton twins (no build) are queued first, a task on a torch-route
+    file (the slowest build) last, and all timed tasks of a submission together in one process after the rest."""
     import threading
 
     from cudacourse.grading.results import TaskSpec
@@ -573,14 +602,14 @@ def test_task_groups_speed_first_then_twins_torch_files_last() -> None:
     sub = Submission("", None, "solution")
     groups = cli.task_groups(c, [sub], tasks, {0: {("01_relu", "1.5")}}, st, jobs=4)
     ids = [[t.id for t in g] for _, g in groups]
-    assert ids[:2] == [["1.7"], ["2.7", "2.8", "2.9"]], ids  # each lesson's timed tasks, one process each, first
+    assert ids[-1] == ["1.7", "2.7", "2.8", "2.9"], ids  # every timed task, one process, last
     flat = [i for g in ids for i in g]
     assert "1.5" not in flat and sorted(flat) == sorted(t.id for t in tasks if t.id != "1.5"), ids
-    assert ids[-1] == ["1.6"], ids  # relu_torch.cu alone, last
+    assert ids.index(["1.6"]) == len(ids) - 2, ids  # relu_torch.cu alone, the last before the timed tasks
     twins = [n for n, g in enumerate(ids) if all(".T" in i for i in g)]
-    assert twins == list(range(2, 2 + len(twins))) and twins, ids  # the twins next
+    assert twins == list(range(len(twins))) and twins, ids  # the twins first
     order = [t.id for t in c.tasks()]
-    for g in ids[2:]:
+    for g in ids[:-1]:
         assert len({i.split(".")[0] for i in g}) == 1 and not any(i in ("1.7", "2.7") for i in g), ids
         at = [order.index(i) for i in g]
         assert at == list(range(at[0], at[0] + len(at))) or at == sorted(at), ids  # consecutive, in order
@@ -786,6 +815,41 @@ def test_a_file_outside_the_warm_up_list_is_not_waited_for(monkeypatch: pytest.M
     runner.wait_built(sub, "01_relu", "relu.cu", None)  # type: ignore[arg-type]
     assert started == [["relu.cu"]]
 
+
+def test_gpu_gate_times_speed_tasks_alone_and_correctness_first() -> None:
+    """On a GPU a speed task's process runs with no other task process: it waits for the correctness processes
+    running, and none starts while it times. A correctness process asking while a speed task waits goes first
+    (a lesson's correctness tasks, late after a slow build, must not queue behind every speed task)."""
+    import threading
+
+    from cudacourse.grading.staging import GpuGate
+
+    gate, order, timing = GpuGate(), [], threading.Event()
+    gate.acquire(exclusive=False)  # a correctness task is running
+
+    def speed() -> None:
+        gate.acquire(True)
+        order.append("speed")
+        timing.set()
+        threading.Event().wait(0.3)  # while it times, a correctness request must wait
+        order.append("speed done")
+        gate.release(True)
+
+    timed = threading.Thread(target=speed)
+    timed.start()
+    threading.Event().wait(0.2)
+    assert order == [], "a speed task started beside a running correctness task"
+    first = threading.Thread(target=lambda: (gate.acquire(False), order.append("first"), gate.release(False)))
+    first.start()  # a late correctness task is not held back by the waiting speed task
+    first.join(timeout=30)
+    assert order == ["first"], order
+    gate.release(exclusive=False)
+    assert timing.wait(30)
+    late = threading.Thread(target=lambda: (gate.acquire(False), order.append("late"), gate.release(False)))
+    late.start()
+    timed.join(timeout=30)
+    late.join(timeout=30)
+    assert order == ["first", "speed", "speed done", "late"], order
 
 
 def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ from typing import Any
 
 import filelock
 
-from cudacourse import gpu_gate
 from cudacourse.buildcache import build_root
 from cudacourse.checkcmd import file_states, lesson_started, untouched_todos
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
@@ -352,14 +351,12 @@ def grade(args: argparse.Namespace) -> list[Report]:
                               max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout)) if run_lessons else []
         if args.tasks:
             tasks = [t for t in tasks if t.id in args.tasks]
-        # On a GPU each timing loop has the GPU alone (cudacourse/gpu_gate.py; every test of a task shares it):
-        # timed beside other task processes on the same GPU, a solution's kernel measured 0.72x where it reaches
-        # 0.9x alone (H100, task 2.7). The rest of a speed task (start-up, its checks, torch.compile) overlaps the
-        # other tasks' work: a lesson's speed tasks run in a process of their own, queued first.
-        st.timed = frozenset((les, tid) for (les, tid), t in declared.items() if t.gpu) if backend == "cuda" \
-            else frozenset()
-        if backend == "cuda":
-            st.gate_dir = gpu_gate.prepare(work / "gpu-gate")
+        # On a GPU the speed tasks run in one process per submission, alone on the GPU (the gate of
+        # RunSettings.gpu_turn): timed beside other task processes on the same GPU, a solution's kernel
+        # measured 0.72x where it reaches 0.9x alone (H100, task 2.7). It starts up while the other tasks
+        # still run and times once they are done; builds go on meanwhile (they hold no turn).
+        timed_alone = {(les, tid) for (les, tid), t in declared.items() if t.gpu} if backend == "cuda" else set()
+        st.timed = frozenset(timed_alone)
         groups = task_groups(course, subs, tasks, idle, st, jobs)
         # Working folders ("slots") belong to the jobs, not to the submissions: each run first restores
         # its slot to the submission's pristine tree. Builds are cached by content, so a kernel file that
@@ -415,9 +412,8 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
 
     A process runs the tasks of one lesson that use the same files (so 1.6, on relu_torch.cu, does not wait
     with 1.1-1.5 for that slow build), split further into runs of consecutive tasks while there are fewer
-    processes than twice the jobs. A lesson's timed tasks (``st.timed``, on a GPU) go first, in a process of their
-    own (they are the longest chain: their timing loops take the GPU one at a time); then the Triton twins (they
-    need no build); tasks on a torch-route file last (the longest build).
+    processes than twice the jobs. The Triton twins go first (they need no build), tasks on a torch-route file
+    last (the longest build), and each submission's timed tasks (``st.timed``) last of all, in one process.
     """
     out: list[tuple[int, list[TaskSpec]]] = []
     for i in range(len(subs)):
@@ -444,10 +440,10 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
             k = min(split, len(lt))
             size = -(-len(lt) // k)
             out += [(i, lt[j:j + size]) for j in range(0, len(lt), size)]
-        for lesson in dict.fromkeys(t.lesson for t in timed):
-            out.append((i, [t for t in timed if t.lesson == lesson]))
-    # every submission's timed processes first (a stable sort keeps the order within each kind)
-    return sorted(out, key=lambda g: not all((t.lesson, t.id) in st.timed for t in g[1]))
+        if timed:
+            out.append((i, timed))
+    # every submission's ordinary processes before any timed one
+    return sorted(out, key=lambda g: all((t.lesson, t.id) in st.timed for t in g[1]))
 
 
 def _merge_shared_builds(course: Course, sub: Submission, keyed: dict[tuple[str, tuple[str, ...]], list[TaskSpec]],

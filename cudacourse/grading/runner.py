@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,9 @@ from typing import Any
 from cudacourse.buildcache import SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
 from cudacourse.errors import UNBUILDABLE_ENV
-from cudacourse.gpu_gate import GATE_ENV
 from cudacourse.grading.confine import Confinement, Limits, available, confined_popen, stop_group
 from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
-from cudacourse.grading.staging import Once, Submission, restore
+from cudacourse.grading.staging import GpuGate, Once, Submission, restore
 from cudacourse.settings import Settings, to_env
 
 # ----------------------------------------------------------------------------------------------------
@@ -256,21 +256,33 @@ class RunSettings:
     instructor: dict[str, set[str]] = field(default_factory=dict)  # "lesson/file" -> sha256 of solution, stub
     shared_built: Once = field(default_factory=Once, repr=False)  # per (lesson, instructor files): the shared build
     timed: frozenset[tuple[str, str]] = frozenset()  # (lesson, id) of the tasks timed alone (speed, on a GPU)
-    gate_dir: Path | None = None  # on a GPU: the folder of the GPU gate (cudacourse/gpu_gate.py) of this grade
+    gate: GpuGate = field(default_factory=GpuGate, repr=False)
     task_files: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)  # (lesson, id) -> files_of
     builders: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(1), repr=False)  # warm-ups
     build_threads: int = 1  # files one warm-up worker builds at once
     announced: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (name, lesson, id) -> status said
     task_threads: int = 1  # CPU threads of torch in each task process (``child_env``): cores / jobs
-    timed_threads: int = 1  # ... in a process of speed tasks (it mostly waits for its timing loops' turns)
+    timed_threads: int = 1  # ... in a process that times (alone on the machine once it has the gate): cores
 
     def kernels_of(self, tasks: Sequence[TaskSpec]) -> set[tuple[str, str]]:
         """(lesson, file) of the kernel files (``.cu``) the tests of ``tasks`` use (``LessonInfo.files_of``)."""
         return {(t.lesson, f) for t in tasks for f in self.task_files.get((t.lesson, t.id), ()) if f.endswith(".cu")}
 
-    def all_timed(self, tasks: Sequence[TaskSpec]) -> bool:
-        """Whether ``tasks`` are all speed tasks timed on a GPU (their process gets ``timed_threads``)."""
+    def timed_alone(self, tasks: Sequence[TaskSpec]) -> bool:
+        """Whether ``tasks`` time kernels and so run alone on the GPU (``gate``, exclusive)."""
         return self.backend_name == "cuda" and all((t.lesson, t.id) in self.timed for t in tasks)
+
+    @contextlib.contextmanager
+    def gpu_turn(self, exclusive: bool) -> Iterator[None]:
+        """On a GPU, hold the gate while a task process runs: alone for speed tasks, shared for the others."""
+        if self.backend_name != "cuda":
+            yield
+            return
+        self.gate.acquire(exclusive)
+        try:
+            yield
+        finally:
+            self.gate.release(exclusive)
 
     def say(self, sub: Submission, line: str) -> None:
         """Print one progress line (thread-safe; nothing when quiet)."""
@@ -334,21 +346,31 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
            "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), "--tb=short", "-p", "no:randomly"]
     for t in tasks:
         cmd += ["--cc-task", t.id]
+    # A process that times starts up (python, torch, pytest, the CUDA context) while other task processes
+    # still use the GPU, and runs its first test once it has the GPU alone: the grader then creates ``go``.
+    # (A process that creates ``go`` itself only times itself beside others: slower, never faster.)
+    alone = st.timed_alone(tasks)
+    go = scratch_of(slot) / f"go-{sub.pristine.name}-{slot.name}-{tag}"
+    go.unlink(missing_ok=True)
+    if alone:
+        cmd += ["--cc-wait-file", str(go)]
     cmd += files
     timed_out = False
     limit = 0.0
-    with open(log, "w") as logf:
+    with contextlib.ExitStack() as turn, open(log, "w") as logf:
+        if not alone:
+            turn.enter_context(st.gpu_turn(exclusive=False))
         env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable,
-                        st.timed_threads if st.all_timed(tasks) else st.task_threads)
-        readable = [st.build_dir] if sub.build_dir is not None else []
+                        st.timed_threads if alone else st.task_threads)
         if sub.build_dir is not None:
             env[SHARED_ENV] = str(st.build_dir)
-        if st.gate_dir is not None:  # each test shares the GPU, each timing loop has it alone (gpu_gate)
-            env[GATE_ENV] = str(st.gate_dir)
-            readable.append(st.gate_dir)
         proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir_of(sub, st)],
-                            readable=readable, stdout=logf, stderr=subprocess.STDOUT)
+                            readable=[st.build_dir] if sub.build_dir is not None else [], stdout=logf,
+                            stderr=subprocess.STDOUT)
         LIVE.add(proc)
+        if alone:
+            turn.enter_context(st.gpu_turn(exclusive=True))
+            go.touch()
         size, last = -1, time.monotonic()
         finished_at: float | None = None
         while True:
@@ -647,9 +669,8 @@ def _records(task: TaskSpec, run: _Run) -> list[TestRecord]:
 
 
 # Failures that only the task's own code can cause: no confirming run alone on a GPU (a corrupted CUDA context
-# shows as a CUDA error in a later case, never as wrong values, a compile error, or a store into the guards the GPU
-# worker lays around the call's own buffers).
-_OWN_VERDICTS = frozenset({"AssertionError", "CheckFailure", "CompileError", "OutOfBoundsError"})
+# shows as a CUDA error in a later case, never as wrong values or a compile error).
+_OWN_VERDICTS = frozenset({"AssertionError", "CheckFailure", "CompileError"})
 
 
 def _own_verdicts(recs: list[TestRecord]) -> bool:

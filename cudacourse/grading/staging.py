@@ -93,6 +93,39 @@ class Once:
             done.set()
 
 
+class GpuGate:
+    """Lets the grader's speed tasks time alone on a GPU while builds go on: a task process that times holds
+    the gate exclusively, every other task process shared (builds hold nothing). Correctness comes first: a
+    shared request never waits for a waiting speed task, so speed tasks fill the GPU's idle time and cannot
+    hold a lesson's correctness tasks back behind every speed task of the run (they cannot starve either:
+    correctness work is finite). A hand-written reader-writer lock: the standard library has none, and this
+    one is a dozen lines."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+
+    def acquire(self, exclusive: bool) -> None:
+        """Wait for the gate: ``exclusive`` for a process that times, shared for one that does not."""
+        with self._cond:
+            if exclusive:
+                self._cond.wait_for(lambda: not self._exclusive and self._shared == 0)
+                self._exclusive = True
+            else:
+                self._cond.wait_for(lambda: not self._exclusive)
+                self._shared += 1
+
+    def release(self, exclusive: bool) -> None:
+        """Give back what :meth:`acquire` took."""
+        with self._cond:
+            if exclusive:
+                self._exclusive = False
+            else:
+                self._shared -= 1
+            self._cond.notify_all()
+
+
 class Builds:
     """The warm-up builds of one submission: one worker per lesson, started once, building the lesson's kernel
     files side by side; a task process waits only for the files its tasks use (``RunSettings.kernels_of``)."""
