@@ -5,8 +5,9 @@ One process builds, checks and times, in the same run (sm_90a: TORCH_CUDA_ARCH_L
        fragment prefetch across k-tiles, two 128 x 128 blocks per SM) against cuBLAS fp16, task 5.6, gemm_wgmma,
        the two mma.sync ceiling rows of lessons/05_tensor_cores/bench.py and the ldmatrix ceiling at 1, 2 and 3
        blocks of 4 warps per SM; then the SM clock and board power (nvidia-smi) while some of them run.
-  wg   gemm_wgmma (task 5.12) and copies of it with WG_VARIANTS applied (tile origins kept inside M x N; the
-       last k-tile's box kept inside K; both), at 4096^3, 4000^3, 4000x4000x4096, 4096x4096x4000 and
+  wg   gemm_wgmma (task 5.12) and copies of it with those WG_VARIANTS that apply to the solution as it is (tile
+       origins kept inside M x N; the last k-tile's box kept inside K; both; once the solution shifts its tiles,
+       the copy without the shift), at 4096^3, 4000^3, 4000x4000x4096, 4096x4096x4000 and
        4096x4096x1024, each next to cuBLAS fp16.
 Checks: fresh random inputs, C poisoned with NaN, relative Frobenius error against a float32 matmul of the
 same bf16 inputs, on small ragged shapes and on each timed shape (a failed check marks the row FAIL: its time is
@@ -14,6 +15,7 @@ not a result); the gemm_wgmma copies must also give C bit for bit equal to the s
 cudacourse.bench.time_stats (CUDA events, L2 flushed before each run, median of 50).
 
     PYTHONPATH=$PWD TORCH_CUDA_ARCH_LIST=9.0a python3 benchmarks/mma19_sweep.py OUT_FOLDER [--parts mma,wg]
+        [--variants mma_tma_256x128,...] [--repeat 30]
 Writes OUT_FOLDER/mma19_<parts>.md (and .json), rewritten after each part, and prints the table last.
 """
 
@@ -36,7 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SOL = ROOT / "solutions/05_tensor_cores"
 T0 = time.monotonic()
 MMA_VARIANTS = ["mma_tma_128x256", "mma_tma_256x128", "mma_tma_256x128_g8", "mma_tma_256x128_pf",
-                "mma_tma_128x128_x2", "mma_tma_128x128_x2_pf"]
+                "mma_tma_128x128_x2", "mma_tma_128x128_x2_pf"]  # the default of --variants (the first call)
+ALL_MMA = MMA_VARIANTS + ["mma_tma_128x256_late", "mma_tma_256x128_late"]
 CHECKS = [(37, 45, 72), (131, 129, 136), (300, 257, 520), (1000, 1004, 1032), (129, 255, 8), (257, 999, 200),
           (700, 600, 264)]
 Row = dict
@@ -64,14 +67,19 @@ KTAIL = [
      "                    unsigned char* rows = reinterpret_cast<unsigned char*>(const_cast<__nv_bfloat16*>(as));\n"
      "                    for (int e = threadIdx.x % 128; e < 64 * rep; e += 128) {\n"
      "                        const int r = e / rep, q = e % rep;\n"
-     "                        *reinterpret_cast<uint4*>(rows + r * 128 + ((q ^ (r % 8)) << 4)) = make_uint4(0, 0, 0, 0);\n"
+     "                        *reinterpret_cast<uint4*>(rows + r * 128 + ((q ^ (r % 8)) << 4)) =\n"
+     "                            make_uint4(0, 0, 0, 0);\n"
      "                    }\n"
      "                    fence_async_smem();\n"
      "                    warpgroup_sync(wg);\n"
      "                }\n"
      "                wgmma_fence();"),
 ]
-WG_VARIANTS = {"wgmma_clamp": CLAMP, "wgmma_ktail": KTAIL, "wgmma_clamp_ktail": CLAMP + KTAIL}
+# The solution before this branch (its tile origins never shifted): the same-run baseline once CLAMP is in it.
+_SHIFTED = ("const int row0 = tile_row0(tile, tiles_n, M), col0 = tile_col0(tile, tiles_n, N);",
+            "const int row0 = (tile / tiles_n) * kHBM, col0 = (tile % tiles_n) * kHBN;")
+WG_VARIANTS = {"wgmma_clamp": CLAMP, "wgmma_ktail": KTAIL, "wgmma_clamp_ktail": CLAMP + KTAIL,
+               "wgmma_unshifted (the solution before mma19)": [_SHIFTED]}
 
 
 def log(msg: str) -> None:
@@ -194,11 +202,33 @@ def write(out_dir: Path, stem: str, info: dict, parts: list[tuple[str, list[Row]
     return md
 
 
-def part_mma(rows: list[Row], notes: list[str]) -> None:
+def repeat_test(tm, names: list[str], runs: int, notes: list[str]) -> None:
+    """Run each variant ``runs`` times at 4096^3 on one set of inputs, C poisoned with NaN each time; the kernel
+    is deterministic, so a run whose C differs in any bit from the first run's shows a race."""
+    s = Shape(4096, 4096, 4096)
+    for n in names:
+        f = getattr(tm, n)
+        first, differ, worst = None, 0, 0.0
+        for _ in range(runs):
+            s.C.fill_(float("nan"))
+            f(s.A, s.W, s.C, 4096, 4096, 4096)
+            torch.cuda.synchronize()
+            worst = max(worst, rel_err(s.C, s.ref))
+            if first is None:
+                first = s.C.clone()
+            elif not torch.equal(s.C, first):
+                differ += 1
+        notes.append(f"repeat test {n}: {runs} runs at 4096^3 on the same inputs, {differ} with C not bit-equal to "
+                     f"the first run's, worst relative error {worst:.2e}")
+        log(notes[-1])
+    del s
+
+
+def part_mma(rows: list[Row], notes: list[str], variants: list[str], repeat: int) -> None:
     """mma.sync fed by TMA: variants against cuBLAS, task 5.6, gemm_wgmma and the ceilings; clocks last."""
     src = (ROOT / "benchmarks/mma19_tma.cu").read_text()
     src = src.replace("@MMA@", str(SOL / "cc_mma.h")).replace("@HOPPER@", str(SOL / "cc_hopper.h"))
-    tm = cc.load(src, MMA_VARIANTS + ["mma_smem_ceiling_occ"], backend="cuda")
+    tm = cc.load(src, ALL_MMA + ["mma_smem_ceiling_occ"], backend="cuda")
     hop = cc.load(SOL / "gemm_hopper.cu", ["gemm_wgmma"], backend="cuda")
     sol = cc.load(SOL / "gemm_tc.cu", ["mma_gemm_pipelined"], backend="cuda")
     b5 = import_file(ROOT / "lessons/05_tensor_cores/bench.py", "mma19_bench05")
@@ -206,7 +236,9 @@ def part_mma(rows: list[Row], notes: list[str]) -> None:
     ck = cc.load(b5.CEILING_SRC.replace("@HEADER@", header), ["mma_ceiling"], backend="cuda")
     skc = cc.load(b5.SMEM_CEILING_SRC.replace("@HEADER@", header), ["mma_smem_ceiling"], backend="cuda")
     log("mma part built")
-    worst = {v: small_checks(getattr(tm, v), v) for v in MMA_VARIANTS}
+    if repeat:
+        repeat_test(tm, variants, repeat, notes)
+    worst = {v: small_checks(getattr(tm, v), v) for v in variants}
     notes.append("mma: worst relative error of the small ragged checks " + str(CHECKS) + ": "
                  + ", ".join(f"{v} {e:.2e}" for v, e in worst.items()))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -218,7 +250,7 @@ def part_mma(rows: list[Row], notes: list[str]) -> None:
         rows.append(cub)
         rows.append(gemm_row(group, "task 5.6 mma_gemm_pipelined (cp.async)", s,
                              lambda s=s: sol.mma_gemm_pipelined(s.A, s.W, s.C, s.M, s.N, s.K), cub["ms"]))
-        for v in MMA_VARIANTS:
+        for v in variants:
             f = getattr(tm, v)
             r = gemm_row(group, v, s, lambda s=s, f=f: f(s.A, s.W, s.C, s.M, s.N, s.K), cub["ms"])
             r["ok"] = r["ok"] and worst[v] < 1e-3
@@ -232,7 +264,7 @@ def part_mma(rows: list[Row], notes: list[str]) -> None:
             blocks, iters = sms * 8, 4096  # as lessons/05_tensor_cores/bench.py
             cout = torch.empty(blocks * 128, device="cuda")
             flops = blocks * 4 * iters * 8 * 2 * 16 * 8 * 16
-            ms, sp = bench.time_stats(lambda: ck.mma_ceiling(cout, blocks, iters))
+            ms, sp = bench.time_stats(lambda c=cout, b=blocks, i=iters: ck.mma_ceiling(c, b, i))
             rows.append(dict(group=group, name="mma.sync ceiling (registers only)", ms=ms, spread=sp,
                              tflops=flops / ms / 1e9, err=None))
             ops = torch.randn(2 * 128 * 32, device="cuda").bfloat16()
@@ -242,15 +274,16 @@ def part_mma(rows: list[Row], notes: list[str]) -> None:
                 kout = torch.empty(kblocks * 128, device="cuda")
                 kflops = kblocks * 4 * kiters * 2 * 32 * 2 * 16 * 8 * 16
                 if bps == 3:
-                    fn = (lambda o=ops, c=kout, b=kblocks: skc.mma_smem_ceiling(o, c, b, kiters))
-                    name = "mma.sync ceiling (ldmatrix from shared memory, random operands; bench.py's: 12 warps/SM)"
+                    fn = (lambda o=ops, c=kout, b=kblocks, i=kiters: skc.mma_smem_ceiling(o, c, b, i))
+                    name = ("mma.sync ceiling (ldmatrix from shared memory, random operands; bench.py's: "
+                            "12 warps/SM)")
                     ms, sp = bench.time_stats(fn)
                     rows.append(dict(group=group, name=name, ms=ms, spread=sp, tflops=kflops / ms / 1e9, err=None))
                     clock_fns.append(("ldmatrix ceiling, 12 warps/SM", fn))
-                fn = (lambda o=ops, c=kout, b=kblocks, p=bps: tm.mma_smem_ceiling_occ(o, c, b, kiters, p))
+                fn = (lambda o=ops, c=kout, b=kblocks, p=bps, i=kiters: tm.mma_smem_ceiling_occ(o, c, b, i, p))
                 ms, sp = bench.time_stats(fn)
-                rows.append(dict(group=group, name=f"the same kernel held to {bps} block(s) = {4 * bps} warps per SM",
-                                 ms=ms, spread=sp, tflops=kflops / ms / 1e9, err=None))
+                rows.append(dict(group=group, name=f"the same kernel held to {bps} block(s) = {4 * bps} warps "
+                                 "per SM", ms=ms, spread=sp, tflops=kflops / ms / 1e9, err=None))
                 if bps == 2:
                     clock_fns.append(("ldmatrix ceiling, 8 warps/SM", fn))
         rows.append(dict(cublas_row(group, s), name="cuBLAS torch.matmul fp16, timed again after the kernels"))
@@ -271,8 +304,11 @@ def part_wg(rows: list[Row], notes: list[str]) -> None:
     """gemm_wgmma and its WG_VARIANTS copies at ragged and whole sizes, next to cuBLAS."""
     ws = import_file(ROOT / "benchmarks/wgmma_sweep.py", "mma19_wgmma_sweep")
     hop = cc.load(SOL / "gemm_hopper.cu", ["gemm_wgmma"], backend="cuda")
+    text = (SOL / "gemm_hopper.cu").read_text()
+    chosen = {n: subs for n, subs in WG_VARIANTS.items() if all(old in text for old, _ in subs)}
+    notes.append("wg: copies of the solution built here: " + ", ".join(chosen))
     with tempfile.TemporaryDirectory() as tmp:
-        mods = {name: ws.build(name, subs, Path(tmp)) for name, subs in WG_VARIANTS.items()}
+        mods = {name: ws.build(name.split()[0], subs, Path(tmp)) for name, subs in chosen.items()}
         log("wg part built")
         worst = {n: small_checks(m.gemm_wgmma, n, hop.gemm_wgmma) for n, m in mods.items()}
         notes.append("wg: worst relative error of the small ragged checks (inf: C differs in a bit from the "
@@ -308,10 +344,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--parts", default="wg,mma", help="comma-separated parts, in order (default wg,mma)")
+    ap.add_argument("--variants", default=",".join(MMA_VARIANTS), help="mma part: comma-separated versions of "
+                    f"benchmarks/mma19_tma.cu, among {ALL_MMA}")
+    ap.add_argument("--repeat", type=int, default=0, help="mma part: run each version this many times at 4096^3 "
+                    "on the same inputs and count outputs that differ from the first (0: skip)")
     args = ap.parse_args()
     chosen = [p.strip() for p in args.parts.split(",") if p.strip()]
     if not chosen or any(p not in TITLES for p in chosen):
         raise SystemExit(f"--parts takes a comma-separated list of {sorted(TITLES)}, got {args.parts!r}")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not variants or any(v not in ALL_MMA for v in variants):
+        raise SystemExit(f"--variants takes a comma-separated list of {ALL_MMA}, got {args.variants!r}")
     args.out.mkdir(parents=True, exist_ok=True)
     info = bench.machine_info()
     log(f"{info['gpu']}, torch {torch.__version__}, parts {chosen}")
@@ -327,7 +370,10 @@ def main() -> None:
         rows: list[Row] = []
         parts.append((TITLES[p], rows))
         try:
-            (part_mma if p == "mma" else part_wg)(rows, notes)
+            if p == "mma":
+                part_mma(rows, notes, variants, args.repeat)
+            else:
+                part_wg(rows, notes)
         except Exception as e:  # noqa: BLE001 - keep what was measured; a trap ends the CUDA context
             notes.append(f"part {p} stopped: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
             log(notes[-1])
