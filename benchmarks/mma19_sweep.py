@@ -39,7 +39,7 @@ SOL = ROOT / "solutions/05_tensor_cores"
 T0 = time.monotonic()
 MMA_VARIANTS = ["mma_tma_128x256", "mma_tma_256x128", "mma_tma_256x128_g8", "mma_tma_256x128_pf",
                 "mma_tma_128x128_x2", "mma_tma_128x128_x2_pf"]  # the default of --variants (the first call)
-ALL_MMA = MMA_VARIANTS + ["mma_tma_128x256_late", "mma_tma_256x128_late"]
+ALL_MMA = MMA_VARIANTS + ["mma_tma_128x256_late", "mma_tma_256x128_late", "mma_tma_256x128_fence"]
 CHECKS = [(37, 45, 72), (131, 129, 136), (300, 257, 520), (1000, 1004, 1032), (129, 255, 8), (257, 999, 200),
           (700, 600, 264)]
 Row = dict
