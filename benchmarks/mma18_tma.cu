@@ -17,6 +17,8 @@
 //                     apart (W has the same ld) and the given L2 promotion (0 none, 1 64B, 2 128B, 3 256B:
 //                     the solution uses 3): separates the cost of 8000-byte (not 128-byte aligned) rows from
 //                     the ragged tiles at 4000^3.
+// Found racy in results/nvidia-h100-80gb-hbm3/mma19 (mma_tma_*: C differs between runs on the same inputs in
+// about 1 run of 4 at 4096^3); see benchmarks/mma19_tma.cu for the candidate fix.
 // Needs K % 8 == 0 (TMA row strides are multiples of 16 bytes). Ragged M, N, K: TMA fills zeros, the
 // epilogue checks bounds.
 // ====================================================================================================
