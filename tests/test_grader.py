@@ -918,7 +918,10 @@ def test_corpus(tmp_path: Path, request: pytest.FixtureRequest) -> None:
         must_fail = set(expected[case]["fail"])
         if rep["backend"] == "cuda":
             must_fail |= set(expected[case]["also_fail_on_cuda"])
+        blind = set(expected[case]["fail"]) if rep["backend"] == "cuda" and expected[case]["gpu_blind"] else set()
         for t in rep["tasks"]:
+            if t["id"] in blind:  # a bug a GPU cannot see (make_corpus.py says why): its verdict there is not asserted
+                continue
             want = "fail" if t["id"] in must_fail else ("not-graded" if t["id"] == "1.7" and rep["backend"] == "sim"
                                                          else "pass")
             if t["status"] != want:
