@@ -669,8 +669,9 @@ def _records(task: TaskSpec, run: _Run) -> list[TestRecord]:
 
 
 # Failures that only the task's own code can cause: no confirming run alone on a GPU (a corrupted CUDA context
-# shows as a CUDA error in a later case, never as wrong values or a compile error).
-_OWN_VERDICTS = frozenset({"AssertionError", "CheckFailure", "CompileError"})
+# shows as a CUDA error in a later case, never as wrong values, a compile error, or a store into the guards the GPU
+# worker lays around the call's own buffers).
+_OWN_VERDICTS = frozenset({"AssertionError", "CheckFailure", "CompileError", "OutOfBoundsError"})
 
 
 def _own_verdicts(recs: list[TestRecord]) -> bool:
