@@ -809,3 +809,54 @@ def test_shared_memory_of_others_is_out_of_reach(fence) -> None:
     finally:
         secret.unlink()
         mine.unlink()
+
+
+FILL_SRC = r"""
+__global__ void fill(float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.0f; }
+void fill_all(float* y, int n) { fill<<<(n + 63) / 64, 64>>>(y, n); }
+"""
+UNDER_A_THREAD_LIMIT = r"""
+import ctypes, os, resource, sys
+if os.getuid() == 0:  # root is never held to RLIMIT_NPROC: nobody is
+    os.setgid(65534)
+    os.setuid(65534)
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER: RLIMIT_NPROC applies there, root or not
+    print("no user namespace:", os.strerror(ctypes.get_errno()))
+    sys.exit(3)
+resource.setrlimit(resource.RLIMIT_NPROC, (3, 3))  # this thread and two more
+os.environ["CCSIM_WORKERS"] = "16"
+lib = ctypes.CDLL(sys.argv[1])
+lib.ccsim_api_init.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_int]
+lib.ccsim_api_init(0, 0, 1, 2)
+n = 1000
+y, nn = (ctypes.c_float * n)(), ctypes.c_int(n)
+argv = (ctypes.c_void_p * 2)(ctypes.addressof(y), ctypes.addressof(nn))
+fn = lib.ccsim_entry_fill_all
+fn.argtypes, fn.restype = [ctypes.c_void_p], ctypes.c_int
+print(fn(argv), sum(y))
+"""
+
+
+def test_the_simulator_runs_with_the_threads_its_process_may_start(tmp_path: Path) -> None:
+    """A grading worker's process limit counts threads, and a task process's simulator workers share it: a
+    runtime that may not start all its pool threads runs with fewer, instead of dying (std::terminate), which cost
+    a neighbouring task its verdict on the H100 machine."""
+    from cudacourse.sim import SimLibrary
+    from cudacourse.source import find_launchers
+
+    lib = SimLibrary.build(FILL_SRC, "fill.cu", list(find_launchers(FILL_SRC).values()), checked=False)
+    lib.close()
+    shared = Path(tempfile.mkdtemp(prefix="cc-threads-"))  # readable by nobody (the child drops root)
+    try:
+        so = shared / "fill.so"
+        shutil.copy(lib.lib, so)
+        shared.chmod(0o755)
+        so.chmod(0o755)
+        r = subprocess.run([sys.executable, "-c", UNDER_A_THREAD_LIMIT, str(so)], capture_output=True, text=True,
+                           cwd=shared)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    if r.returncode == 3:
+        pytest.skip(r.stdout.strip())
+    assert r.returncode == 0 and r.stdout.split() == ["0", "2000.0"], (r.returncode, r.stdout, r.stderr[-2000:])

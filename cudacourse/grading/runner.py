@@ -133,6 +133,10 @@ def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
         # (results/nvidia-h100-80gb-hbm3/grade_profile/).
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, str(threads))
+        # The simulator's workers too (a thread per core otherwise): a task process runs several (checked,
+        # profiled...), and its process limit counts threads. On the H100 machine three workers of 17 threads beside
+        # pytest's filled it, and one forked daemon more (the setsid attack) killed the next worker of its process.
+        env.setdefault("CCSIM_WORKERS", str(max(2, threads)))
         # torch.compile in-process: a pool of compile workers costs more to start (and to stop) than the one small
         # graph a task compiles
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")

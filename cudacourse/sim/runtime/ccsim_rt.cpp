@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <random>
 #include <sys/mman.h>
+#include <system_error>
 #include <thread>
 #include <time.h>
 #include <ucontext.h>
@@ -1640,8 +1641,13 @@ void init_once() {
         int n = e ? atoi(e) : (int)std::thread::hardware_concurrency();
         if (n < 1) n = 1;
         if (n > 32) n = 32;
-        g_nworkers = n;
-        for (int i = 1; i < n; ++i) { g_pool.emplace_back(pool_main); g_pool.back().detach(); }
+        // A thread the process may not start (a grading worker's process limit counts threads, and several
+        // workers share it) leaves the simulator with fewer helpers, not a dead worker.
+        for (int i = 1; i < n; ++i) {
+            try { g_pool.emplace_back(pool_main); } catch (const std::system_error&) { break; }
+            g_pool.back().detach();
+        }
+        g_nworkers = 1 + (int)g_pool.size();
     });
 }
 
