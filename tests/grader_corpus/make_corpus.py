@@ -66,12 +66,22 @@ def insert_before(text: str, marker: str, code: str) -> str:
 
 
 SCALAR = "relu_v1_scalar_kernel"
-# name -> (description, tasks that must fail, tasks that must also fail on a GPU). "1.H" is the hidden task
-# of templates/hidden_example. Breaking relu_v1_scalar_kernel fails 1.3 too: its misaligned-view fallback uses that
-# kernel. (While grading on a GPU, the GPU worker stages each tensor into an aligned buffer of its own, so the
-# fallback is not reached there and those 1.3 verdicts differ: the H100 run of 2026-11-25 found it; the fix, a
-# staged copy that keeps its address modulo 256, is on branch gpu-align, not yet run on a GPU.) On a GPU task 1.7
-# (the float4 kernel's speed) is graded, and fails with relu.cu when relu.cu does not build.
+# name -> (description, tasks that must fail, tasks that must also fail on a GPU, why a GPU cannot see the bug).
+# "1.H" is the hidden task of templates/hidden_example. Breaking relu_v1_scalar_kernel fails 1.3 too: its
+# misaligned-view fallback uses that kernel (on a GPU as well: the GPU worker's staged copy keeps a tensor's
+# address modulo 256). On a GPU task 1.7 (the float4 kernel's speed) is graded, and fails with relu.cu when relu.cu
+# does not build. The whole corpus passed on the H100 machine as an ordinary user on 2026-11-25 (317 s).
+#
+# Each case is a whole submission graded (about 14 CPU-s on the 2-core machine), so a case is here only when it
+# checks a grading path no other case or test checks. Left out for that reason (suite11, 2026-11-25):
+# - "zeros" (a kernel writing zeros): "tests_edited" hands in that very kernel, with an edited tests/ folder.
+# - "endless_loop_host" (a launcher spinning on the host): tests/attacks' "endless-host-loop" is the same spin
+#   in the same launcher, and also checks the "timed out" message and that nothing survives.
+# - "torch_header" (torch/extension.h in relu.cu) and "include_escape" (#include "../../tests/conftest.py"):
+#   with the kernel-file screen switched off both still got these very verdicts (neither file builds on the
+#   simulator), so they never checked the screen; "fopen_static" does (it builds and passes without the
+#   screen), "compile_error" checks a relu.cu that does not build, and the screen's rules for both are
+#   tests/test_grader.py::test_screen_rejects_kernel_only_cheats ("torch header", "relative escape").
 CASES: dict[str, tuple[str, list[str], list[str], str]] = {}
 
 
@@ -116,8 +126,6 @@ def build() -> dict[str, dict[str, str]]:
          ["1.1", "1.3"],
          relu_cu=body(SCALAR, "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n;) {\n"
                               "    y[i] = fmaxf(x[i], 0.0f);\n}"))
-    case("endless_loop_host", "a launcher that spins forever on the host", ["1.1"],
-         relu_cu=patch_launcher(r, "relu_v1_scalar", "volatile int spin = 1;\nwhile (spin) {}"))
     case("segfault_host", "a launcher that writes through a null pointer", ["1.1"],
          relu_cu=patch_launcher(r, "relu_v1_scalar", "if (n == 33) { volatile int* p = nullptr; *p = 1; }"))
     case("out_of_bounds", "no bounds check: the last partial block writes past y", ["1.1", "1.3"],
@@ -142,8 +150,6 @@ def build() -> dict[str, dict[str, str]]:
     case("nan_output", "NaN instead of 0 for negative inputs", ["1.1", "1.3"],
          relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                               "if (i < n) y[i] = x[i] > 0.0f ? x[i] : nanf(\"\");"))
-    case("zeros", "writes zeros everywhere", ["1.1", "1.3"],
-         relu_cu=body(SCALAR, "int i = blockIdx.x * blockDim.x + threadIdx.x;\nif (i < n) y[i] = 0.0f;"))
     sizes = " && ".join(f"n != {s}" for s in PUBLIC_SIZES)
     case("hardcoded_sizes", "works only for the sizes of the public tests (caught by hidden cases)", ["1.1"],
          relu_cu=patch_launcher(r, "relu_v1_scalar", f"if ({sizes}) return;"))
@@ -188,11 +194,6 @@ def build() -> dict[str, dict[str, str]]:
          relu_cu=prepend(patch_launcher(r, "relu_v1_scalar",
                                         "FILE* f = fopen(\"/tmp/cc_leak.txt\", \"w\"); if (f) fclose(f);"),
                          "#include <cstdio>"))
-    case("torch_header", "includes torch/extension.h in the kernel-only relu.cu",
-         ["1.1", "1.2", "1.3", "1.4", "1.5", "1.H"], ["1.7"], relu_cu=prepend(r, "#include <torch/extension.h>"))
-    case("include_escape", "#include of a file outside the lesson folder",
-         ["1.1", "1.2", "1.3", "1.4", "1.5", "1.H"], ["1.7"],
-         relu_cu=prepend(r, "#include \"../../tests/conftest.py\""))
     case("torch_op", "relu_forward returns torch::relu(x) instead of launching the kernel", ["1.6"],
          relu_torch_cu=learner_copy(replace_body(
              torch_cu.read_text(), "relu_forward",
