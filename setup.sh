@@ -7,7 +7,7 @@
 # TORCH_INDEX_URL= empty for pip's own index, which on Linux serves the multi-GB CUDA build).
 #
 # Usage: ./setup.sh [EXTRAS]   EXTRAS: pyproject extras to add, comma-separated. The learner's verbs (grade,
-# check, doctor) need none; `make lab` asks for "notebooks", `make test` for "dev,notebooks". Extras installed
+# check, doctor) need none; `make lab` asks for "notebooks", `make test` for "dev". Extras installed
 # once stay installed.
 set -euo pipefail
 cd "$(dirname "$0")"
