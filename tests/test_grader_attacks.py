@@ -6,9 +6,9 @@ copy of the course and of the hidden tests, next to an unchanged solution, on ev
 Attacks the grader does not stop yet are ``KNOWN_HOLES`` (strict xfail, with the reason). The module
 fixture grades once; each test then checks one promise: each attack's verdict and its ``must_not``
 effects, checksums of every file outside the grader's scratch, and that no process of the grade is left.
-Runs on the simulator (``--backend sim``): on the cuda backend learner code is loaded into the pytest
-process that records results, so some forgeries are possible there (issue 14, "learner code only in
-confined workers", is not done for cuda).
+Runs on the simulator (``--backend sim``) on every machine, so the verdicts are the same on a GPU machine: the
+attacks are native launcher code, which runs in the simulator's confined worker there and, on the cuda backend,
+in the GPU worker (``cudacourse/gpu_worker.py``), whose confinement ``tests/test_confine.py`` checks on a GPU.
 """
 
 from __future__ import annotations
