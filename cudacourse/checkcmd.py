@@ -51,7 +51,7 @@ def file_states(c: Course, lesson: LessonInfo, folder: Path | None = None) -> di
 def _todo_spans(text: str, task_id: str) -> list[tuple[int, int] | None]:
     """(start, end) of the brace block around each ``TODO(task N.M...)`` comment in C++ ``text`` (``task_id``
     a regular expression); ``None`` for one outside any block. Mentions in the file's header are left out."""
-    from cudacourse.source import mask
+    from cudacourse.source import mask, matching
 
     code = mask(text)
     header_end = len(code) - len(code.lstrip())
@@ -66,13 +66,8 @@ def _todo_spans(text: str, task_id: str) -> list[tuple[int, int] | None]:
         if i < 0:
             out.append(None)
             continue
-        depth, j = 0, i
-        while j < len(code):
-            depth += {"{": 1, "}": -1}.get(code[j], 0)
-            if depth == 0:
-                break
-            j += 1
-        out.append((i, j + 1))
+        j = matching(code, i, "{}")
+        out.append((i, (len(code) if j is None else j) + 1))
     return out
 
 

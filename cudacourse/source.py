@@ -220,7 +220,7 @@ def find_functions(src: str) -> list[tuple[str, str, str, int]]:
                 calls = list(_FUNC_RE.finditer(head))
                 fm = calls[-1] if calls else None
                 if fm is not None and not transparent:
-                    close = _matching_paren(m, stmt_start + fm.end() - 1)
+                    close = matching(m, stmt_start + fm.end() - 1)
                     if close is not None and m[close + 1:i].strip() in ("", "const"):
                         prefix = " ".join(head[: fm.start()].split())
                         params = src[stmt_start + fm.end(): close]
@@ -237,12 +237,15 @@ def find_functions(src: str) -> list[tuple[str, str, str, int]]:
     return found
 
 
-def _matching_paren(m: str, open_idx: int) -> int | None:
+def matching(code: str, open_idx: int, pair: str = "()") -> int | None:
+    """The index of the bracket that closes the one at ``open_idx`` in ``code`` (``pair``: ``"()"`` or ``"{}"``;
+    comments and strings masked first, :func:`mask`), or ``None`` when it is never closed."""
+    opening, closing = pair
     depth = 0
-    for j in range(open_idx, len(m)):
-        if m[j] == "(":
+    for j in range(open_idx, len(code)):
+        if code[j] == opening:
             depth += 1
-        elif m[j] == ")":
+        elif code[j] == closing:
             depth -= 1
             if depth == 0:
                 return j

@@ -9,6 +9,7 @@ from typing import Any
 from cudacourse.errors import REPEATED_COMPILE_ERROR
 from cudacourse.grading.results import TaskResult, TestRecord, trim_message
 from cudacourse.grading.staging import Submission
+from cudacourse.source import matching
 
 # A staged copy's folder inside the grader's work folder: /tmp/cc-grade-XXXX/slot3/ (also sub000/, collect/).
 _STAGED = re.compile(r"(?:/[^\s:'\"()]*)?/cc-grade-[^/\s]+/(?:slot\d+|sub\d+|collect|harness)/")
@@ -99,13 +100,8 @@ def function_text(source: str, name: str) -> str | None:
     if m is None:
         return None
     start = code.find("{", m.end())
-    depth, i = 0, start
-    while 0 <= i < len(code):
-        depth += {"{": 1, "}": -1}.get(code[i], 0)
-        if depth == 0:
-            return re.sub(r"\s+", "", code[m.start():i + 1])
-        i += 1
-    return None
+    end = matching(code, start, "{}") if start >= 0 else None
+    return None if end is None else re.sub(r"\s+", "", code[m.start():end + 1])
 
 
 def function_unchanged(learner: Path, solution: Path, name: str) -> bool | None:
