@@ -461,6 +461,35 @@ def test_huge_allocation_hits_the_memory_limit(fence, hostile) -> None:
     assert "malloc: Cannot allocate memory" in r.stdout and "touched" not in r.stdout, r.stdout
 
 
+HOG_SRC = r"""
+__global__ void put(int* out, int v) { out[0] = v; }
+// Host code that reserves 1 GiB at a time (never touched), up to 64, and reports how many it got.
+void reserve_gib(int* out) {
+    int got = 0;
+    while (got < 64 && malloc(1ul << 30)) ++got;
+    put<<<1, 1>>>(out, got);
+}
+"""
+
+
+def test_the_simulators_worker_has_a_memory_limit_while_grading(tmp_path: Path) -> None:
+    """While grading, a launcher's host code runs in the simulator's worker under an address-space limit
+    (confine.learner_memory): a host allocation of many GB fails there instead of filling the machine (the attack
+    host-alloc-many-gb grades it). Reservations only, so a missing limit costs no memory."""
+    import torch
+
+    from cudacourse import loader, settings
+
+    src = tmp_path / "hog.cu"
+    src.write_text(HOG_SRC)
+    out = torch.zeros(1, dtype=torch.int32)
+    with settings.using(confine="best-effort"):
+        m = loader.load(src, backend="sim", check=False)
+        m.reserve_gib(out)
+        m.close()
+    assert 0 < out.item() < confine.learner_memory() / (1 << 30), out.item()
+
+
 def test_endless_loop_hits_the_cpu_limit(fence, hostile) -> None:
     r = run([str(hostile), "spin"], fence["scratch"], [hostile.parent], limits=Limits(cpu_s=1))
     assert r.returncode in (-signal.SIGXCPU, -signal.SIGKILL), r

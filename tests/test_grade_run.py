@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cudacourse.grading import runner
+from cudacourse.grading import confine, runner
 from cudacourse.grading.results import TaskResult, TaskSpec, TestRecord
 from cudacourse.grading.staging import Submission
 
@@ -90,3 +90,17 @@ def test_task_processes_share_the_cores_instead_of_a_torch_thread_per_core_each(
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the instructor's own setting wins
     assert runner.child_env(tmp_path, 1, "cuda", tmp_path, threads=1)["OMP_NUM_THREADS"] == "3"
+
+
+def test_task_processes_get_a_memory_limit_where_no_cuda_context_needs_the_address_space(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A task process runs some learner Python itself (lesson 06's train.py, lesson 07's custom_op.py): without a
+    GPU it runs under an address-space limit sized for torch and its simulator workers' threads; with one, the CUDA
+    context's reservations rule any such limit out."""
+    env = runner.child_env(tmp_path, 1, "sim", tmp_path, threads=3)
+    monkeypatch.setattr(runner, "has_gpu_devices", lambda: False)
+    lim = runner._task_limits(env)
+    assert lim.memory == confine.learner_memory(env, torch=True) == (3 << 30) + 3 * (256 << 20) + (2 << 30)
+    assert lim.cpu_s == runner.GRADER_CPU_S
+    monkeypatch.setattr(runner, "has_gpu_devices", lambda: True)
+    assert runner._task_limits(env).memory is None

@@ -39,8 +39,6 @@ HIDDEN_EXAMPLE = ROOT / "templates" / "hidden_example"
 LESSON = "01_relu"
 # Graded in the one batch run: every attack of the corpus except those named in NOT_GRADED.
 NOT_GRADED = {
-    "host-alloc-many-gb": "grading workers run without an address-space limit (runner.start_worker passes "
-                          "Limits(memory=None)), so 64 GB touched would exhaust this shared machine, not the worker",
     "build-never-ends": "costs a whole --build-timeout of one job (minutes on this machine); the stopped-build path "
                         "is exercised by grade's warm-up, not in the suite",
 }

@@ -58,7 +58,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 __all__ = ["Confinement", "ConfinementUnavailable", "Limits", "SourceTooLarge", "available", "check_source_size",
-           "confined_popen", "describe", "stop_group", "system_read_paths"]
+           "confined_popen", "describe", "has_gpu_devices", "learner_memory", "stop_group", "system_read_paths"]
 
 # Environment knob for tests and for instructors who must rule a mechanism out (comma-separated:
 # landlock, namespaces, cgroup). Switching one off is reported exactly like a kernel that lacks it.
@@ -658,6 +658,36 @@ def available(refresh: bool = False) -> Confinement:
 def describe() -> str:
     """Which confinement is in force for workers started now (``available().describe()``)."""
     return available().describe()
+
+
+def has_gpu_devices() -> bool:
+    """NVIDIA device files exist on this machine (whatever backend ``auto`` picks: importing torch may touch the
+    driver). Task processes then get the devices and the CUDA libraries, and no address-space limit."""
+    return os.path.exists("/dev/nvidiactl")
+
+
+# What a worker that runs learner code on the CPU may map (:func:`learner_memory`). A pool thread of the simulator
+# reserves ~200 MiB: up to 1024 fiber regions of 128 KiB (a 1024-thread block), a 64 MiB malloc arena and its own
+# stack. Measured (a simulator worker, one launch of 1024-thread blocks over 4M floats, this course's 2-core machine,
+# 2026-11-27): VmPeak 0.49 GiB with 2 pool threads, 3.4 GiB with 16, 5.7 GiB with 32, checked mode.
+_LEARNER_BASE = 3 << 30
+_LEARNER_PER_THREAD = 256 << 20
+_TORCH_EXTRA = 2 << 30  # torch itself (~0.7 GiB of address space on import) and its thread pools
+
+
+def learner_memory(env: Mapping[str, str] | None = None, torch: bool = False) -> int:
+    """The address-space limit (RLIMIT_AS, bytes) of a worker that runs learner code on the CPU: 3 GiB, plus 256 MiB
+    for each thread of the simulator's pool (``CCSIM_WORKERS`` of ``env``, default ``os.environ``, else one per core;
+    clamped to 1..32 as the runtime clamps it), plus 2 GiB for a process that imports ``torch``. A host allocation
+    of many GB then fails in the worker (``malloc`` returns NULL, ``new`` throws) instead of filling the machine.
+    Not for a process with a CUDA context: the driver reserves far more address space than any such limit
+    (see :func:`has_gpu_devices`)."""
+    env = os.environ if env is None else env
+    try:
+        threads = int(env.get("CCSIM_WORKERS") or 0) or os.cpu_count() or 1
+    except ValueError:
+        threads = os.cpu_count() or 1
+    return _LEARNER_BASE + _LEARNER_PER_THREAD * min(32, max(1, threads)) + (_TORCH_EXTRA if torch else 0)
 
 
 def _nvidia_devices() -> list[str]:

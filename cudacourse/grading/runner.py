@@ -21,7 +21,15 @@ from typing import Any
 from cudacourse.buildcache import SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
 from cudacourse.errors import UNBUILDABLE_ENV
-from cudacourse.grading.confine import Confinement, Limits, available, confined_popen, stop_group
+from cudacourse.grading.confine import (
+    Confinement,
+    Limits,
+    available,
+    confined_popen,
+    has_gpu_devices,
+    learner_memory,
+    stop_group,
+)
 from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
 from cudacourse.grading.staging import GpuGate, Once, Submission, restore
 from cudacourse.settings import Settings, to_env
@@ -63,7 +71,7 @@ def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Pat
         raise GradeInterrupted("the grade was stopped; no new worker starts")
     return confined_popen(worker_command(cmd), scratch=scratch, cwd=str(cwd), env=env,
                           read_only=[cwd, *readable], read_write=[cwd, *writable],
-                          limits=Limits(memory=None, cpu_s=GRADER_CPU_S), gpu=_has_gpu_devices(),
+                          limits=_task_limits(env), gpu=has_gpu_devices(),
                           allow_unconfined=confine_mode() != "strict", stdin=subprocess.DEVNULL, **popen)
 
 
@@ -95,10 +103,11 @@ def interrupted_results(name: str) -> list[TaskResult]:
     return [done.get(f"{t.lesson}/{t.id}") or interrupted(t) for t in COLLECTED]
 
 
-def _has_gpu_devices() -> bool:
-    """NVIDIA device files exist: task processes then get them (and the CUDA libraries), whatever backend
-    ``auto`` picks, since importing torch may touch the driver."""
-    return Path("/dev/nvidiactl").exists()
+def _task_limits(env: dict[str, str]) -> Limits:
+    """A task process's limits: CPU time, and on a machine without a GPU an address-space limit
+    (``confine.learner_memory``; it runs lesson 06's ``train.py`` and lesson 07's ``custom_op.py`` itself). On a GPU
+    machine its CUDA context reserves more address space than any such limit allows."""
+    return Limits(memory=None if has_gpu_devices() else learner_memory(env, torch=True), cpu_s=GRADER_CPU_S)
 
 
 def scratch_of(slot: Path) -> Path:

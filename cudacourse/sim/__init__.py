@@ -415,12 +415,13 @@ class SimLibrary:
                                               pass_fds=(req_r, resp_w), env=env, close_fds=True)
             else:
                 # Grading: the worker reads its library and _worker.py, writes only its private shm folder.
-                from cudacourse.grading.confine import Limits, confined_popen
+                from cudacourse.grading.confine import Limits, confined_popen, learner_memory
 
                 private = self._private_dir()
+                # The learner's host code runs here: a host allocation of many GB fails here, not on the machine.
                 self._proc = confined_popen(
                     argv, scratch=Path(private) / "scratch", env=env, read_only=[self.lib.parent, _WORKER],
-                    read_write=[Path(private)], limits=Limits(memory=None, cpu_s=None),
+                    read_write=[Path(private)], limits=Limits(memory=learner_memory(env), cpu_s=None),
                     allow_unconfined=mode == "best-effort", stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     pass_fds=(req_r, resp_w))
         except BaseException:
