@@ -27,6 +27,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Set by the grader for a submission's workers: a cache of builds of the instructor's own files (identical
 # solution or stub files), looked up first, read-only to them; their own builds go to their own cache.
 SHARED_ENV = ENV["build_shared"]
+# Set by the grader for the worker that builds a submission's files identical to the instructor's: the instructor's
+# cache, from which builds are copied into the run's cache (read only by that worker, never by learner code).
+SEED_ENV = ENV["build_seed"]
 _DONE = "DONE"
 
 
@@ -62,13 +65,14 @@ def local_headers(path: str | os.PathLike[str]) -> str:
 def cached(kind: str, key: str, build: Callable[[Path], None], *, wait_s: float = 600.0) -> Path:
     """Return the build folder for ``(kind, key)``, running ``build(folder)`` first if it is not complete.
 
-    ``build`` writes its outputs into the folder it is given. A build that raises leaves nothing behind;
+    ``build`` writes its outputs into the folder it is given; a complete build of the same key in the seed cache
+    (``Settings.build_seed``) is copied instead. A build that raises leaves nothing behind;
     a complete build is marked so that a half-written folder is never reused. The lock file itself stays
     (unlocked): deleting it would race with a process already waiting on it.
     """
     from cudacourse.settings import current
 
-    shared = current().build_shared
+    shared, seed = current().build_shared, current().build_seed
     if shared and (Path(shared) / kind / key / _DONE).exists():
         return Path(shared) / kind / key  # a build of the instructor's own files (read-only to this process)
     d = build_root() / kind / key
@@ -86,9 +90,12 @@ def cached(kind: str, key: str, build: Callable[[Path], None], *, wait_s: float 
             return d
         tmp = d.parent / f"{key}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
         try:
-            build(tmp)
+            if seed and (Path(seed) / kind / key / _DONE).exists():
+                shutil.copytree(Path(seed) / kind / key, tmp)  # the grader's copy of the instructor's build
+            else:
+                tmp.mkdir()
+                build(tmp)
             (tmp / _DONE).write_text(str(time.time()))
             shutil.rmtree(d, ignore_errors=True)
             tmp.rename(d)

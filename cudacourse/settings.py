@@ -14,6 +14,9 @@ Environment variables only carry them across a process boundary (a notebook kern
 ``CUDA_COURSE_BUILD``        build cache folder (default ``.cudacourse-build/`` in the checkout)
 ``CUDA_COURSE_BUILD_SHARED`` set by the grader for a submission's workers: a cache of its builds of the
                              instructor's own files, looked up first and read-only to them
+``CUDA_COURSE_BUILD_SEED``   set by the grader for the one worker that builds a submission's files identical to
+                             the instructor's (no learner code runs there): the instructor's own cache
+                             (``CUDA_COURSE_BUILD``), whose builds of them are copied instead of built again
 ``CUDA_COURSE_CONFINE``      set by the grader for its task processes: ``strict`` (learner code runs only in
                              OS-confined workers, ``grading/confine.py``) or ``best-effort`` (as confined as
                              this machine allows; the report says "unconfined"); unset: no confinement
@@ -33,7 +36,8 @@ IMPLS = ("student", "solution")
 BACKENDS = ("auto", "cuda", "sim")
 ENV = {"root": "CUDA_COURSE_ROOT", "impl": "CUDA_COURSE_IMPL", "backend": "CUDA_COURSE_BACKEND",
        "seed": "CUDA_COURSE_SEED", "submission": "CUDA_COURSE_SUBMISSION", "build_dir": "CUDA_COURSE_BUILD",
-       "confine": "CUDA_COURSE_CONFINE", "build_shared": "CUDA_COURSE_BUILD_SHARED"}
+       "confine": "CUDA_COURSE_CONFINE", "build_shared": "CUDA_COURSE_BUILD_SHARED",
+       "build_seed": "CUDA_COURSE_BUILD_SEED"}
 CONFINE = ("strict", "best-effort")
 
 
@@ -48,6 +52,7 @@ class Settings:
     submission: Path | None = None
     build_dir: Path | None = None
     build_shared: Path | None = None  # a read-only build cache tried first (the grader's builds of its own files)
+    build_seed: Path | None = None  # a read-only cache whose builds are copied into build_dir (the grader's, above)
     confine: str | None = None  # None: learner code runs unconfined (the course's own tests, notebooks)
 
     def __post_init__(self) -> None:
@@ -74,10 +79,10 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     except ValueError:
         raise ValueError(f"CUDA_COURSE_SEED={seed!r}: expected an integer") from None
     path = {k: (Path(v).expanduser() if (v := get(k)) else None)
-            for k in ("root", "submission", "build_dir", "build_shared")}
+            for k in ("root", "submission", "build_dir", "build_shared", "build_seed")}
     return Settings(root=path["root"], impl=(get("impl") or "student").lower(),
                     backend=(get("backend") or "auto").lower(), seed=seed_val, submission=path["submission"],
-                    build_dir=path["build_dir"], build_shared=path["build_shared"],
+                    build_dir=path["build_dir"], build_shared=path["build_shared"], build_seed=path["build_seed"],
                     confine=(get("confine") or "").lower() or None)
 
 

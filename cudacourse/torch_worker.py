@@ -540,7 +540,8 @@ class TorchWorker:
                 "CUDA_COURSE_SIM_ORDER", "TRITON_INTERPRET")
         env = {k: v for k, v in os.environ.items() if k in keep}
         env.update(settings.to_env(st))
-        reads = [*self._reads, _THIS.parent.parent, *([st.build_shared] if st.build_shared else [])]
+        # (build_seed: only in the grader's worker for files identical to the instructor's, which builds them here)
+        reads = [*self._reads, _THIS.parent.parent, *(p for p in (st.build_shared, st.build_seed) if p)]
         with open(self._log, "ab") as log:
             try:
                 self._proc = confined_popen(

@@ -539,7 +539,7 @@ def test_worker_exit_status_is_passed_through(fence) -> None:
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_PATHS = {"REPORT": "/grade/report.json", "JUNIT": "/grade/junit.xml", "HIDDEN": "/grade/hidden",
-              "COURSE": "/grade/course", "NEIGHBOUR": "/grade/subs/bob"}
+              "COURSE": "/grade/course", "NEIGHBOUR": "/grade/subs/bob", "BUILD": "/grade/build"}
 
 
 def _corpus():

@@ -60,6 +60,7 @@ TASKS = [t.id for t in course().lesson(LESSON).tasks if t.track == "cuda"] + ["1
 SAME_MEANING = {"timed out": ("timed out", "KernelTimeout")}
 SECRET = "CCSECRET-hidden-7f3a9c"  # planted in the hidden tests: must appear in no output
 SOLUTION_SECRET = "CCSECRET-solution-51d0e2"  # planted in the course copy's solutions: must appear in no output
+BUILD_SECRET = "CCSECRET-buildcache-93b7e4"  # planted in the instructor's build cache (CUDA_COURSE_BUILD): likewise
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("attacks")]  # one worker runs the batch grade once
 
@@ -138,6 +139,11 @@ def _grade_attacks(tmp_path_factory: pytest.TempPathFactory, run_cache: Path) ->
     # (in a file no submission of this batch builds: the lesson 01 solutions stay identical to the checkout's)
     target = course / "solutions" / "02_reduce" / "reduce.cu"
     target.write_text(f"// {SOLUTION_SECRET}\n" + target.read_text())
+    # A copy of a solution in the instructor's cache (graded with it as CUDA_COURSE_BUILD), as a solution built or
+    # graded there leaves one; a line in no file of the course, so only confinement keeps it out of the feedback
+    planted = run_cache / "planted" / "solution_copy.cu"
+    planted.parent.mkdir(exist_ok=True)
+    planted.write_text(f"// {BUILD_SECRET}\n")
     attacks = {a.id: a for a in load() if a.id in ATTACKS}
     forged = forgeries()
     neighbour = batch / "solution"
@@ -146,7 +152,7 @@ def _grade_attacks(tmp_path_factory: pytest.TempPathFactory, run_cache: Path) ->
         if name == "solution":
             continue
         paths = {"REPORT": str(out / f"{name}.json"), "JUNIT": str(out / f"{name}.xml"), "HIDDEN": str(hidden),
-                 "COURSE": str(course), "NEIGHBOUR": str(neighbour), **forged}
+                 "COURSE": str(course), "NEIGHBOUR": str(neighbour), "BUILD": str(run_cache), **forged}
         for rel, text in build(attacks[name], course=ROOT, paths=paths).items():
             (batch / name / rel).write_text(text)
     before = {"course": _checksums(course), "hidden": _checksums(hidden), "batch": _checksums(batch)}
@@ -218,7 +224,8 @@ def test_attack_gets_its_verdict_and_changes_nothing(graded: dict[str, Any], att
     failed = {c.get("name", "").split(":")[0] for c in junit.iter("testcase") if c.find("failure") is not None}
     assert {f"task {t}" for t in attack.fail} <= failed
     feedback = (graded["out"] / f"{attack_id}.md").read_text()
-    for secret in (SECRET, SOLUTION_SECRET, _passwd_line()):  # leak:hidden, leak:solution, leak:passwd
+    # leak:hidden, leak:solution, leak:build-cache, leak:passwd
+    for secret in (SECRET, SOLUTION_SECRET, BUILD_SECRET, _passwd_line()):
         assert secret not in text and secret not in feedback and secret not in graded["junits"][attack_id]
 
 

@@ -147,6 +147,22 @@ def test_failed_build_leaves_nothing_but_its_lock_file(tmp_path, monkeypatch):
     assert [p.name for p in (tmp_path / "k").iterdir()] == ["abc.lock"]
 
 
+def test_a_seed_cache_build_is_copied_not_built_and_never_used_in_place(tmp_path, monkeypatch):
+    """The grader's worker for a submission's files identical to the instructor's copies the instructor's build
+    (CUDA_COURSE_BUILD_SEED) into the run's cache: submissions read the run's cache, never the seed."""
+    seed, run = tmp_path / "seed", tmp_path / "run"
+    (seed / "k" / "abc").mkdir(parents=True)
+    (seed / "k" / "abc" / "lib.so").write_text("instructor's build")
+    (seed / "k" / "abc" / "DONE").write_text("1")
+    monkeypatch.setenv("CUDA_COURSE_BUILD", str(run))
+    monkeypatch.setenv("CUDA_COURSE_BUILD_SEED", str(seed))
+    calls = []
+    d = buildcache.cached("k", "abc", calls.append)
+    assert d == run / "k" / "abc" and (d / "lib.so").read_text() == "instructor's build" and calls == []
+    d2 = buildcache.cached("k", "xyz", lambda p: (calls.append(p), (p / "lib.so").write_text("built")))
+    assert d2 == run / "k" / "xyz" and (d2 / "lib.so").read_text() == "built" and len(calls) == 1  # not in the seed
+
+
 # ----------------------------------------------------------------------------------------------------
 # check
 # ----------------------------------------------------------------------------------------------------

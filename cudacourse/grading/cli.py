@@ -294,7 +294,12 @@ def grade(args: argparse.Namespace) -> list[Report]:
         Path(tempfile.mkdtemp(prefix="cc-grade-", dir=args.workdir or None))
     # Grading the checkout builds next to its stable staged folder (kept between grades), never into a cache
     # folder that holds the staged harness: workers may write their build folder, and only that.
-    build_dir = work / "build" if own else (current().build_dir or work / "build")
+    # Submissions' workers read the run's cache: a fresh folder then, never the instructor's own cache
+    # (CUDA_COURSE_BUILD or the checkout's: it may hold the sources of solutions built or graded there); its builds
+    # of the instructor's own files are copied into the run's cache instead (``RunSettings.build_seed``).
+    submissions = any(sub.source is not None for sub in subs)
+    build_dir = work / "build" if own or submissions else (current().build_dir or work / "build")
+    instructor_cache = build_root() if submissions else None
     build_dir.mkdir(parents=True, exist_ok=True)
     if own and backend == "sim":
         from cudacourse.sim import seed_runtime
@@ -308,7 +313,7 @@ def grade(args: argparse.Namespace) -> list[Report]:
                      # at most `jobs` warm-up workers, each compiling a few files at once: about one compiler
                      # per core (nvcc and g++ run single-threaded)
                      builders=threading.Semaphore(jobs), build_threads=max(1, min(4, cpus // jobs)),
-                     task_threads=max(1, cpus // jobs), timed_threads=cpus)
+                     task_threads=max(1, cpus // jobs), timed_threads=cpus, build_seed=instructor_cache)
     t_start = time.monotonic()
     try:
         harness = work / "harness"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudacourse.buildcache import SHARED_ENV
+from cudacourse.buildcache import SEED_ENV, SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
 from cudacourse.errors import UNBUILDABLE_ENV
 from cudacourse.grading.confine import (
@@ -276,6 +276,7 @@ class RunSettings:
     announced: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (name, lesson, id) -> status said
     task_threads: int = 1  # CPU threads of torch in each task process (``child_env``): cores / jobs
     timed_threads: int = 1  # ... in a process that times (alone on the machine once it has the gate): cores
+    build_seed: Path | None = None  # the instructor's cache: builds of its own files, copied (``_warm_up``)
 
     def kernels_of(self, tasks: Sequence[TaskSpec]) -> set[tuple[str, str]]:
         """(lesson, file) of the kernel files (``.cu``) the tests of ``tasks`` use (``LessonInfo.files_of``)."""
@@ -555,7 +556,7 @@ def _warm_up(sub: Submission, lesson: str, names: list[str], st: RunSettings) ->
                 # (with no file of the instructor's: the simulator's runtime alone)
                 shared = st.shared_built.run((lesson, tuple(mine)), lambda: _build(
                     sub, sub.build_slot, lesson, st, [n for n, _ in mine] or ["-"], st.build_dir, shared=None,
-                    label="the course's copy"))
+                    label="the course's copy", seed=st.build_seed))
                 # Files the shared build finished are in the run's cache, which the task processes read first:
                 # no second worker for them (a torch-route file would cost a torch worker for a cache hit).
                 done = set(shared or ()) & {n for n, _ in mine}
@@ -588,17 +589,22 @@ def instructor_files(sub: Submission, lesson: str, st: RunSettings) -> list[tupl
 
 
 def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list[str], build_dir: Path,
-           shared: Path | None, label: str = "", on_file: Callable[[str], None] | None = None) -> set[str]:
+           shared: Path | None, label: str = "", on_file: Callable[[str], None] | None = None,
+           seed: Path | None = None) -> set[str]:
     """One warm-up worker: build ``only`` (``["-"]``: none) of ``lesson`` into ``build_dir``, reading ``shared``
     first; progress lines as files start and end, ``on_file(name)`` as each ends; stopped after
-    ``st.build_timeout``. Returns the names of the files that built."""
+    ``st.build_timeout``. ``seed``: a cache whose builds are copied instead of built (only for the instructor's
+    own files: the worker may read all of it). Returns the names of the files that built."""
     env = child_env(slot, st.seed, st.backend, build_dir)
     if shared is not None:
         env[SHARED_ENV] = str(shared)
+    if seed is not None and seed.is_dir():
+        env[SEED_ENV] = str(seed)
     built: set[str] = set()
     proc = start_worker([_python(), "-c", _WARM_UP, lesson, st.backend_name, str(st.build_threads), *only],
                         cwd=slot, env=env,
-                        scratch=scratch_of(slot), writable=[build_dir], readable=[shared] if shared is not None else [],
+                        scratch=scratch_of(slot), writable=[build_dir],
+                        readable=[p for p in (shared, seed) if p is not None and p.is_dir()],
                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace")
     LIVE.add(proc)
     t0 = time.monotonic()

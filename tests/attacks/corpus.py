@@ -39,11 +39,13 @@ EFFECTS = {
     "leak:hidden": "no line of a hidden test (a planted secret token) appears in the report, JUnit, feedback or output",
     "leak:solution": "no line of the instructor's solutions (a planted secret token) appears in any output",
     "leak:passwd": "no line of /etc/passwd appears in any output",
+    "leak:build-cache": "no line of a file in the instructor's build cache (a planted secret token) appears in any "
+                        "output",
     "kill:grader": "the grader survives and writes its report",
     "survive": "no process started by the submission is left once the grade ends",
     "slow": "the attack costs at most its own task's limits (build or case timeout); other tasks are unaffected",
 }
-PLACEHOLDERS = ("REPORT", "JUNIT", "HIDDEN", "COURSE", "NEIGHBOUR", "FORGED_REPORT", "FORGED_JUNIT")
+PLACEHOLDERS = ("REPORT", "JUNIT", "HIDDEN", "COURSE", "NEIGHBOUR", "BUILD", "FORGED_REPORT", "FORGED_JUNIT")
 OPS = ("prepend", "append", "patch_launcher", "insert_before", "replace_body", "replace", "pad")
 _MARKER = re.compile(r"^\s*(//|#)\s*(BEGIN SOLUTION|END SOLUTION|STUB:).*\n?", re.M)
 
@@ -108,7 +110,7 @@ def forgeries(path: Path = CORPUS) -> dict[str, str]:
 def build(attack: Attack, course: Path, paths: dict[str, str], corpus: Path = CORPUS) -> dict[str, str]:
     """The attack's files, ``{path in the submission: text}``, from ``course``'s solution of ``attack.base``.
 
-    ``paths`` gives the absolute paths for REPORT, JUNIT, HIDDEN, COURSE and NEIGHBOUR (missing ones are
+    ``paths`` gives the absolute paths for REPORT, JUNIT, HIDDEN, COURSE, NEIGHBOUR and BUILD (missing ones are
     left as "/nonexistent"). Raises ValueError when an edit's anchor is not found exactly once.
     """
     text = (course / "solutions" / attack.base).read_text()
