@@ -16,7 +16,8 @@ Environment variables only carry them across a process boundary (a notebook kern
                              instructor's own files, looked up first and read-only to them
 ``CUDA_COURSE_BUILD_SEED``   set by the grader for the one worker that builds a submission's files identical to
                              the instructor's (no learner code runs there): the instructor's own cache
-                             (``CUDA_COURSE_BUILD``), whose builds of them are copied instead of built again
+                             (``CUDA_COURSE_BUILD``, else the checkout's), whose builds of them are copied instead
+                             of built again
 ``CUDA_COURSE_CONFINE``      set by the grader for its task processes: ``strict`` (learner code runs only in
                              OS-confined workers, ``grading/confine.py``) or ``best-effort`` (as confined as
                              this machine allows; the report says "unconfined"); unset: no confinement

@@ -531,7 +531,7 @@ class TorchWorker:
 
     def _start(self) -> None:
         from cudacourse import buildcache, settings
-        from cudacourse.grading.confine import Limits, confined_popen, has_gpu_devices, learner_memory
+        from cudacourse.grading.confine import Limits, confined_popen, learner_memory
 
         st = settings.current()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -548,8 +548,7 @@ class TorchWorker:
                     # -B: -I ignores PYTHONDONTWRITEBYTECODE, and a .pyc written into the staged harness fails the task
                     [sys.executable, "-I", "-B", str(_THIS), str(theirs.fileno())], scratch=self._private / "scratch",
                     env=env, read_only=[p for p in reads if p.exists()], read_write=[buildcache.build_root()],
-                    # an address-space limit on a machine without a GPU (a CUDA build of torch maps more there)
-                    limits=Limits(memory=None if has_gpu_devices() else learner_memory(env, torch=True), cpu_s=None),
+                    limits=Limits(memory=learner_memory(env, torch=True), cpu_s=None),  # (none on a GPU machine)
                     allow_unconfined=self.confine != "strict",
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),))
             finally:

@@ -487,7 +487,8 @@ def test_the_simulators_worker_has_a_memory_limit_while_grading(tmp_path: Path) 
         m = loader.load(src, backend="sim", check=False)
         m.reserve_gib(out)
         m.close()
-    assert 0 < out.item() < confine.learner_memory() / (1 << 30), out.item()
+    limit = confine.learner_memory()
+    assert limit is not None and 0 < out.item() < limit / (1 << 30), out.item()
 
 
 def test_endless_loop_hits_the_cpu_limit(fence, hostile) -> None:
@@ -626,7 +627,7 @@ def test_nested_confinement(fence, tmp_path: Path) -> None:
 # The GPU worker (runs only where an NVIDIA GPU is present: the lead's GPU machine)
 # ----------------------------------------------------------------------------------------------------
 
-HAS_GPU = Path("/dev/nvidiactl").exists()
+HAS_GPU = confine.has_gpu_devices()
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU (/dev/nvidiactl absent): run on the GPU machine")

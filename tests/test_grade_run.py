@@ -98,9 +98,9 @@ def test_task_processes_get_a_memory_limit_where_no_cuda_context_needs_the_addre
     GPU it runs under an address-space limit sized for torch and its simulator workers' threads; with one, the CUDA
     context's reservations rule any such limit out."""
     env = runner.child_env(tmp_path, 1, "sim", tmp_path, threads=3)
-    monkeypatch.setattr(runner, "has_gpu_devices", lambda: False)
+    monkeypatch.setattr(confine, "has_gpu_devices", lambda: False)
     lim = runner._task_limits(env)
     assert lim.memory == confine.learner_memory(env, torch=True) == (3 << 30) + 3 * (256 << 20) + (2 << 30)
     assert lim.cpu_s == runner.GRADER_CPU_S
-    monkeypatch.setattr(runner, "has_gpu_devices", lambda: True)
+    monkeypatch.setattr(confine, "has_gpu_devices", lambda: True)
     assert runner._task_limits(env).memory is None

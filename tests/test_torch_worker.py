@@ -18,7 +18,7 @@ import torch
 
 import cudacourse as cc
 from cudacourse.errors import KernelError, KernelTimeout, OutOfBoundsError
-from cudacourse.grading.confine import available, has_gpu_devices, learner_memory
+from cudacourse.grading.confine import available, learner_memory
 from cudacourse.settings import using
 from cudacourse.torch_worker import Decoder, Encoder, ProtocolError, TorchWorker, recv_message, send_message
 
@@ -219,13 +219,15 @@ def test_the_worker_writes_no_bytecode(py_worker: Any) -> None:
     assert py_worker.call("writes_bytecode") is False
 
 
-@pytest.mark.skipif(has_gpu_devices(), reason="on a GPU machine the torch worker runs without a memory limit "
-                                                  "(a CUDA build of torch maps more address space than any such limit)")
+@pytest.mark.skipif(learner_memory(torch=True) is None, reason="on a GPU machine the torch worker runs without a "
+                    "memory limit (a CUDA build of torch maps more address space than any such limit)")
 def test_a_host_allocation_of_many_gb_hits_the_workers_memory_limit(py_worker: Any) -> None:
     """The worker runs under an address-space limit (confine.learner_memory): 1 GiB reservations fail well before
     the 64 asked for, instead of growing until the machine runs out."""
+    limit = learner_memory(torch=True)
+    assert limit is not None
     got = py_worker.call("reserve_gib")
-    assert 0 < got < learner_memory(torch=True) / (1 << 30), got
+    assert 0 < got < limit / (1 << 30), got
     assert py_worker.call("echo", 1) == ([1], {})  # and the worker still serves calls
 
 

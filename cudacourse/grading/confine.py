@@ -662,7 +662,8 @@ def describe() -> str:
 
 def has_gpu_devices() -> bool:
     """NVIDIA device files exist on this machine (whatever backend ``auto`` picks: importing torch may touch the
-    driver). Task processes then get the devices and the CUDA libraries, and no address-space limit."""
+    driver). Task processes then get the devices and the CUDA libraries, and no address-space limit
+    (:func:`learner_memory`)."""
     return os.path.exists("/dev/nvidiactl")
 
 
@@ -675,13 +676,15 @@ _LEARNER_PER_THREAD = 256 << 20
 _TORCH_EXTRA = 2 << 30  # torch itself (~0.7 GiB of address space on import) and its thread pools
 
 
-def learner_memory(env: Mapping[str, str] | None = None, torch: bool = False) -> int:
+def learner_memory(env: Mapping[str, str] | None = None, torch: bool = False) -> int | None:
     """The address-space limit (RLIMIT_AS, bytes) of a worker that runs learner code on the CPU: 3 GiB, plus 256 MiB
     for each thread of the simulator's pool (``CCSIM_WORKERS`` of ``env``, default ``os.environ``, else one per core;
     clamped to 1..32 as the runtime clamps it), plus 2 GiB for a process that imports ``torch``. A host allocation
     of many GB then fails in the worker (``malloc`` returns NULL, ``new`` throws) instead of filling the machine.
-    Not for a process with a CUDA context: the driver reserves far more address space than any such limit
-    (see :func:`has_gpu_devices`)."""
+    ``None`` (no limit) for a process that imports torch on a machine with a GPU (:func:`has_gpu_devices`): its
+    CUDA build maps, and a CUDA context reserves, far more address space than any such limit allows."""
+    if torch and has_gpu_devices():
+        return None
     env = os.environ if env is None else env
     try:
         threads = int(env.get("CCSIM_WORKERS") or 0) or os.cpu_count() or 1

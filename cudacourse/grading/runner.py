@@ -104,10 +104,9 @@ def interrupted_results(name: str) -> list[TaskResult]:
 
 
 def _task_limits(env: dict[str, str]) -> Limits:
-    """A task process's limits: CPU time, and on a machine without a GPU an address-space limit
-    (``confine.learner_memory``; it runs lesson 06's ``train.py`` and lesson 07's ``custom_op.py`` itself). On a GPU
-    machine its CUDA context reserves more address space than any such limit allows."""
-    return Limits(memory=None if has_gpu_devices() else learner_memory(env, torch=True), cpu_s=GRADER_CPU_S)
+    """A task process's limits: CPU time, and an address-space limit where it has no CUDA context
+    (``confine.learner_memory``: it runs lesson 06's ``train.py`` and lesson 07's ``custom_op.py`` itself)."""
+    return Limits(memory=learner_memory(env, torch=True), cpu_s=GRADER_CPU_S)
 
 
 def scratch_of(slot: Path) -> Path:
