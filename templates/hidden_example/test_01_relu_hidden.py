@@ -59,9 +59,11 @@ def test_relu_scalar_fresh_inputs_same_size() -> None:
 @pytest.mark.task("1.H")
 @pytest.mark.parametrize("blocks", [1, 2, 5])
 def test_grid_stride_grading_time_size(blocks: int) -> None:
-    """Hidden task: relu_v2_grid_stride with a grading-time size and small grids."""
+    """Hidden task: relu_v2_grid_stride with a grading-time size and small grids. The size is always more than 5
+    blocks of the largest block (1024 threads) cover, so each thread must loop: with sizes from 2 up, a kernel
+    without the loop passed whenever the draw was at most 256 (about 1 grading run in 80)."""
     m = cc.lesson(LESSON)
-    n = _grading_time_size("1.H", hi=20_000)
+    n = _grading_time_size("1.H", lo=5 * 1024 + 1, hi=20_000)
     x = check.randn((n,), check.rng(f"hidden-1.H-{blocks}"), m.device)
     y = check.poisoned(n, torch.float32, m.device)
     with check.unchanged(x, names=["x"]):
