@@ -348,10 +348,15 @@ def test_nested_build_and_python_work_inside(fence, tmp_path: Path) -> None:
     src = tmp_path / "staged"
     src.mkdir()
     (src / "k.cpp").write_text("#include <cstdio>\nint main() { std::puts(\"built and ran\"); }\n")
+    # the package as the grader stages it (staging.stage_harness): a copy in the readable staged folder, on
+    # PYTHONPATH. (Not the checkout's root: workers may read its cudacourse/ but not list the root, so an import
+    # through a root on sys.path, as a .pth or PYTHONPATH gives an uninstalled checkout, finds nothing.)
+    shutil.copytree(Path(confine.__file__).parents[1], src / "cudacourse",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     out = fence["scratch"] / "build"
     script = (f"mkdir -p {out} && g++ -O1 -o {out}/k {src}/k.cpp && {out}/k && "
-              f"PYTHONPATH={Path(confine.__file__).parents[2]} "  # (a checkout where the package is not installed)
-              f"{python_for_workers()} -c 'import cudacourse.grading.confine, sys; print(\"python ok\", sys.prefix)'")
+              f"PYTHONPATH={src} {python_for_workers()} -c "
+              f"'import cudacourse.grading.confine as c, sys; print(\"python ok\", c.__file__)'")
     r = run(["/bin/sh", "-c", script], fence["scratch"], [src])
     assert r.returncode == 0, r.stdout
     assert "built and ran" in r.stdout and "python ok" in r.stdout, r.stdout
@@ -502,6 +507,15 @@ def test_huge_file_hits_the_file_size_limit(fence, hostile) -> None:
             limits=Limits(file_size=4 << 20))
     assert "write after 4194304 bytes: File too large" in r.stdout, r.stdout
     assert big.stat().st_size == 4 << 20
+
+
+def test_a_worker_can_be_niced_below_the_grader(fence) -> None:
+    """``Limits.nice``: the grader's task processes give way to the builds they wait for (issue 14's GPU grade)."""
+    r = run(["/bin/sh", "-c", "echo nice=$(nice)"], fence["scratch"], limits=Limits(nice=5))
+    assert r.returncode == 0 and f"nice={min(19, os.nice(0) + 5)}" in r.stdout, r.stdout
+    for bad in (-1, 20, True, 1.5):
+        with pytest.raises(ValueError, match="nice"):
+            Limits(nice=bad)  # type: ignore[arg-type]
 
 
 def test_signals_reach_the_worker(fence) -> None:
