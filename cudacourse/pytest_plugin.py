@@ -82,6 +82,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--cc-wait-file", default=None, metavar="FILE",
                     help="(grader) after collection, wait until FILE exists before the first test (a timed task "
                          "waiting for the GPU to itself)")
+    group.addoption("--cc-go-file", default=None, metavar="FILE",
+                    help="(grader) after collection, wait until FILE exists before the first test (the builds "
+                         "the tests use are still running)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -128,20 +131,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> None:
-    """Under ``--cc-wait-file``: start the CUDA context, then wait for the grader's go before the first test.
+    """Under ``--cc-wait-file`` or ``--cc-go-file``: wait for the grader's go before the first test.
 
     The grader starts a timed task's process while other task processes still use the GPU, so its start-up
-    (Python, torch, the tests' imports, the context) overlaps their work, and creates the file once the GPU is
-    this process's alone. A process stopped by the grader while it waits is simply killed.
+    (Python, torch, the tests' imports, the context, the kernel modules) overlaps their work, and creates the
+    ``--cc-wait-file`` once the GPU is this process's alone. It starts any other task process while the builds
+    its tests use still run (``--cc-go-file``): that one loads nothing before the go (the modules are not built,
+    and a CUDA context created now could disturb a timed process of another submission). A process stopped by
+    the grader while it waits is simply killed.
     """
-    path = session.config.getoption("cc_wait_file")
+    timed = session.config.getoption("cc_wait_file")
+    path = timed or session.config.getoption("cc_go_file")
     if not path or session.config.option.collectonly:
         return
-    if backend_name() == "cuda":
-        import torch
+    if timed:
+        if backend_name() == "cuda":
+            import torch
 
-        torch.empty(1, device="cuda")  # the context and allocator, created before the turn
-    _preload(session)
+            torch.empty(1, device="cuda")  # the context and allocator, created before the turn
+            # torch.compile's modules too: 8 s to import on the H100 machine, which task 7.7 spent in the turn
+            import torch._dynamo  # noqa: F401
+            import torch._inductor.compile_fx  # noqa: F401
+        _preload(session)
     while not Path(path).exists():
         time.sleep(0.05)
 

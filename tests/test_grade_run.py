@@ -104,3 +104,71 @@ def test_task_processes_get_a_memory_limit_where_no_cuda_context_needs_the_addre
     assert lim.cpu_s == runner.GRADER_CPU_S
     monkeypatch.setattr(confine, "has_gpu_devices", lambda: True)
     assert runner._task_limits(env).memory is None
+
+
+class _WaitingProcess:
+    """Stands for a task process started with ``--cc-go-file``: it runs until the grader creates that file."""
+
+    def __init__(self, cmd: list[str]) -> None:
+        self.go = Path(cmd[cmd.index("--cc-go-file") + 1])
+        self.killed = False
+
+    def wait(self, timeout: float | None = None) -> int:
+        import subprocess
+        import time
+
+        deadline = time.monotonic() + (timeout if timeout is not None else 60.0)
+        while not (self.go.exists() or self.killed):
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("pytest", timeout or 60.0)
+            time.sleep(0.01)
+        return 0
+
+
+@pytest.mark.parametrize("build_stopped", [False, True])
+def test_a_task_process_starts_while_its_builds_run_and_its_tests_wait_for_them(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, build_stopped: bool) -> None:
+    """Issue 14 (fast on a GPU): a task process whose kernel files are still building starts at once (python, torch
+    and pytest's collection overlap the build: 5 s of the H100 machine's grade), niced below the builds, and its
+    tests start only once the grader creates its go file, after the build. A build the warm-up stopped meanwhile
+    means a fresh process, told so (its tests then fail at once instead of building the file again)."""
+    import threading
+    import time
+
+    st = _settings("cuda", [])
+    st.task_files = {("01_relu", "1.1"): ("relu.cu",), ("01_relu", "1.2"): ("relu.cu",)}
+    sub = Submission("", None, "solution", pristine=tmp_path / "sub", to_build={"01_relu": ["relu.cu"]})
+    started: list[tuple[list[str], int, dict[str, float]]] = []
+    procs: list[_WaitingProcess] = []
+
+    def start(cmd: list[str], **kw: object) -> _WaitingProcess:
+        started.append((cmd, kw["nice"], dict(sub.unbuildable)))  # type: ignore[arg-type]
+        procs.append(_WaitingProcess(cmd))
+        return procs[-1]
+
+    monkeypatch.setattr(runner, "start_builds", lambda *a: None)
+    monkeypatch.setattr(runner, "restore", lambda *a: [])
+    monkeypatch.setattr(runner, "kill_group", lambda p: setattr(p, "killed", True))
+    monkeypatch.setattr(runner, "start_worker", start)
+    slot = tmp_path / "slot"
+    slot.mkdir()
+    out: list[runner._Run] = []
+    t = threading.Thread(target=lambda: out.append(runner._run_pytest(sub, slot, TASKS, st, "t")), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 60
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started, "no process started while relu.cu was building"
+    cmd, nice, _ = started[0]
+    assert "--cc-go-file" in cmd and "--cc-wait-file" not in cmd and nice == 5, cmd
+    time.sleep(0.3)
+    assert t.is_alive() and not procs[0].go.exists()  # its tests wait for the build
+    if build_stopped:
+        sub.unbuildable["01_relu/relu.cu"] = 10.0
+    sub.builds.event("01_relu", "relu.cu").set()
+    t.join(timeout=60)
+    assert not t.is_alive() and out and out[0].rc == 0 and procs[-1].go.exists()
+    if build_stopped:
+        assert len(started) == 2 and procs[0].killed and started[1][2] == {"01_relu/relu.cu": 10.0}, started
+    else:
+        assert len(started) == 1, started

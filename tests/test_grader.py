@@ -552,17 +552,19 @@ def test_grading_the_checkout_again_reuses_its_builds(fake_course: Path, tmp_pat
     assert rep["earned"] == rep["possible"] - rep["not_graded"] > 0, rep["tasks"]
 
 
-def test_plugin_waits_for_the_go_file_before_the_first_test(tmp_path: Path) -> None:
+@pytest.mark.parametrize("option", ["--cc-wait-file", "--cc-go-file"])
+def test_plugin_waits_for_the_go_file_before_the_first_test(tmp_path: Path, option: str) -> None:
     """Issue 14: the grader starts a timed task's process while others still use the GPU and lets its tests run
-    only once the GPU is free, by creating the ``--cc-wait-file``. The process collects first, and no test
-    starts before the file exists."""
+    only once the GPU is free, by creating the ``--cc-wait-file``; it starts any other task process while the
+    builds it needs still run, and creates the ``--cc-go-file`` once they are done. The process collects first,
+    and no test starts before the file exists."""
     _toy_lesson(tmp_path, "09_fake", PLUGIN_LESSON)
     (tmp_path / "test_09_fake.py").write_text(PLUGIN_TESTS)
     report, go = tmp_path / "r.jsonl", tmp_path / "go"
     env = {**os.environ, "CUDA_COURSE_BACKEND": "sim", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "cudacourse.pytest_plugin", "-q",
                              "-p", "no:cacheprovider", "--cc-task", "9.2", "--cc-report", str(report),
-                             "--cc-wait-file", str(go), str(tmp_path)], cwd=tmp_path, env=env,
+                             option, str(go), str(tmp_path)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def events() -> list[str]:
@@ -613,6 +615,37 @@ def test_task_groups_twins_first_torch_files_last_speed_in_one_process() -> None
         assert len({i.split(".")[0] for i in g}) == 1 and not any(i in ("1.7", "2.7") for i in g), ids
         at = [order.index(i) for i in g]
         assert at == list(range(at[0], at[0] + len(at))) or at == sorted(at), ids  # consecutive, in order
+
+
+def test_task_groups_start_slow_tasks_first() -> None:
+    """A process holding a task lesson.toml marks ``slow`` (a training run, torch.compile) is queued before every
+    other, twins included: started last, such a task ended the H100 machine's grade late. The rest keep their
+    order, and ``slow`` must be a boolean."""
+    import threading
+
+    from cudacourse.course import CourseModelError, parse_lesson
+    from cudacourse.grading.results import TaskSpec
+    from cudacourse.grading.runner import RunSettings
+    from cudacourse.grading.staging import Submission
+
+    c = course(ROOT)
+    lessons = ["01_relu", "06_training", "07_host_side"]
+    slow = {t.id for t in c.tasks() if t.slow}
+    assert {"6.7", "7.3"} <= slow, slow
+    declared = {(t.lesson, t.id): t for t in c.tasks()}
+    tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in c.tasks() if t.lesson in lessons]
+    st = RunSettings(lessons, 1, "cuda", 60.0, 300.0, ROOT, "brief", False, "cuda",
+                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()},
+                     builders=threading.Semaphore(1))
+    st.timed = frozenset(k for k, t in declared.items() if t.gpu)
+    ids = [[t.id for t in g] for _, g in cli.task_groups(c, [Submission("", None, "solution")], tasks,
+                                                           {0: set()}, st, jobs=4)]
+    holds = [any(i in slow for i in g) for g in ids]
+    assert holds[:2] == [True, True] and not any(holds[2:]), ids
+    assert all(".T" in i for i in ids[2]) and ids[-1][0] == "1.7", ids  # then the twins; the timed tasks last
+    text = (ROOT / "lessons" / "07_host_side" / "lesson.toml").read_text().replace("slow = true", 'slow = "yes"')
+    with pytest.raises(CourseModelError, match="slow"):
+        parse_lesson("07_host_side", text)
 
 
 def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructors(tmp_path: Path) -> None:
@@ -797,22 +830,18 @@ def test_warm_ups_run_once_per_key_and_other_keys_at_the_same_time() -> None:
 
 
 def test_a_file_outside_the_warm_up_list_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``wait_built`` waits on the build event of a file; one the lesson's warm-up never builds would have no
-    event set, and its task would wait for ever: the tests build such a file themselves."""
-    import threading
-
+    """``build_event`` gives the build event of a file; one the lesson's warm-up never builds would have no
+    event set, and its task would wait for ever: none is given for it (the tests build such a file themselves)."""
     from cudacourse.grading import runner
     from cudacourse.grading.staging import Submission
 
     started: list[list[str]] = []
     monkeypatch.setattr(runner, "start_builds", lambda sub, lesson, names, st: started.append(list(names)))
     sub = Submission("s", None, "student", to_build={"01_relu": ["relu.cu"]})
-    waiter = threading.Thread(target=runner.wait_built, args=(sub, "01_relu", "other.cu", None), daemon=True)
-    waiter.start()
-    waiter.join(timeout=60)
-    assert not waiter.is_alive() and started == []
-    sub.builds.event("01_relu", "relu.cu").set()
-    runner.wait_built(sub, "01_relu", "relu.cu", None)  # type: ignore[arg-type]
+    assert runner.build_event(sub, "01_relu", "other.cu", None) is None  # type: ignore[arg-type]
+    assert started == []
+    event = runner.build_event(sub, "01_relu", "relu.cu", None)  # type: ignore[arg-type]
+    assert event is sub.builds.event("01_relu", "relu.cu") and not event.is_set()
     assert started == [["relu.cu"]]
 
 

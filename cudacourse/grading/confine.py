@@ -220,6 +220,8 @@ def _set_rlimits(policy: dict[str, Any], inside_userns: bool) -> None:
     if lim["processes"] and os.getuid() != 0 and not policy.get("cgroup"):
         base = 2 if inside_userns else _count_processes(os.getuid())
         pairs.append((resource.RLIMIT_NPROC, lim["processes"] + base))
+    if lim.get("nice"):
+        os.nice(lim["nice"])
     for which, value in pairs:
         if value is None:
             continue
@@ -573,6 +575,7 @@ class Limits:
     else RLIMIT_NPROC inside the worker's own user namespace; default 4 per core, at least 64, since torch
     and the simulator start a thread pool per core). ``file_size`` caps every file written
     (RLIMIT_FSIZE: SIGXFSZ); it also sizes the private ``/dev/shm``. ``open_files`` is RLIMIT_NOFILE.
+    ``nice`` (0-19) is added to the worker's scheduling niceness: a worker that should give way to others.
     """
 
     memory: int | None = 4 << 30
@@ -580,12 +583,15 @@ class Limits:
     processes: int | None = field(default_factory=lambda: max(64, 4 * (os.cpu_count() or 1)))
     file_size: int | None = 256 << 20
     open_files: int | None = 1024
+    nice: int = 0
 
     def __post_init__(self) -> None:
         for name in ("memory", "cpu_s", "processes", "file_size", "open_files"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
                 raise ValueError(f"Limits.{name} must be a positive int or None, not {v!r}")
+        if not isinstance(self.nice, int) or isinstance(self.nice, bool) or not 0 <= self.nice <= 19:
+            raise ValueError(f"Limits.nice must be an int from 0 to 19, not {self.nice!r}")
 
 
 @dataclass(frozen=True)

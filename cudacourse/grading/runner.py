@@ -59,19 +59,20 @@ def worker_command(cmd: list[str]) -> list[str]:
 
 
 def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Path, writable: Sequence[Path] = (),
-                 readable: Sequence[Path] = (), **popen: Any) -> subprocess.Popen[Any]:
+                 readable: Sequence[Path] = (), nice: int = 0, **popen: Any) -> subprocess.Popen[Any]:
     """Start one worker process (pytest over some tasks, a warm-up build), confined by the OS.
 
     It may write only ``cwd`` (its slot), ``scratch`` (its results file) and ``writable`` (the build
     cache); it reads the Python installation, the course package, and ``readable``; no network, no
     signals to the grader, and :func:`kill_group` stops it with everything it started. Where the machine
     cannot keep every promise it runs with what works (``allow_unconfined``), and every report says so.
+    ``nice``: added to its scheduling niceness (``Limits.nice``).
     """
     if STOPPING.is_set():
         raise GradeInterrupted("the grade was stopped; no new worker starts")
     return confined_popen(worker_command(cmd), scratch=scratch, cwd=str(cwd), env=env,
                           read_only=[cwd, *readable], read_write=[cwd, *writable],
-                          limits=_task_limits(env), gpu=has_gpu_devices(),
+                          limits=_task_limits(env, nice), gpu=has_gpu_devices(),
                           allow_unconfined=confine_mode() != "strict", stdin=subprocess.DEVNULL, **popen)
 
 
@@ -103,10 +104,10 @@ def interrupted_results(name: str) -> list[TaskResult]:
     return [done.get(f"{t.lesson}/{t.id}") or interrupted(t) for t in COLLECTED]
 
 
-def _task_limits(env: dict[str, str]) -> Limits:
+def _task_limits(env: dict[str, str], nice: int = 0) -> Limits:
     """A task process's limits: CPU time, and an address-space limit where it has no CUDA context
     (``confine.learner_memory``: it runs lesson 06's ``train.py`` and lesson 07's ``custom_op.py`` itself)."""
-    return Limits(memory=learner_memory(env, torch=True), cpu_s=GRADER_CPU_S)
+    return Limits(memory=learner_memory(env, torch=True), cpu_s=GRADER_CPU_S, nice=nice)
 
 
 def scratch_of(slot: Path) -> Path:
@@ -342,8 +343,9 @@ class _Run:
 def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSettings, tag: str) -> _Run:
     """Run the tests of ``tasks`` in one pytest process in ``slot`` under a progress watchdog.
 
-    It first waits for the warm-up builds of the kernel files these tasks use (:func:`wait_built`); the
-    watchdog then stops the process when one test case runs longer than ``st.timeout``.
+    The process starts at once; its first test waits for the warm-up builds of the kernel files these tasks
+    use (:func:`build_event`) and, on a GPU, for its turn (``st.gpu_turn``). The watchdog then stops the
+    process when one test case runs longer than ``st.timeout``.
     """
     assert sub.pristine is not None
     if STOPPING.is_set():
@@ -352,8 +354,9 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     report = scratch_of(slot) / f"{sub.pristine.name}-{slot.name}-{tag}.jsonl"
     report.unlink(missing_ok=True)
     log = slot.parent / f"{sub.pristine.name}-{slot.name}-{tag}.log"
-    for lesson, name in sorted(st.kernels_of(tasks)):
-        wait_built(sub, lesson, name, st)  # only the files these tasks use: not every build of the lesson
+    # only the files these tasks use: not every build of the lesson
+    builds = [e for e in (build_event(sub, lesson, name, st) for lesson, name in sorted(st.kernels_of(tasks)))
+              if e is not None and not e.is_set()]
     files = sorted({f for t in tasks for f in t.files})
     cmd = [_python(), "-m", "pytest", "-q", "-c", str(slot / "pytest.ini"), "--rootdir", str(slot),
            "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), "--tb=short", "-p", "no:randomly"]
@@ -362,27 +365,51 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     # A process that times starts up (python, torch, pytest, the CUDA context) while other task processes
     # still use the GPU, and runs its first test once it has the GPU alone: the grader then creates ``go``.
     # (A process that creates ``go`` itself only times itself beside others: slower, never faster.)
+    # Any other process whose builds still run starts up meanwhile too (python, torch and pytest's collection:
+    # 5 s of the H100 machine's grade went there after the lesson 01 torch-route build, on its critical path),
+    # and waits for ``go`` after collection.
     alone = st.timed_alone(tasks)
     go = scratch_of(slot) / f"go-{sub.pristine.name}-{slot.name}-{tag}"
     go.unlink(missing_ok=True)
     if alone:
         cmd += ["--cc-wait-file", str(go)]
+        for e in builds:
+            e.wait()
+    elif builds:
+        cmd += ["--cc-go-file", str(go)]
     cmd += files
     timed_out = False
     limit = 0.0
-    with contextlib.ExitStack() as turn, open(log, "w") as logf:
-        if not alone:
-            turn.enter_context(st.gpu_turn(exclusive=False))
+
+    def launch() -> subprocess.Popen[Any]:
         env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable,
                         st.timed_threads if alone else st.task_threads)
         if sub.build_dir is not None:
             env[SHARED_ENV] = str(st.build_dir)
+        # A process that does not time gives way to the builds (their tasks wait for them; on the H100 machine
+        # the lesson 01 torch-route build took 51 s beside the task processes, 33 s alone).
         proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir_of(sub, st)],
-                            readable=[st.build_dir] if sub.build_dir is not None else [], stdout=logf,
-                            stderr=subprocess.STDOUT)
+                            readable=[st.build_dir] if sub.build_dir is not None else [], nice=0 if alone else 5,
+                            stdout=logf, stderr=subprocess.STDOUT)
         LIVE.add(proc)
-        if alone:
-            turn.enter_context(st.gpu_turn(exclusive=True))
+        return proc
+
+    with contextlib.ExitStack() as turn, open(log, "w") as logf:
+        told = dict(sub.unbuildable)
+        if not (alone or builds):
+            turn.enter_context(st.gpu_turn(exclusive=False))  # (runs its tests at once)
+        proc = launch()
+        if builds and not alone:
+            for e in builds:
+                e.wait()
+            if sub.unbuildable != told:
+                # a build it waited for was stopped (its tests must fail at once, not build again): start afresh
+                kill_group(proc)
+                proc.wait()
+                LIVE.discard(proc)
+                proc = launch()
+        if alone or builds:
+            turn.enter_context(st.gpu_turn(exclusive=alone))
             go.touch()
         size, last = -1, time.monotonic()
         finished_at: float | None = None
@@ -519,16 +546,16 @@ def start_builds(sub: Submission, lesson: str, names: Sequence[str], st: RunSett
                      name=f"build-{sub.name}-{lesson}").start()
 
 
-def wait_built(sub: Submission, lesson: str, name: str, st: RunSettings) -> None:
-    """Wait until the warm-up has built ``name`` of ``lesson`` (or given up on it); starts it if not started.
+def build_event(sub: Submission, lesson: str, name: str, st: RunSettings) -> threading.Event | None:
+    """Set once the warm-up has built ``name`` of ``lesson`` (or given up on it); starts the warm-up if not started.
 
-    A file outside the lesson's warm-up list is not waited for (its event would never be set): the tests
-    build it themselves."""
+    None for a file outside the lesson's warm-up list (its event would never be set): the tests build it
+    themselves."""
     names = sub.to_build.get(lesson, [name])
     if name not in names:
-        return
+        return None
     start_builds(sub, lesson, names, st)
-    sub.builds.event(lesson, name).wait()
+    return sub.builds.event(lesson, name)
 
 
 def _warm_up(sub: Submission, lesson: str, names: list[str], st: RunSettings) -> None:
