@@ -60,7 +60,7 @@ def is_triton_task(task_id: str) -> bool:
 _LESSON_KEYS = {"title": str, "write": str, "learn": str, "files": list, "torch_files": list,
                 "python_files": list, "triton_files": list, "support_files": list, "notebook": str}
 _TASK_KEYS = {"id": str, "title": str, "points": (int, float), "gpu": bool, "target": (int, float),
-              "target_of": str, "track": str, "files": list}
+              "target_of": str, "track": str, "files": list, "slow": bool}
 TRACKS = ("cuda", "triton")  # a task's track: the CUDA exercises, or the optional Triton twins
 
 
@@ -86,6 +86,7 @@ class Task:
     target_of: str = "reference"  # "reference" (speed ratio) or "copy" (fraction of the copy bandwidth)
     track: str = "cuda"  # "cuda" or "triton" (a Triton twin: needs the triton package, see triton_track.py)
     files: tuple[str, ...] = ()  # the exercise files its tests use, when not the default (LessonInfo.files_of)
+    slow: bool = False  # its tests take many seconds even on a GPU (training, torch.compile): graded first
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def _parse_task(lesson_id: str, t: dict[str, Any], tw: str) -> Task:
                                "only a twin's (track = \"triton\")")
     return Task(t["id"], lesson_id, t["title"], float(t["points"]), bool(t.get("gpu", False)),
                 None if t.get("target") is None else float(t["target"]), t.get("target_of", "reference"),
-                t.get("track", "cuda"), tuple(t.get("files", ())))
+                t.get("track", "cuda"), tuple(t.get("files", ())), bool(t.get("slow", False)))
 
 
 def parse_lesson(lesson_id: str, text: str, where: str = "") -> LessonInfo:

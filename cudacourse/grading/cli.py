@@ -417,8 +417,11 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
 
     A process runs the tasks of one lesson that use the same files (so 1.6, on relu_torch.cu, does not wait
     with 1.1-1.5 for that slow build), split further into runs of consecutive tasks while there are fewer
-    processes than twice the jobs. The Triton twins go first (they need no build), tasks on a torch-route file
-    last (the longest build), and each submission's timed tasks (``st.timed``) last of all, in one process.
+    processes than twice the jobs. Processes holding a ``slow`` task (lesson.toml) go first: a training run
+    or a torch.compile started late ends the grade late (on the H100 machine task 7.3, queued behind the
+    others, ended 8 s after every other correctness task). The Triton twins come next (they need no build),
+    tasks on a torch-route file last of the others (the longest build), and each submission's timed tasks
+    (``st.timed``) last of all, in one process.
     """
     out: list[tuple[int, list[TaskSpec]]] = []
     for i in range(len(subs)):
@@ -447,8 +450,14 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
             out += [(i, lt[j:j + size]) for j in range(0, len(lt), size)]
         if timed:
             out.append((i, timed))
-    # every submission's ordinary processes before any timed one
-    return sorted(out, key=lambda g: all((t.lesson, t.id) in st.timed for t in g[1]))
+    def slow(t: TaskSpec) -> bool:
+        try:
+            return course.task(t.lesson, t.id).slow
+        except KeyError:  # a task only the --hidden folder declares
+            return False
+
+    # every submission's ordinary processes before any timed one; the slow ones first (a stable sort)
+    return sorted(out, key=lambda g: (all((t.lesson, t.id) in st.timed for t in g[1]), not any(map(slow, g[1]))))
 
 
 def _merge_shared_builds(course: Course, sub: Submission, keyed: dict[tuple[str, tuple[str, ...]], list[TaskSpec]],
