@@ -37,7 +37,7 @@ case "${1:-}" in
         --durations=25 -p no:cacheprovider > "$OUT/test_not_gpu.log" 2>&1
     echo "not gpu: rc $? in $((SECONDS - s)) s"; tail -3 "$OUT/test_not_gpu.log"
     s=$SECONDS
-    timeout 100 python3 -m pytest tests --impl=solution -q -n 0 -m gpu -p no:cacheprovider \
+    timeout 100 python3 -m pytest tests --impl=solution -q -n 0 -m gpu --durations=40 -p no:cacheprovider \
         > "$OUT/test_gpu.log" 2>&1
     echo "gpu: rc $? in $((SECONDS - s)) s"; tail -3 "$OUT/test_gpu.log"
     ;;
