@@ -9,6 +9,7 @@
 # Then one device call per verb, carrying .whl (carry: [".whl"]), each under the 10-minute limit:
 #   bash benchmarks/gpu_session.sh test    # make test's pytest lines (no ruff, no notebooks: no jupyter there)
 #   bash benchmarks/gpu_session.sh grade   # a timed solution grade (cold build folder) and the untouched stubs
+#   bash benchmarks/gpu_session.sh hostile # the attack and confinement tests as an ordinary user (ccuser)
 # Everything is written under $OUT (logs come back; the reply holds each log's end).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,11 +18,12 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 
 setup() {
-  # Into python3's own site-packages, and the course on its path by a .pth file there: the grader's workers start
-  # with `python -I`, which ignores PYTHONPATH but not .pth files (an editable install needs a recent setuptools).
+  # Into python3's own site-packages, and the course package linked there, as an editable install would find it
+  # (that needs a recent setuptools): the grader's workers start with `python -I`, which ignores PYTHONPATH, and
+  # may read cudacourse/ but not list the checkout's root (so a .pth naming the root finds nothing in a worker).
   python3 -m pip install -q --no-index --no-deps --no-cache-dir .whl/*.whl \
     || { echo "gpu_session: no wheels in .whl/ (see this file's header)"; exit 2; }
-  echo "$PWD" > "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cudacourse-checkout.pth"
+  ln -sfn "$PWD/cudacourse" "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cudacourse"
   python3 -m cudacourse doctor > "$OUT/doctor.txt" 2>&1
   grep -i -A1 confine "$OUT/doctor.txt"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -50,8 +52,33 @@ case "${1:-}" in
         > "$OUT/stubs.log" 2>&1
     echo "stubs: rc $? in $((SECONDS - s)) s"; tail -2 "$OUT/stubs.log"
     ;;
+  hostile)
+    # The attack, confinement and torch-worker tests as an ordinary user: commands run as root there, where
+    # RLIMIT_NPROC never applies and no pids cgroup is delegated, so as root they skip ("unconfined").
+    setup
+    id ccuser >/dev/null 2>&1 || useradd -m ccuser
+    chmod a+rx /work 2>/dev/null; chmod -R a+rX "$PWD"; chmod 1777 /tmp
+    pybin=$(dirname "$(command -v python3)")
+    chmod -R a+rX "$(dirname "$pybin")" 2>/dev/null
+    # the folders pytest, xdist and filelock come from (root's own site folder on that machine): readable, and on
+    # every Python's path by a .pth (workers start with python -I, which ignores PYTHONPATH)
+    for m in pytest xdist filelock; do python3 -c "import $m, os; print(os.path.dirname(os.path.dirname($m.__file__)))"
+    done | sort -u > /tmp/sites
+    while read -r d; do p=$d; while [ "$p" != / ]; do chmod a+rx "$p" 2>/dev/null; p=$(dirname "$p"); done
+      chmod -R a+rX "$d"; done < /tmp/sites
+    cp /tmp/sites "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-root-site.pth"
+    su ccuser -c "git config --global --add safe.directory '*'"
+    keep=$(env | grep -E '^(CXX|CC|CUDAHOSTCXX|CUDA_HOME|TORCH_CUDA_ARCH_LIST|LD_LIBRARY_PATH)=' | sed 's/^/export /' | tr '\n' ';')
+    as_user() { su ccuser -s /bin/bash -c "cd '$PWD' && $keep export PYTHONUNBUFFERED=1 PATH=$pybin:$PATH CUDA_COURSE_BUILD=/tmp/ccb-user && $1"; }
+    as_user "python3 -m cudacourse doctor 2>&1 | grep -i -A1 'grading confinement'" | tee "$OUT/doctor_ccuser.txt"
+    s=$SECONDS
+    as_user "timeout 330 python3 -m pytest -p no:cacheprovider tests/test_grader_attacks.py tests/test_confine.py \
+        tests/test_torch_worker.py --impl=solution -q -n 8 --dist loadgroup -rfs --basetemp=/tmp/ccuser-pt" \
+        > "$OUT/hostile_ccuser.log" 2>&1
+    echo "attacks, confinement, torch worker as ccuser: rc $? in $((SECONDS - s)) s"; tail -4 "$OUT/hostile_ccuser.log"
+    ;;
   *)
-    echo "usage: bash benchmarks/gpu_session.sh test|grade   (on the GPU machine; see the header)"
+    echo "usage: bash benchmarks/gpu_session.sh test|grade|hostile   (on the GPU machine; see the header)"
     exit 2
     ;;
 esac
