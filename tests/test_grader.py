@@ -642,10 +642,46 @@ def test_task_groups_start_slow_tasks_first() -> None:
                                                            {0: set()}, st, jobs=4)]
     holds = [any(i in slow for i in g) for g in ids]
     assert holds[:2] == [True, True] and not any(holds[2:]), ids
-    assert all(".T" in i for i in ids[2]) and ids[-1][0] == "1.7", ids  # then the twins; the timed tasks last
+    assert all(".T" in i for i in ids[2]) and ids[-2][0] == "1.7", ids  # then the twins; the timed tasks last
     text = (ROOT / "lessons" / "07_host_side" / "lesson.toml").read_text().replace("slow = true", 'slow = "yes"')
     with pytest.raises(CourseModelError, match="slow"):
         parse_lesson("07_host_side", text)
+
+
+@pytest.mark.parametrize("batch", [1, 12])
+def test_no_process_mixes_tasks_that_import_different_learner_python(batch: int) -> None:
+    """A learner's Python exercise file imported into a task process (train.py, custom_op.py, decoder.py on a GPU)
+    could append records for every task of that process: such tasks share a process only with tasks importing the
+    same files, in a single grade and in a batch (where a lesson's groups are joined), timed tasks included (the
+    custom op's speed tasks time apart from lesson 01's)."""
+    import threading
+
+    from cudacourse.grading.results import TaskSpec
+    from cudacourse.grading.runner import RunSettings
+    from cudacourse.grading.staging import Submission
+
+    c = course(ROOT)
+    lessons = ["01_relu", "04_transformer", "06_training", "07_host_side"]
+    declared = {(t.lesson, t.id): t for t in c.tasks()}
+    files = {k: c.lesson(k[0]).files_of(t) for k, t in declared.items()}
+    tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in c.tasks() if t.lesson in lessons]
+    st = RunSettings(lessons, 1, "cuda", 60.0, 300.0, ROOT, "brief", False, "cuda", task_files=files,
+                     builders=threading.Semaphore(1))
+    st.timed = frozenset(k for k, t in declared.items() if t.gpu)
+    if batch == 1:
+        subs = [Submission("", None, "solution")]
+    else:  # submissions of their own (own build caches): a big batch joins each lesson's groups
+        subs = [Submission(f"s{i}", ROOT, "submission", pristine=ROOT, build_dir=ROOT / "nonexistent")
+                for i in range(batch)]
+    groups = cli.task_groups(c, subs, tasks, {i: set() for i in range(batch)}, st, jobs=2)
+    python = {t.id: cli.learner_python(c, t.lesson, files[(t.lesson, t.id)]) for t in tasks}
+    assert python["6.7"] == ("06_training/train.py",) and python["6.1"] == () and python["7.4"] == (
+        "07_host_side/custom_op.py",) and python["4.9"] == ("04_transformer/decoder.py",) and python["4.1"] == ()
+    for _, g in groups:
+        assert len({python[t.id] for t in g}) == 1, [t.id for t in g]
+    ids = [[t.id for t in g] for i, g in groups if i == 0]
+    assert ["7.4", "7.7"] in ids and any("1.7" in g and "7.5" in g for g in ids), ids
+    assert any(set(g) >= {"6.1", "6.2"} for g in ids) and not any("6.7" in g and "6.1" in g for g in ids), ids
 
 
 def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructors(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -417,9 +418,11 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
 
     A process runs the tasks of one lesson that use the same files (so 1.6, on relu_torch.cu, does not wait
     with 1.1-1.5 for that slow build), split further into runs of consecutive tasks while there are fewer
-    processes than twice the jobs. Processes holding a ``slow`` task (lesson.toml) go first: a training run
-    or a torch.compile started late ends the grade late (on the H100 machine task 7.3, queued behind the
-    others, ended 8 s after every other correctness task). The Triton twins come next (they need no build),
+    processes than twice the jobs. Tasks whose tests import a learner's Python file into the task process
+    (``learner_python``) never share it with tasks that do not, timed ones included: that file's code could
+    append records for every task of its process. Processes holding a ``slow`` task (lesson.toml) go first:
+    a training run or a torch.compile started late ends the grade late (on the H100 machine task 7.3, queued
+    behind the others, ended 8 s after every other correctness task). The Triton twins come next (they need no build),
     tasks on a torch-route file last of the others (the longest build), and each submission's timed tasks
     (``st.timed``) last of all, in one process.
     """
@@ -448,8 +451,13 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
             k = min(split, len(lt))
             size = -(-len(lt) // k)
             out += [(i, lt[j:j + size]) for j in range(0, len(lt), size)]
-        if timed:
-            out.append((i, timed))
+        # timed tasks whose tests import different learner Python files in-process (custom_op.py, train.py) time in
+        # different processes, those that import none first
+        timed_by: dict[tuple[str, ...], list[TaskSpec]] = {}
+        for t in timed:
+            timed_by.setdefault(learner_python(course, t.lesson, st.task_files.get((t.lesson, t.id), ())),
+                                []).append(t)
+        out += [(i, timed_by[k]) for k in sorted(timed_by)]
     def slow(t: TaskSpec) -> bool:
         try:
             return course.task(t.lesson, t.id).slow
@@ -471,22 +479,32 @@ def _merge_shared_builds(course: Course, sub: Submission, keyed: dict[tuple[str,
     if sub.build_dir is None:
         return keyed
     out: dict[tuple[str, tuple[str, ...]], list[TaskSpec]] = {}
-    joined: dict[str, tuple[set[str], list[TaskSpec]]] = {}
+    # joined per lesson and learner Python file set (``learner_python``: never mixed)
+    joined: dict[tuple[str, tuple[str, ...]], tuple[set[str], list[TaskSpec]]] = {}
     for (lesson, files), tasks in keyed.items():
         info = course.lesson(lesson)
         if set(files) <= set(info.triton_files):
             out[(lesson, files)] = tasks
             continue
-        files_, tasks_ = joined.setdefault(lesson, (set(), []))
+        files_, tasks_ = joined.setdefault((lesson, learner_python(course, lesson, files)), (set(), []))
         files_.update(files)
         tasks_ += tasks
-    for lesson, (files, tasks) in joined.items():
+    for (lesson, python), (files, tasks) in joined.items():
         shared = {n for n, _ in runner.instructor_files(sub, lesson, st)}
         if (set(files) & set(course.lesson(lesson).torch_files)) - shared:  # a slow build of its own
-            out.update({k: v for k, v in keyed.items() if k[0] == lesson and k not in out})
+            out.update({k: v for k, v in keyed.items() if k[0] == lesson and k not in out
+                        and learner_python(course, lesson, k[1]) == python})
         else:
             out[(lesson, tuple(sorted(files)))] = sorted(tasks, key=lambda t: task_sort_key(t.id))
     return out
+
+
+def learner_python(course: Course, lesson: str, files: Sequence[str]) -> tuple[str, ...]:
+    """The learner's Python exercise files among ``files`` (a task's ``files_of``), as "lesson/file": their tests
+    import them into the task process itself (lesson 06's train.py, lesson 07's custom_op.py; lesson 04's
+    decoder.py on a GPU, while the simulator's grade imports it in the torch worker: counted all the same)."""
+    python = course.lesson(lesson).python_files
+    return tuple(sorted(f"{lesson}/{f}" for f in files if f in python))
 
 
 def _own_work_lock(course: Course, impl: str) -> filelock.FileLock:
