@@ -10,6 +10,7 @@
 #   bash benchmarks/gpu_session.sh test    # make test's pytest lines (no ruff, no notebooks: no jupyter there)
 #   bash benchmarks/gpu_session.sh grade   # a timed solution grade (cold build folder) and the untouched stubs
 #   bash benchmarks/gpu_session.sh hostile # the attack and confinement tests as an ordinary user (ccuser)
+#   bash benchmarks/gpu_session.sh corpus  # the grader corpus on cuda as that user (about 320 s)
 # Everything is written under $OUT (logs come back; the reply holds each log's end).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,25 @@ setup() {
   grep -i -A1 confine "$OUT/doctor.txt"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
   git log --oneline -1 | tee -a "$OUT/gpu.txt"
+}
+
+as_ccuser() {
+  # an ordinary user: commands run as root there, where RLIMIT_NPROC never applies and no pids cgroup is delegated,
+  # so as root the attack tests skip ("unconfined")
+  id ccuser >/dev/null 2>&1 || useradd -m ccuser
+  chmod a+rx /work 2>/dev/null; chmod -R a+rX "$PWD"; chmod 1777 /tmp
+  pybin=$(dirname "$(command -v python3)")
+  chmod -R a+rX "$(dirname "$pybin")" 2>/dev/null
+  # the folders pytest, xdist and filelock come from (root's own site folder on that machine): readable, and on
+  # every Python's path by a .pth (workers start with python -I, which ignores PYTHONPATH)
+  for m in pytest xdist filelock; do python3 -c "import $m, os; print(os.path.dirname(os.path.dirname($m.__file__)))"
+  done | sort -u > /tmp/sites
+  while read -r d; do p=$d; while [ "$p" != / ]; do chmod a+rx "$p" 2>/dev/null; p=$(dirname "$p"); done
+    chmod -R a+rX "$d"; done < /tmp/sites
+  cp /tmp/sites "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-root-site.pth"
+  su ccuser -c "git config --global --add safe.directory '*'"
+  keep=$(env | grep -E '^(CXX|CC|CUDAHOSTCXX|CUDA_HOME|TORCH_CUDA_ARCH_LIST|LD_LIBRARY_PATH)=' | sed 's/^/export /' | tr '\n' ';')
+  as_user() { su ccuser -s /bin/bash -c "cd '$PWD' && $keep export PYTHONUNBUFFERED=1 PATH=$pybin:$PATH CUDA_COURSE_BUILD=/tmp/ccb-user && $1"; }
 }
 
 case "${1:-}" in
@@ -53,23 +73,9 @@ case "${1:-}" in
     echo "stubs: rc $? in $((SECONDS - s)) s"; tail -2 "$OUT/stubs.log"
     ;;
   hostile)
-    # The attack, confinement and torch-worker tests as an ordinary user: commands run as root there, where
-    # RLIMIT_NPROC never applies and no pids cgroup is delegated, so as root they skip ("unconfined").
+    # the attack, confinement and torch-worker tests as an ordinary user
     setup
-    id ccuser >/dev/null 2>&1 || useradd -m ccuser
-    chmod a+rx /work 2>/dev/null; chmod -R a+rX "$PWD"; chmod 1777 /tmp
-    pybin=$(dirname "$(command -v python3)")
-    chmod -R a+rX "$(dirname "$pybin")" 2>/dev/null
-    # the folders pytest, xdist and filelock come from (root's own site folder on that machine): readable, and on
-    # every Python's path by a .pth (workers start with python -I, which ignores PYTHONPATH)
-    for m in pytest xdist filelock; do python3 -c "import $m, os; print(os.path.dirname(os.path.dirname($m.__file__)))"
-    done | sort -u > /tmp/sites
-    while read -r d; do p=$d; while [ "$p" != / ]; do chmod a+rx "$p" 2>/dev/null; p=$(dirname "$p"); done
-      chmod -R a+rX "$d"; done < /tmp/sites
-    cp /tmp/sites "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-root-site.pth"
-    su ccuser -c "git config --global --add safe.directory '*'"
-    keep=$(env | grep -E '^(CXX|CC|CUDAHOSTCXX|CUDA_HOME|TORCH_CUDA_ARCH_LIST|LD_LIBRARY_PATH)=' | sed 's/^/export /' | tr '\n' ';')
-    as_user() { su ccuser -s /bin/bash -c "cd '$PWD' && $keep export PYTHONUNBUFFERED=1 PATH=$pybin:$PATH CUDA_COURSE_BUILD=/tmp/ccb-user && $1"; }
+    as_ccuser
     as_user "python3 -m cudacourse doctor 2>&1 | grep -i -A1 'grading confinement'" | tee "$OUT/doctor_ccuser.txt"
     s=$SECONDS
     as_user "timeout 330 python3 -m pytest -p no:cacheprovider tests/test_grader_attacks.py tests/test_confine.py \
@@ -77,8 +83,17 @@ case "${1:-}" in
         > "$OUT/hostile_ccuser.log" 2>&1
     echo "attacks, confinement, torch worker as ccuser: rc $? in $((SECONDS - s)) s"; tail -4 "$OUT/hostile_ccuser.log"
     ;;
+  corpus)
+    # the grader corpus (known-buggy kernels, each with its verdict) graded on the GPU, as an ordinary user
+    setup
+    as_ccuser
+    s=$SECONDS
+    as_user "CUDA_COURSE_BACKEND=cuda timeout 540 python3 -m pytest -p no:cacheprovider tests/test_grader.py::test_corpus \
+        --impl=solution -q -n 0 -rfs --tb=short --basetemp=/tmp/ccuser-pt2" > "$OUT/corpus_cuda_ccuser.log" 2>&1
+    echo "grader corpus on cuda as ccuser: rc $? in $((SECONDS - s)) s"; tail -4 "$OUT/corpus_cuda_ccuser.log"
+    ;;
   *)
-    echo "usage: bash benchmarks/gpu_session.sh test|grade|hostile   (on the GPU machine; see the header)"
+    echo "usage: bash benchmarks/gpu_session.sh test|grade|hostile|corpus   (on the GPU machine; see the header)"
     exit 2
     ;;
 esac
