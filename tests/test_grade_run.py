@@ -8,6 +8,9 @@ what was announced.
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -114,9 +117,6 @@ class _WaitingProcess:
         self.killed = False
 
     def wait(self, timeout: float | None = None) -> int:
-        import subprocess
-        import time
-
         deadline = time.monotonic() + (timeout if timeout is not None else 60.0)
         while not (self.go.exists() or self.killed):
             if time.monotonic() > deadline:
@@ -132,9 +132,6 @@ def test_a_task_process_starts_while_its_builds_run_and_its_tests_wait_for_them(
     and pytest's collection overlap the build: 5 s of the H100 machine's grade), niced below the builds, and its
     tests start only once the grader creates its go file, after the build. A build the warm-up stopped meanwhile
     means a fresh process, told so (its tests then fail at once instead of building the file again)."""
-    import threading
-    import time
-
     st = _settings("cuda", [])
     st.task_files = {("01_relu", "1.1"): ("relu.cu",), ("01_relu", "1.2"): ("relu.cu",)}
     sub = Submission("", None, "solution", pristine=tmp_path / "sub", to_build={"01_relu": ["relu.cu"]})
@@ -160,7 +157,7 @@ def test_a_task_process_starts_while_its_builds_run_and_its_tests_wait_for_them(
         time.sleep(0.01)
     assert started, "no process started while relu.cu was building"
     cmd, nice, _ = started[0]
-    assert "--cc-go-file" in cmd and "--cc-wait-file" not in cmd and nice == 5, cmd
+    assert "--cc-go-file" in cmd and "--cc-wait-file" not in cmd and nice == runner.TASK_NICE > 0, cmd
     time.sleep(0.3)
     assert t.is_alive() and not procs[0].go.exists()  # its tests wait for the build
     if build_stopped:

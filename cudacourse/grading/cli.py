@@ -458,14 +458,17 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
             timed_by.setdefault(learner_python(course, t.lesson, st.task_files.get((t.lesson, t.id), ())),
                                 []).append(t)
         out += [(i, timed_by[k]) for k in sorted(timed_by)]
-    def slow(t: TaskSpec) -> bool:
-        try:
-            return course.task(t.lesson, t.id).slow
-        except KeyError:  # a task only the --hidden folder declares
-            return False
-
     # every submission's ordinary processes before any timed one; the slow ones first (a stable sort)
-    return sorted(out, key=lambda g: (all((t.lesson, t.id) in st.timed for t in g[1]), not any(map(slow, g[1]))))
+    return sorted(out, key=lambda g: (all((t.lesson, t.id) in st.timed for t in g[1]),
+                                      not any(_slow(course, t) for t in g[1])))
+
+
+def _slow(course: Course, t: TaskSpec) -> bool:
+    """Whether lesson.toml marks ``t`` ``slow`` (a task only the --hidden folder declares is not)."""
+    try:
+        return course.task(t.lesson, t.id).slow
+    except KeyError:
+        return False
 
 
 def _merge_shared_builds(course: Course, sub: Submission, keyed: dict[tuple[str, tuple[str, ...]], list[TaskSpec]],
