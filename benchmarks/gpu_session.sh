@@ -8,7 +8,8 @@
 #       --platform manylinux2014_x86_64 -d .whl landlockpy==0.2.0 pytest-timeout==2.4.0
 # Then one device call per verb, carrying .whl (carry: [".whl"]), each under the 10-minute limit:
 #   bash benchmarks/gpu_session.sh test    # make test's pytest lines (no ruff, no notebooks: no jupyter there)
-#   bash benchmarks/gpu_session.sh grade   # a timed solution grade (cold build folder) and the untouched stubs
+#   bash benchmarks/gpu_session.sh grade   # the torch worker's GPU tests, a timed solution grade (cold build folder)
+#                                          # and the untouched stubs
 #   bash benchmarks/gpu_session.sh hostile # the attack and confinement tests as an ordinary user (ccuser)
 #   bash benchmarks/gpu_session.sh corpus  # the grader corpus on cuda as that user (about 320 s)
 # Everything is written under $OUT (logs come back; the reply holds each log's end).
@@ -65,6 +66,13 @@ case "${1:-}" in
     ;;
   grade)
     setup
+    # first the torch worker's GPU tests (a torch-route file and learner Python in a worker with a CUDA context of
+    # its own), as the ordinary user so that the worker is fully confined (about 40 s)
+    as_ccuser
+    s=$SECONDS
+    as_user "timeout 150 python3 -m pytest -p no:cacheprovider tests/test_torch_worker.py -k on_a_gpu \
+        --impl=solution -q -n 0 -rfs --basetemp=/tmp/ccuser-pt3" > "$OUT/torch_worker_gpu_ccuser.log" 2>&1
+    echo "torch worker on the GPU as ccuser: rc $? in $((SECONDS - s)) s"; tail -3 "$OUT/torch_worker_gpu_ccuser.log"
     bd=$(mktemp -d)
     R=$OUT bash benchmarks/grade_profile.sh solution "$bd" --impl solution
     s=$SECONDS

@@ -15,7 +15,8 @@ Backends
 
 Files that include torch headers (the classic ``torch::Tensor`` route of lesson 01) are built with
 ``load_inline`` and a pybind11 binding on cuda, or by the simulator's torch route on the CPU; while
-grading, the simulator's is built and loaded in a confined worker (``cudacourse/torch_worker.py``).
+grading, either is built and loaded in a confined worker (``cudacourse/torch_worker.py``; on cuda one that
+owns its own CUDA context), never in the checking process.
 """
 
 from __future__ import annotations
@@ -502,16 +503,16 @@ class Module:
     def _load_torch(self, source: str, path: str, functions: list[str]) -> None:
         t0 = time.perf_counter()
         confine = settings.current().confine
-        if self.backend == "cuda":  # (in-process while grading too: torch_worker.py says how it would move)
-            mod = _build_torch_cuda(source, path, functions)
-        elif confine is not None:  # grading: built and loaded in a confined worker, never in this process
+        if confine is not None:  # grading: built and loaded in a confined worker, never in this process
             from cudacourse.torch_worker import TorchWorker
 
             self._lib = TorchWorker.extension(source, path, functions, checked=self.check, timeout_s=self.timeout_s,
-                                              confine=confine)
+                                              confine=confine, backend=self.backend)
             self.build_s = time.perf_counter() - t0
             self._fns.update({f: self._lib.function(f) for f in functions})
             return
+        if self.backend == "cuda":
+            mod = build_torch_cuda(source, path, functions)
         else:
             from cudacourse.sim import build_torch_extension
 
@@ -580,7 +581,7 @@ def _torch_declarations(source: str, functions: list[str]) -> str:
     return "\n".join(decls)
 
 
-def _build_torch_cuda(source: str, path: str, functions: list[str]) -> Any:
+def build_torch_cuda(source: str, path: str, functions: list[str]) -> Any:
     """Build a torch-route file with ``load_inline`` through the course's build cache; return the module.
 
     The same cache as every other build (content key, lock, ``DONE`` marker): an interrupted build is

@@ -193,16 +193,18 @@ class Encoder:
         name = str(t.dtype).removeprefix("torch.")
         if name not in _dtypes():
             raise TypeError(f"{where}: tensors of dtype {t.dtype} cannot be passed to the worker")
-        if t.device.type not in ("cpu", "meta"):
-            raise ValueError(f"{where}: a tensor on '{t.device.type}' cannot be passed to the worker (CPU tensors "
-                             "only on the simulator)")
+        if t.device.type not in ("cpu", "meta", "cuda"):
+            raise ValueError(f"{where}: a tensor on '{t.device.type}' cannot be passed to the worker (CPU and CUDA "
+                             "tensors only)")
         es = t.element_size()
-        d = {"dtype": name, "shape": list(t.shape), "strides": list(t.stride()), "device": t.device.type,
-             "off": self.size, "n": 0, "pad": (t.data_ptr() % 64) // es if t.device.type == "cpu" else 0,
+        held = t.device.type != "meta"
+        d = {"dtype": name, "shape": list(t.shape), "strides": list(t.stride()), "device": str(t.device),
+             "off": self.size, "n": 0, "pad": (t.data_ptr() % 64) // es if held else 0,
              "grad": bool(t.requires_grad)}
         span = _span(d["shape"], d["strides"])
-        if t.device.type == "cpu" and span:
-            raw = t.as_strided((span,), (1,), t.storage_offset()).view(torch.uint8).numpy()
+        if held and span:
+            # a CUDA tensor's bytes travel through host memory (copied back onto the device on the other side)
+            raw = t.as_strided((span,), (1,), t.storage_offset()).view(torch.uint8).cpu().numpy()
             self.blobs.append(raw)
             d["n"] = raw.nbytes
             self.size += raw.nbytes
@@ -260,9 +262,11 @@ class Decoder:
 
         dtype = _dtypes().get(d.get("dtype"))  # type: ignore[arg-type]
         shape, strides = self._ints(d.get("shape"), "shape"), self._ints(d.get("strides"), "strides")
-        if dtype is None or len(shape) != len(strides) or d.get("device") not in ("cpu", "meta"):
+        device = d.get("device")
+        if dtype is None or len(shape) != len(strides) or not isinstance(device, str) or not (
+                device in ("cpu", "meta") or (re.fullmatch(r"cuda(:\d{1,2})?", device) and torch.cuda.is_available())):
             raise ProtocolError(f"bad tensor description: {str(d)[:200]}")
-        if d["device"] == "meta":
+        if device == "meta":
             t = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
             self.tensors.append((t, None, 0, 0))
             return t
@@ -276,6 +280,8 @@ class Decoder:
         if n:
             base.view(torch.uint8)[pad * es:].copy_(torch.frombuffer(self.payload, dtype=torch.uint8, count=n,
                                                                     offset=off))
+        if device != "cpu":  # a CUDA tensor: staged on the host, then one copy onto the device
+            base = base.to(device)
         t = base.as_strided(shape, strides, pad)
         if d.get("grad") is True and dtype.is_floating_point:
             t.requires_grad_(True)
@@ -378,7 +384,7 @@ def _call(fn: Any, header: dict, payload: bytearray, chan: _Channel, guard: str 
     mutated = []
     for i, ((_t, base, pad, span), old) in enumerate(zip(dec.tensors, before, strict=True)):
         if base is not None and not torch.equal(base.view(torch.uint8), old):
-            raw = base[pad:pad + span].view(torch.uint8).numpy()
+            raw = base[pad:pad + span].view(torch.uint8).cpu().numpy()
             enc.blobs.append(raw)
             mutated.append([i, enc.size, raw.nbytes])
             enc.size += raw.nbytes
@@ -386,7 +392,7 @@ def _call(fn: Any, header: dict, payload: bytearray, chan: _Channel, guard: str 
                 if base is not None and base.numel()}
 
     def out(v: Any, depth: int = 0) -> Any:
-        if isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.numel():
+        if isinstance(v, torch.Tensor) and v.device.type in ("cpu", "cuda") and v.numel():
             hit = storages.get(v.untyped_storage().data_ptr())
             if hit is not None and hit[2].dtype == v.dtype:
                 return {"alias": {"arg": hit[0], "shape": list(v.shape), "strides": list(v.stride()),
@@ -411,7 +417,12 @@ def _serve(sock: socket.socket) -> None:
         blobs: list[Any] = []
         try:
             op = header.get("op")
-            if op == "load-torch":
+            if op == "load-torch" and header.get("backend") == "cuda":
+                from cudacourse.loader import build_torch_cuda
+
+                mod = build_torch_cuda(header["source"], header["path"], header["functions"])
+                reply = {"ok": True}
+            elif op == "load-torch":
                 from cudacourse.sim import build_torch_extension
 
                 mod = build_torch_extension(header["source"], header["path"], header["functions"],
@@ -491,8 +502,9 @@ class TorchWorker:
     """
 
     def __init__(self, load: dict, path: str, *, timeout_s: float = 10.0, confine: str = "strict",
-                 reads: list[Path] = ()) -> None:  # type: ignore[assignment]
+                 reads: list[Path] = (), gpu: bool = False) -> None:  # type: ignore[assignment]
         self._load = load
+        self.gpu = gpu  # the worker opens the GPU (its own CUDA context): CUDA tensors cross, through host memory
         self.path = path
         self.timeout_s = timeout_s
         self.confine = confine
@@ -507,21 +519,25 @@ class TorchWorker:
 
     @classmethod
     def extension(cls, source: str, path: str, functions: list[str], *, checked: bool = True,
-                  timeout_s: float = 10.0, confine: str = "strict") -> TorchWorker:
-        """A torch-route file built for the simulator (``sim.build_torch_extension``) in the worker."""
+                  timeout_s: float = 10.0, confine: str = "strict", backend: str = "sim") -> TorchWorker:
+        """A torch-route file built and loaded in the worker: for the simulator (``sim.build_torch_extension``)
+        or, ``backend="cuda"``, with nvcc (``loader.build_torch_cuda``) in a worker that owns a CUDA context."""
+        if backend not in ("sim", "cuda"):
+            raise ValueError(f"backend must be 'sim' or 'cuda', not {backend!r}")
         load = {"op": "load-torch", "source": source, "path": path, "functions": list(functions),
-                "checked": bool(checked)}
-        return cls(load, path, timeout_s=timeout_s, confine=confine,
+                "checked": bool(checked), "backend": backend}
+        return cls(load, path, timeout_s=timeout_s, confine=confine, gpu=backend == "cuda",
                    reads=[Path(path).parent] if os.path.isfile(path) else [])
 
     @classmethod
     def python(cls, path: str | os.PathLike[str], *, timeout_s: float = 10.0, confine: str = "strict",
-               guard: bool = False) -> TorchWorker:
+               guard: bool = False, gpu: bool = False) -> TorchWorker:
         """A Python file imported in the worker (its folder readable there). ``guard``: every call runs under
-        ``screens.torch_answer_guard`` for this file (a lesson's Python exercise file)."""
+        ``screens.torch_answer_guard`` for this file (a lesson's Python exercise file). ``gpu``: the worker may
+        use the GPU (pass it when CUDA tensors cross)."""
         p = Path(path).resolve()
         return cls({"op": "load-python", "path": str(p), "guard": guard}, str(p), timeout_s=timeout_s,
-                   confine=confine, reads=[p.parent])
+                   confine=confine, reads=[p.parent], gpu=gpu)
 
     def module(self) -> RemoteModule:
         """The loaded module as seen from here: ``mod.name(...)`` calls ``name`` in the worker."""
@@ -536,8 +552,9 @@ class TorchWorker:
         st = settings.current()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         # TRITON_INTERPRET: a Triton twin hosted here runs on Triton's CPU interpreter (cudacourse/triton_track.py)
-        keep = ("PATH", "LANG", "LC_ALL", "CXX", "CC", "CUDA_HOME", "MAX_JOBS", "OMP_NUM_THREADS", "LD_LIBRARY_PATH",
-                "CUDA_COURSE_SIM_ORDER", "TRITON_INTERPRET")
+        keep = ("PATH", "LANG", "LC_ALL", "CXX", "CC", "CUDAHOSTCXX", "CUDA_HOME", "MAX_JOBS", "OMP_NUM_THREADS",
+                "LD_LIBRARY_PATH", "CUDA_COURSE_SIM_ORDER", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES",
+                "CUDA_DEVICE_ORDER", "TORCH_CUDA_ARCH_LIST")
         env = {k: v for k, v in os.environ.items() if k in keep}
         env.update(settings.to_env(st))
         # (build_seed: only in the grader's worker for files identical to the instructor's, which builds them here)
@@ -549,7 +566,7 @@ class TorchWorker:
                     [sys.executable, "-I", "-B", str(_THIS), str(theirs.fileno())], scratch=self._private / "scratch",
                     env=env, read_only=[p for p in reads if p.exists()], read_write=[buildcache.build_root()],
                     limits=Limits(memory=learner_memory(env, torch=True), cpu_s=None),  # (none on a GPU machine)
-                    allow_unconfined=self.confine != "strict",
+                    gpu=self.gpu, allow_unconfined=self.confine != "strict",
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),))
             finally:
                 theirs.close()
@@ -687,7 +704,7 @@ class TorchWorker:
                 if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, int) for x in item)):
                     raise ProtocolError("bad list of changed arguments")
                 i, off, n = item
-                if not 0 <= i < len(enc.tensors) or enc.tensors[i].device.type != "cpu":
+                if not 0 <= i < len(enc.tensors) or enc.tensors[i].device.type not in ("cpu", "cuda"):
                     raise ProtocolError("a changed argument that was not sent")
                 t = enc.tensors[i]
                 span = _span(list(t.shape), list(t.stride()))

@@ -24,10 +24,10 @@ Where a twin runs:
 - without the ``triton`` package (or on a platform without its wheels): the twins' tests are reported
   *not graded*, with the command that installs it (:data:`INSTALL`), never failed or silently skipped.
 
-While grading on the CPU (settings ``confine``), the learner's file is imported in the confined torch worker,
-as lesson 04's decoder.py is (``cudacourse/torch_worker.py``); every call runs there under
-``screens.torch_answer_guard``, which refuses torch arithmetic called from the learner's file. On a GPU it is
-imported in the checking process (the worker carries CPU tensors only), as decoder.py is.
+While grading (settings ``confine``), the learner's file is imported in the confined torch worker, as lesson
+04's decoder.py is (``cudacourse/torch_worker.py``; on a GPU a worker with a CUDA context of its own, CUDA
+tensors crossing through host memory); every call runs there under ``screens.torch_answer_guard``, which
+refuses torch arithmetic called from the learner's file.
 """
 
 from __future__ import annotations
@@ -221,12 +221,13 @@ def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
         # Triton's own knob: each autotuning prints the config it kept and how long it took (read at call time).
         os.environ.setdefault("TRITON_PRINT_AUTOTUNING", "1")
     confine = settings.current().confine
-    if confine is not None and backend != "cuda":
+    if confine is not None:
         from cudacourse.torch_worker import TorchWorker
 
         key = str(p.resolve())
         if key not in _HOSTED:
-            _HOSTED[key] = TorchWorker.python(p, confine=confine, guard=True, timeout_s=120.0).module()
+            _HOSTED[key] = TorchWorker.python(p, confine=confine, guard=True, timeout_s=120.0,
+                                              gpu=backend == "cuda").module()
         return _HOSTED[key]
     # One module per file and mode: an edited file is imported again (its name carries the modification time).
     return import_file(p, f"cc_triton_{p.stem}_{abs(hash(str(p.resolve())))}_{p.stat().st_mtime_ns}_{backend}")

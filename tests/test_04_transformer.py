@@ -66,22 +66,23 @@ def _decoder() -> ModuleType:
 
     Only the capstone tests import it: everything they compare with (weights, kernel wrappers, the
     PyTorch reference) is defined in this file, so an edited decoder.py cannot change the verdict.
-    While grading on the simulator (settings ``confine``) it is imported in a confined worker
-    (cudacourse/torch_worker.py) under the torch guard, never in this process: its functions run there and
-    call this file's kernels object back over the worker's channel. That channel carries CPU tensors only,
-    so on a GPU it is imported here, as torch-route files are there (INSTRUCTORS.md lists the gap).
+    While grading (settings ``confine``) it is imported in a confined worker (cudacourse/torch_worker.py)
+    under the torch guard, never in this process: its functions run there and call this file's kernels
+    object back over the worker's channel (on a GPU the worker has a CUDA context of its own, and CUDA
+    tensors cross through host memory).
     """
     path = _m().dir / "decoder.py"
     if not path.exists():
         raise AssertionError(f"task 4.9: {path} not found. The capstone is written in decoder.py, next to the "
                              "kernel files of lesson 04.")
     confine = settings.current().confine
-    if confine is not None and _m().backend == "sim":
+    if confine is not None:
         from cudacourse.torch_worker import TorchWorker
 
         key = str(path.resolve())
         if key not in _HOSTED:
-            _HOSTED[key] = TorchWorker.python(path, confine=confine, guard=True, timeout_s=60.0).module()
+            _HOSTED[key] = TorchWorker.python(path, confine=confine, guard=True, timeout_s=60.0,
+                                              gpu=_m().backend == "cuda").module()
         return _HOSTED[key]
     return import_file(path)
 

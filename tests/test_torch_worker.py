@@ -309,6 +309,74 @@ def test_loader_uses_the_worker_while_grading() -> None:
     assert "_lib" not in m.__dict__ and torch.equal(m.relu_forward(x), torch.relu(x))
 
 
+# ----------------------------------------------------------------------------------------------------
+# On a GPU: the worker owns a CUDA context of its own; CUDA tensors cross through host memory
+# ----------------------------------------------------------------------------------------------------
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (the cuda backend's worker)")
+
+
+@needs_gpu
+def test_on_a_gpu_the_torch_route_file_runs_in_a_worker_of_its_own() -> None:
+    """cc.load of lesson 01's solution relu_torch.cu while grading on cuda: built (nvcc) and loaded in the worker,
+    called with CUDA tensors as in-process: values, a new tensor on the same device, TORCH_CHECK's messages."""
+    path = ROOT / "solutions" / "01_relu" / "relu_torch.cu"
+    with using(confine=CONFINE, backend="cuda"):
+        m = cc.load(path, backend="cuda")
+    try:
+        assert isinstance(m._lib, TorchWorker) and m._lib.gpu
+        x = torch.randn(3, 5, 7, device="cuda")
+        y = m.relu_forward(x)
+        assert y.device == x.device and y.shape == x.shape and y.data_ptr() != x.data_ptr()
+        assert torch.equal(y, torch.relu(x))
+        with pytest.raises(RuntimeError, match="float32"):
+            m.relu_forward(x.double())
+        with pytest.raises(RuntimeError, match="contiguous"):
+            m.relu_forward(x[0].t())
+        with pytest.raises(RuntimeError, match="CUDA"):
+            m.relu_forward(torch.zeros(4))  # a CPU tensor crosses as a CPU tensor
+        assert m.relu_forward(torch.empty(0, device="cuda")).numel() == 0
+    finally:
+        m.close()
+
+
+@needs_gpu
+def test_on_a_gpu_python_code_changes_cuda_arguments_and_returns_views(tmp_path: Path) -> None:
+    """A Python module in a GPU worker (as decoder.py while grading on cuda): changed CUDA arguments are copied
+    back into the caller's tensors, a returned view of an argument is the same view of the caller's tensor,
+    a tensor made there arrives on the caller's device, and the test's kernels object is called back."""
+    (tmp_path / "mod.py").write_text(PY_MODULE)
+    with using(confine=CONFINE, backend="cuda"):
+        w = TorchWorker.python(tmp_path / "mod.py", timeout_s=60.0, confine=CONFINE, gpu=True)
+    try:
+        x = torch.arange(6, dtype=torch.float32, device="cuda")
+        v = w.call("double_in_place", x)
+        assert torch.equal(x.cpu(), torch.arange(6.0) * 2)
+        assert v.device == x.device and v.data_ptr() == x.data_ptr() + 4
+        cols = torch.zeros(4, 4, device="cuda")
+        w.call("double_in_place", cols[:, 1].fill_(1.0))
+        assert cols[:, 1].tolist() == [2.0] * 4 and float(cols[:, [0, 2, 3]].abs().sum()) == 0
+        assert w.call("describe", cols.t()) == [[4, 4], [1, 4], False, "torch.float32", "cuda"]
+        got = w.call("echo", torch.ones(3, device="cuda"), torch.ones(2))[0]
+        assert [t.device.type for t in got] == ["cuda", "cpu"]
+
+        class Kernels:
+            calls = 0
+
+            def scale(self, t: torch.Tensor, f: float) -> torch.Tensor:
+                assert t.device.type == "cuda", "a CUDA tensor of the worker arrives here on the GPU"
+                Kernels.calls += 1
+                return t * f
+
+        class Cfg:
+            factor, twice = 3.0, 1.0
+
+        y, calls = w.call("use_kernels", Kernels(), torch.ones(5, device="cuda"), Cfg())
+        assert y.device.type == "cuda" and torch.equal(y.cpu(), torch.full((5,), 6.0)) and calls == 2
+    finally:
+        w.close()
+
+
 CTOR_SRC = r"""
 #include <torch/extension.h>
 #include <cstdio>
