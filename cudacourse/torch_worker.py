@@ -557,13 +557,16 @@ class TorchWorker:
                 "CUDA_DEVICE_ORDER", "TORCH_CUDA_ARCH_LIST")
         env = {k: v for k, v in os.environ.items() if k in keep}
         env.update(settings.to_env(st))
+        if self.gpu:
+            env.update(triton_cache_env())
         # (build_seed: only in the grader's worker for files identical to the instructor's, which builds them here)
         reads = [*self._reads, _THIS.parent.parent, *(p for p in (st.build_shared, st.build_seed) if p)]
         with open(self._log, "ab") as log:
             try:
                 self._proc = confined_popen(
                     # -B: -I ignores PYTHONDONTWRITEBYTECODE, and a .pyc written into the staged harness fails the task
-                    [sys.executable, "-I", "-B", str(_THIS), str(theirs.fileno())], scratch=self._private / "scratch",
+                    [sys.executable, "-I", "-B", str(_THIS), str(theirs.fileno()), *(["--gpu"] if self.gpu else [])],
+                    scratch=self._private / "scratch",
                     env=env, read_only=[p for p in reads if p.exists()], read_write=[buildcache.build_root()],
                     limits=Limits(memory=learner_memory(env, torch=True), cpu_s=None),  # (none on a GPU machine)
                     gpu=self.gpu, allow_unconfined=self.confine != "strict",
@@ -743,6 +746,16 @@ class TorchWorker:
             pass
 
 
+def triton_cache_env() -> dict[str, str]:
+    """Where a GPU worker's Triton keeps what it compiles: the build cache (which the worker may write), shared by
+    every worker of the grade. Its default, ``~/.triton`` under the worker's fresh scratch HOME, made each worker
+    compile again what the one before it had: Triton's own C helpers and a launcher per kernel signature (gcc),
+    and every kernel (Triton keys its cache by the kernel's source and options, so files never mix)."""
+    from cudacourse import buildcache
+
+    return {"TRITON_CACHE_DIR": str(buildcache.build_root() / "triton")}
+
+
 class RemoteModule(types.ModuleType):
     """A module loaded in a :class:`TorchWorker`: its public names are functions that run there."""
 
@@ -757,8 +770,32 @@ class RemoteModule(types.ModuleType):
         return self.worker.function(name)
 
 
+def _block_while_waiting() -> None:
+    """Make this process's CUDA contexts sleep, not spin, while they wait for the GPU (before torch creates them).
+
+    With CUDA's default scheduling a process with fewer contexts than cores spins a core for as long as it waits
+    (a copy back to the host, a synchronize). During a grade a dozen processes share the one GPU, and a spinning
+    waiter takes a core the builds and the other tasks need; this worker's calls are never timed, so the
+    microseconds a sleeping thread needs to wake cost nothing that is measured."""
+    import ctypes
+
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return
+    set_flags = getattr(cu, "cuDevicePrimaryCtxSetFlags_v2", None) or cu.cuDevicePrimaryCtxSetFlags
+    n, dev = ctypes.c_int(), ctypes.c_int()
+    if cu.cuInit(0) != 0 or cu.cuDeviceGetCount(ctypes.byref(n)) != 0:
+        return  # (torch reports a GPU it cannot use when the first tensor moves there)
+    for i in range(n.value):
+        if cu.cuDeviceGet(ctypes.byref(dev), i) == 0:
+            set_flags(dev, 4)  # CU_CTX_SCHED_BLOCKING_SYNC
+
+
 if __name__ == "__main__":
     sys.path[0] = str(_THIS.parent.parent)  # the course package this file belongs to, not its folder
+    if "--gpu" in sys.argv[2:]:
+        _block_while_waiting()
     _serve(socket.socket(fileno=int(sys.argv[1])))
     sys.stdout.flush()
     os._exit(0)  # no interpreter teardown: torch's and the simulator's threads may hold it up
