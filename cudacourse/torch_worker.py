@@ -554,7 +554,10 @@ class TorchWorker:
         # TRITON_INTERPRET: a Triton twin hosted here runs on Triton's CPU interpreter (cudacourse/triton_track.py)
         keep = ("PATH", "LANG", "LC_ALL", "CXX", "CC", "CUDAHOSTCXX", "CUDA_HOME", "MAX_JOBS", "OMP_NUM_THREADS",
                 "LD_LIBRARY_PATH", "CUDA_COURSE_SIM_ORDER", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES",
-                "CUDA_DEVICE_ORDER", "TORCH_CUDA_ARCH_LIST")
+                "CUDA_DEVICE_ORDER", "TORCH_CUDA_ARCH_LIST",
+                # set by the plugin while grading on a GPU: a Triton twin hosted here keeps one config per kernel
+                # instead of autotuning them all (which cost a solution grade 30 s on the H100 while it was left out)
+                "CUDA_COURSE_TRITON_ONE_CONFIG")
         env = {k: v for k, v in os.environ.items() if k in keep}
         env.update(settings.to_env(st))
         if self.gpu:

@@ -144,6 +144,24 @@ def test_every_argument_type_round_trips(py_worker: Any) -> None:
     assert torch.equal(y, torch.arange(3.0)) and y.dtype == torch.float32
 
 
+def test_the_worker_keeps_the_graders_triton_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While grading on a GPU the plugin sets triton_track.ONE_CONFIG_ENV (one config per kernel, no autotuning):
+    a Triton twin hosted in the worker must see it too, and the worker must see none of the grader's other
+    variables."""
+    from cudacourse.triton_track import ONE_CONFIG_ENV
+
+    (tmp_path / "envmod.py").write_text("import os\n\ndef env(name):\n    return os.environ.get(name)\n")
+    monkeypatch.setenv(ONE_CONFIG_ENV, "1")
+    monkeypatch.setenv("CC_TEST_SECRET", "grader-only")
+    with using(confine=CONFINE):
+        w = TorchWorker.python(tmp_path / "envmod.py", timeout_s=20.0, confine=CONFINE)
+    try:
+        assert w.call("env", ONE_CONFIG_ENV) == "1"
+        assert w.call("env", "CC_TEST_SECRET") is None
+    finally:
+        w.close()
+
+
 def test_strided_and_meta_tensors_keep_their_layout(py_worker: Any) -> None:
     base = torch.randn(8, 8)
     assert py_worker.call("describe", base.t()) == [[8, 8], [1, 8], False, "torch.float32", "cpu"]
