@@ -153,6 +153,10 @@ def pytest_runtestloop(session: pytest.Session) -> None:
             import torch._dynamo  # noqa: F401
             import torch._inductor.compile_fx  # noqa: F401
         _preload(session)
+    elif backend_name() == "cuda":
+        from cudacourse.gpu_worker import sleep_while_waiting
+
+        sleep_while_waiting()  # a process whose tests are not timed: its waits for the GPU free a core
     while not Path(path).exists():
         time.sleep(0.05)
 

@@ -773,32 +773,12 @@ class RemoteModule(types.ModuleType):
         return self.worker.function(name)
 
 
-def _block_while_waiting() -> None:
-    """Make this process's CUDA contexts sleep, not spin, while they wait for the GPU (before torch creates them).
-
-    With CUDA's default scheduling a process with fewer contexts than cores spins a core for as long as it waits
-    (a copy back to the host, a synchronize). During a grade a dozen processes share the one GPU, and a spinning
-    waiter takes a core the builds and the other tasks need; this worker's calls are never timed, so the
-    microseconds a sleeping thread needs to wake cost nothing that is measured."""
-    import ctypes
-
-    try:
-        cu = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return
-    set_flags = getattr(cu, "cuDevicePrimaryCtxSetFlags_v2", None) or cu.cuDevicePrimaryCtxSetFlags
-    n, dev = ctypes.c_int(), ctypes.c_int()
-    if cu.cuInit(0) != 0 or cu.cuDeviceGetCount(ctypes.byref(n)) != 0:
-        return  # (torch reports a GPU it cannot use when the first tensor moves there)
-    for i in range(n.value):
-        if cu.cuDeviceGet(ctypes.byref(dev), i) == 0:
-            set_flags(dev, 4)  # CU_CTX_SCHED_BLOCKING_SYNC
-
-
 if __name__ == "__main__":
     sys.path[0] = str(_THIS.parent.parent)  # the course package this file belongs to, not its folder
     if "--gpu" in sys.argv[2:]:
-        _block_while_waiting()
+        from cudacourse.gpu_worker import sleep_while_waiting
+
+        sleep_while_waiting()  # none of this worker's calls is timed
     _serve(socket.socket(fileno=int(sys.argv[1])))
     sys.stdout.flush()
     os._exit(0)  # no interpreter teardown: torch's and the simulator's threads may hold it up
