@@ -367,7 +367,11 @@ def test_speed_bf16_elementwise_and_rmsnorm() -> None:
 
     m = _m()
     target, copy = _target("5.9"), copy_bandwidth_gbs()
-    rows, cols = 16384, 4096
+    # 384 MiB in and out: ~0.27 ms a call at the H100's copy bandwidth (rows below gridDim.y's 65535). At 16384
+    # rows (~0.09 ms) a grade, which times the calls by wall clock through the GPU worker (bench._wall_stats),
+    # measured the message traffic as much as the kernel: the solution's RMSNorm read 0.70 of copy there
+    # (2026-11-27), 0.93 in the bench.
+    rows, cols = 49152, 4096
     x = torch.randn(rows, cols, device=m.device, dtype=torch.bfloat16)
     b = torch.randn(cols, device=m.device, dtype=torch.bfloat16)
     y = torch.empty_like(x)
