@@ -68,6 +68,8 @@ def test_torch_route_checks_raise(ext) -> None:
 def test_torch_route_diagnoses_kernel_bugs(ext) -> None:
     with pytest.raises(OutOfBoundsError) as ei:
         ext.relu_nocheck(torch.randn(1000))
-    assert ei.value.line == 13 and "x[1000]" in str(ei.value)
+    # line 13 reads x[i] and writes y[i]: with several threads past the end, either access may be reported first
+    # (a run on a busy 2-core machine reported y[1000])
+    assert ei.value.line == 13 and ("x[1000]" in str(ei.value) or "y[1000]" in str(ei.value))
     x = torch.randn(256)
     assert torch.equal(ext.relu(x), x.clamp(min=0))  # still usable
