@@ -11,6 +11,7 @@
 #   bash benchmarks/gpu_session.sh grade   # the torch worker's GPU tests, a timed solution grade (cold build folder)
 #                                          # and the untouched stubs
 #   bash benchmarks/gpu_session.sh hostile # the attack and confinement tests as an ordinary user (ccuser)
+#   bash benchmarks/gpu_session.sh attacks # the attack tests alone, as that user
 #   bash benchmarks/gpu_session.sh corpus  # the grader corpus on cuda as that user (about 320 s)
 # Everything is written under $OUT (logs come back; the reply holds each log's end).
 set -uo pipefail
@@ -91,6 +92,16 @@ case "${1:-}" in
         > "$OUT/hostile_ccuser.log" 2>&1
     echo "attacks, confinement, torch worker as ccuser: rc $? in $((SECONDS - s)) s"; tail -4 "$OUT/hostile_ccuser.log"
     ;;
+  attacks)
+    # the hostile corpus alone (tests/attacks/, graded in one batch), as an ordinary user: the part of 'hostile' that
+    # a session short of device time runs first
+    setup
+    as_ccuser
+    s=$SECONDS
+    as_user "timeout 200 python3 -m pytest -p no:cacheprovider tests/test_grader_attacks.py --impl=solution -q -n 4 \
+        --dist loadgroup -rfs --basetemp=/tmp/ccuser-pt4" > "$OUT/attacks_ccuser.log" 2>&1
+    echo "attacks as ccuser: rc $? in $((SECONDS - s)) s"; tail -4 "$OUT/attacks_ccuser.log"
+    ;;
   corpus)
     # the grader corpus (known-buggy kernels, each with its verdict) graded on the GPU, as an ordinary user
     setup
@@ -101,7 +112,7 @@ case "${1:-}" in
     echo "grader corpus on cuda as ccuser: rc $? in $((SECONDS - s)) s"; tail -4 "$OUT/corpus_cuda_ccuser.log"
     ;;
   *)
-    echo "usage: bash benchmarks/gpu_session.sh test|grade|hostile|corpus   (on the GPU machine; see the header)"
+    echo "usage: bash benchmarks/gpu_session.sh test|grade|hostile|attacks|corpus   (on the GPU machine; see the header)"
     exit 2
     ;;
 esac
