@@ -40,15 +40,18 @@ worker, which loads the cached build again.
 
 Outside grading nothing changes: the loader builds the file in-process, as before (fast, no worker).
 
-The cuda backend keeps torch-route files in-process today. Doing the same there would start this worker
-with ``gpu=True`` (its own CUDA context) and pass tensors as the GPU worker does (``gpu_worker.py``): one
-VMM allocation per tensor argument, exported as a file descriptor and sent with the JSON header
-(``socket.send_fds``); the worker imports each into its context and wraps it with ``torch.as_tensor``
-through ``__cuda_array_interface__`` (``gpu_worker._as_bytes``), with the argument's dtype, shape and
-strides, so the learner's function sees a CUDA tensor; results allocated by the learner's function would
-be copied into allocations the worker exports back. Until then the loader's cuda path is unchanged.
+On the cuda backend (``gpu=True``; ``TorchWorker.extension(..., backend="cuda")`` builds the file with nvcc,
+``loader.build_torch_cuda``) the worker opens the GPU and owns a CUDA context of its own, and CUDA tensors
+cross the same channel through host memory: the sender copies the storage span to the host, the receiver
+copies it onto its device (``"device": "cuda:0"`` in the description), so the learner's function sees a CUDA
+tensor with the argument's dtype, shape and strides, and the checking process gets results on its own device.
+That costs a device-host-device copy per tensor and call, which no timed task pays: what is hosted here
+(lesson 01's torch-route file, lesson 04's decoder.py, the Triton twins) is checked for correctness only. Its CUDA contexts
+sleep while they wait (``gpu_worker.sleep_while_waiting``), and Triton compiles into the build cache
+(:func:`triton_cache_env`), shared by the grade's workers. (Exporting VMM allocations as file descriptors, as
+``gpu_worker.py`` does, would avoid the copies; legacy CUDA IPC does not work across PID namespaces.)
 
-This file is also the worker's program (``python -I torch_worker.py SOCKET_FD``).
+This file is also the worker's program (``python -I torch_worker.py SOCKET_FD [--gpu]``).
 """
 
 from __future__ import annotations
