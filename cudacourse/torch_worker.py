@@ -46,10 +46,11 @@ cross the same channel through host memory: the sender copies the storage span t
 copies it onto its device (``"device": "cuda:0"`` in the description), so the learner's function sees a CUDA
 tensor with the argument's dtype, shape and strides, and the checking process gets results on its own device.
 That costs a device-host-device copy per tensor and call, which no timed task pays: what is hosted here
-(lesson 01's torch-route file, lesson 04's decoder.py, the Triton twins) is checked for correctness only. Its CUDA contexts
-sleep while they wait (``gpu_worker.sleep_while_waiting``), and Triton compiles into the build cache
-(:func:`triton_cache_env`), shared by the grade's workers. (Exporting VMM allocations as file descriptors, as
-``gpu_worker.py`` does, would avoid the copies; legacy CUDA IPC does not work across PID namespaces.)
+(lesson 01's torch-route file, lesson 04's decoder.py, the Triton twins) is checked for correctness only.
+Its CUDA contexts sleep while they wait (``gpu_worker.sleep_while_waiting``), and Triton compiles into the
+build cache (:func:`triton_cache_env`), shared by the grade's workers. (Exporting VMM allocations as file
+descriptors, as ``gpu_worker.py`` does, would avoid the copies; legacy CUDA IPC does not work across PID
+namespaces.)
 
 This file is also the worker's program (``python -I torch_worker.py SOCKET_FD [--gpu]``).
 """
