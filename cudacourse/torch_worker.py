@@ -753,6 +753,19 @@ class TorchWorker:
             pass
 
 
+_HOSTED: dict[str, RemoteModule] = {}  # learner Python files imported in a worker: one worker per file and process
+
+
+def hosted(path: str | os.PathLike[str], *, confine: str, gpu: bool, timeout_s: float) -> RemoteModule:
+    """A learner's Python exercise file imported in a confined worker under the torch guard, once per file and
+    process, as grading does for lesson 04's decoder.py and the Triton twins: its functions run there.
+    ``gpu``: on the cuda backend (the worker gets a CUDA context of its own)."""
+    key = str(Path(path).resolve())
+    if key not in _HOSTED:
+        _HOSTED[key] = TorchWorker.python(path, confine=confine, guard=True, timeout_s=timeout_s, gpu=gpu).module()
+    return _HOSTED[key]
+
+
 def triton_cache_env() -> dict[str, str]:
     """Where a GPU worker's Triton keeps what it compiles: the build cache (which the worker may write), shared by
     every worker of the grade. Its default, ``~/.triton`` under the worker's fresh scratch HOME, made each worker

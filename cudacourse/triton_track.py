@@ -193,15 +193,14 @@ def check_tensors(fn: str, **tensors: Any) -> None:
 # Loading a twin
 # ----------------------------------------------------------------------------------------------------
 
-_HOSTED: dict[str, ModuleType] = {}  # twins imported in a confined worker (one worker per file and process)
 
 
 def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
     """Import the twin at ``path`` for ``backend`` (``cuda``: compiled; ``sim``: the interpreter).
 
     Raises ``RuntimeError`` with :func:`not_graded_reason` when Triton cannot run here, ``FileNotFoundError``
-    naming the file when it is missing. While grading on the CPU the file is imported in the confined torch
-    worker and the returned module's functions run there.
+    naming the file when it is missing. While grading the file is imported in the confined torch worker
+    (``torch_worker.hosted``) and the returned module's functions run there.
     """
     from cudacourse import settings
     from cudacourse.loader import import_file
@@ -222,13 +221,9 @@ def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
         os.environ.setdefault("TRITON_PRINT_AUTOTUNING", "1")
     confine = settings.current().confine
     if confine is not None:
-        from cudacourse.torch_worker import TorchWorker
+        from cudacourse.torch_worker import hosted
 
-        key = str(p.resolve())
-        if key not in _HOSTED:
-            _HOSTED[key] = TorchWorker.python(p, confine=confine, guard=True, timeout_s=120.0,
-                                              gpu=backend == "cuda").module()
-        return _HOSTED[key]
+        return hosted(p, confine=confine, gpu=backend == "cuda", timeout_s=120.0)
     # One module per file and mode: an edited file is imported again (its name carries the modification time).
     return import_file(p, f"cc_triton_{p.stem}_{abs(hash(str(p.resolve())))}_{p.stat().st_mtime_ns}_{backend}")
 

@@ -77,17 +77,10 @@ def _decoder() -> ModuleType:
                              "kernel files of lesson 04.")
     confine = settings.current().confine
     if confine is not None:
-        from cudacourse.torch_worker import TorchWorker
+        from cudacourse.torch_worker import hosted
 
-        key = str(path.resolve())
-        if key not in _HOSTED:
-            _HOSTED[key] = TorchWorker.python(path, confine=confine, guard=True, timeout_s=60.0,
-                                              gpu=_m().backend == "cuda").module()
-        return _HOSTED[key]
+        return hosted(path, confine=confine, gpu=_m().backend == "cuda", timeout_s=60.0)
     return import_file(path)
-
-
-_HOSTED: dict[str, ModuleType] = {}  # decoder.py files imported in a worker (one worker per file and process)
 
 
 def _rope_tables(T: int, d: int, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:

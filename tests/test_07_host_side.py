@@ -333,8 +333,8 @@ def test_speed_graph() -> None:
 @pytest.mark.task("7.7")
 @pytest.mark.gpu
 def test_speed_compiled_op() -> None:
-    """Compiled against eager, and no recompilation while timed (dynamo's ``error_on_recompile``): a fake
-    implementation that disagrees with the real one recompiles, and a graph break fails ``fullgraph=True``.
+    """Compiled against eager, and no recompilation while timed (dynamo's ``error_on_recompile``: an op whose
+    guards fail on every call would recompile each time); a graph break already fails ``fullgraph=True``.
 
     While grading, the op's kernel runs in the GPU worker and both calls are timed by wall clock (bench.py),
     where a call is ~1.3 ms of process-to-process traffic around 0.063 ms of kernel and the compiled wrapper

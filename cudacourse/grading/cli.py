@@ -503,9 +503,10 @@ def _merge_shared_builds(course: Course, sub: Submission, keyed: dict[tuple[str,
 
 
 def learner_python(course: Course, lesson: str, files: Sequence[str]) -> tuple[str, ...]:
-    """The learner's Python exercise files among ``files`` (a task's ``files_of``), as "lesson/file": their tests
-    import them into the task process itself (lesson 06's train.py, lesson 07's custom_op.py; lesson 04's
-    decoder.py on a GPU, while the simulator's grade imports it in the torch worker: counted all the same)."""
+    """The learner's Python exercise files among ``files`` (a task's ``files_of``), as "lesson/file": the tests of
+    lesson 06's train.py and lesson 07's custom_op.py import them into the task process itself. Lesson 04's
+    decoder.py, imported in a torch worker while grading, is counted all the same: its task 4.9 (``slow``) then
+    keeps a process of its own, which costs one process start and lets it start first."""
     python = course.lesson(lesson).python_files
     return tuple(sorted(f"{lesson}/{f}" for f in files if f in python))
 
