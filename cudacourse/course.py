@@ -9,6 +9,8 @@ Each lesson folder ``lessons/NN_topic/`` holds a ``lesson.toml``; the folder nam
     files = ["relu.cu"]                          # exercise files (stubs in lessons/, complete in solutions/)
     torch_files = ["relu_torch.cu"]              # exercise files that may include torch headers
     python_files = []                            # exercise Python files (lesson 04: decoder.py)
+    python_allow = []                            # what they may use beyond the screen's defaults (lesson 07:
+                                                 # "torch.library", "functools"; grading/screens.py)
     triton_files = ["relu_triton.py"]            # Triton twins (optional track): Python files of @triton.jit kernels
     support_files = []                           # non-exercise files the kernels include, staged as-is
     notebook = "relu.ipynb"
@@ -58,7 +60,8 @@ def is_triton_task(task_id: str) -> bool:
     """Whether ``task_id`` is a task of the optional Triton track (reports keep its points apart)."""
     return bool(TRITON_ID.match(task_id))
 _LESSON_KEYS = {"title": str, "write": str, "learn": str, "files": list, "torch_files": list,
-                "python_files": list, "triton_files": list, "support_files": list, "notebook": str}
+                "python_files": list, "python_allow": list, "triton_files": list, "support_files": list,
+                "notebook": str}
 _TASK_KEYS = {"id": str, "title": str, "points": (int, float), "gpu": bool, "target": (int, float),
               "target_of": str, "track": str, "files": list, "slow": bool}
 TRACKS = ("cuda", "triton")  # a task's track: the CUDA exercises, or the optional Triton twins
@@ -104,6 +107,7 @@ class LessonInfo:
     notebook: str | None = None
     tasks: tuple[Task, ...] = field(default_factory=tuple)
     triton_files: tuple[str, ...] = ()
+    python_allow: tuple[str, ...] = ()  # modules and torch.X names its Python files may use beyond the screen's
 
     @property
     def number(self) -> str:
@@ -212,7 +216,8 @@ def parse_lesson(lesson_id: str, text: str, where: str = "") -> LessonInfo:
     return LessonInfo(lesson_id, les["title"], les["write"], les["learn"], tuple(les["files"]),
                       tuple(les.get("torch_files", ())), tuple(les.get("python_files", ())),
                       tuple(les.get("support_files", ())), les.get("notebook"),
-                      tuple(sorted(tasks, key=lambda t: task_sort_key(t.id))), tuple(les.get("triton_files", ())))
+                      tuple(sorted(tasks, key=lambda t: task_sort_key(t.id))), tuple(les.get("triton_files", ())),
+                      tuple(les.get("python_allow", ())))
 
 
 class Course:

@@ -1052,7 +1052,19 @@ def test_python_exercise_files_are_screened() -> None:
     for a in py_attacks:
         text = build(a, course=ROOT, paths={})[a.target]
         assert screen_python_file("decoder.py", text), a.id
-    assert screen_python_file("train.py", (ROOT / "solutions" / "06_training" / "train.py").read_text()) == []
+    # Every lesson's Python files, stub and solution, pass the screen as a submission's are screened (with their
+    # lesson's python_allow): lesson 07's custom_op.py was refused for its given code (torch.library, functools),
+    # which failed task 7.3 for every submission, the solution's included.
+    for les in course():
+        for f in les.python_files:
+            for side in ("lessons", "solutions"):
+                text = (ROOT / side / les.id / f).read_text()
+                assert screen_python_file(f, text, allow=les.python_allow) == [], (side, les.id, f)
+    assert course().lesson("07_host_side").python_allow and screen_python_file(
+        "custom_op.py", (ROOT / "solutions" / "07_host_side" / "custom_op.py").read_text()), \
+        "without python_allow, custom_op.py's torch.library is refused (the default screen)"
+    assert screen_python_file("train.py", "import torch\ntorch.library.impl('aten::allclose', 'CPU')\n",
+                              allow=("functools",)), "torch.library stays refused where a lesson does not allow it"
 
 
 def test_capstone_is_graded_with_the_other_lessons_staged(tmp_path: Path,

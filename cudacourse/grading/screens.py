@@ -176,19 +176,25 @@ PY_FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "globals"
 # API (torch.os.system, torch.sys.modules, torch.load running a pickle, torch.ops.aten.mm). Torch arithmetic
 # itself stays legal in the file (its given reference code uses it); torch_answer_guard refuses it at run time
 # where the learner's functions are graded.
+PY_HARMLESS_DUNDERS = {"__init__", "__name__"}  # type(t).__name__ in an error message reaches nothing
 PY_FORBIDDEN_MODULE_ATTRS = {"os", "sys", "ops", "load", "save", "_C", "hub", "jit", "library", "package", "classes",
                              "multiprocessing", "distributed", "utils", "compile", "overrides", "_dynamo"}
 
 
 def screen_python_file(name: str, text: str, allowed_imports: set[str] | frozenset[str] = frozenset(PY_ALLOWED_IMPORTS),
-                       module_api: dict[str, frozenset[str] | None] | None = None) -> list[str]:
+                       module_api: dict[str, frozenset[str] | None] | None = None,
+                       allow: tuple[str, ...] | list[str] = ()) -> list[str]:
     """Reasons to reject a learner's Python exercise file (empty when it is acceptable).
 
     ``allowed_imports``: the modules it may import. ``module_api``: for an imported module (by its top-level name,
     e.g. ``triton``, or ``triton.language`` when imported ``as tl``) the only attributes the file may use of it, or
     None for any public one; such a module is
     exempt from :data:`PY_FORBIDDEN_MODULE_ATTRS` (``triton.jit`` is its decorator, not ``torch.jit``).
+    ``allow``: the lesson's ``python_allow`` (lesson.toml): more modules to import, and ``module.attr`` names of
+    :data:`PY_FORBIDDEN_MODULE_ATTRS` the file may use (``torch.library`` for lesson 07's custom operator).
     """
+    allowed_imports = frozenset(allowed_imports) | {a for a in allow if a.split(".")[0] not in ("torch",)}
+    allowed_attrs = {tuple(a.split(".", 1)) for a in allow if a.startswith("torch.")}
 
     try:
         tree = ast.parse(text)
@@ -212,7 +218,7 @@ def screen_python_file(name: str, text: str, allowed_imports: set[str] | frozens
             imported.update(a.asname or a.name for a in node.names)
         elif isinstance(node, ast.Name) and node.id in PY_FORBIDDEN_NAMES:
             reasons.append(f"{name}:{node.lineno}: '{node.id}' is not allowed in an exercise file")
-        elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr != "__init__":
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr not in PY_HARMLESS_DUNDERS:
             reasons.append(f"{name}:{node.lineno}: dunder attribute '{node.attr}' is not allowed")
 
     api = module_api or {}
@@ -231,7 +237,7 @@ def screen_python_file(name: str, text: str, allowed_imports: set[str] | frozens
                                                  node.attr not in allowed):
                     reasons.append(f"{name}:{node.lineno}: '{ast.unparse(node)}' is not allowed in an exercise file "
                                    f"(of {top}, use only: {', '.join(sorted(allowed or ()))} and public names)")
-            elif node.attr in PY_FORBIDDEN_MODULE_ATTRS:
+            elif node.attr in PY_FORBIDDEN_MODULE_ATTRS and (top, node.attr) not in allowed_attrs:
                 reasons.append(f"{name}:{node.lineno}: '{ast.unparse(node)}' is not allowed in an exercise file "
                                "(no files, processes or interpreter internals)")
     for node in ast.walk(tree):

@@ -239,8 +239,8 @@ def stage_kernels(sub: Submission, dst: Path, lessons: list[str], course: Course
                     continue
             text = p.read_text(errors="replace")
             if sub.source is not None and p.name in info.python_files + info.triton_files:
-                screen = screen_triton_file if p.name in info.triton_files else screen_python_file
-                reasons = screen(p.name, text)
+                reasons = (screen_triton_file(p.name, text) if p.name in info.triton_files else
+                           screen_python_file(p.name, text, allow=info.python_allow))
                 if reasons:
                     sub.rejections.append(Rejection(lesson, p.name, reasons))
                     text = _rejected_stub(p.name, reasons[0], python=True)
