@@ -98,8 +98,9 @@ case "${1:-}" in
     setup
     as_ccuser
     s=$SECONDS
-    as_user "timeout 200 python3 -m pytest -p no:cacheprovider tests/test_grader_attacks.py --impl=solution -q -n 4 \
-        --dist loadgroup -rfs --basetemp=/tmp/ccuser-pt4" > "$OUT/attacks_ccuser.log" 2>&1
+    # (timeout: the batch grade alone took 390 s on a 2-core machine; 200 s was too little on the H100 on 2026-11-28)
+    as_user "timeout 480 python3 -m pytest -p no:cacheprovider tests/test_grader_attacks.py --impl=solution -v -s -n 4 \
+        --dist loadgroup -rfs --durations=5 --basetemp=/tmp/ccuser-pt4" > "$OUT/attacks_ccuser.log" 2>&1
     echo "attacks as ccuser: rc $? in $((SECONDS - s)) s"; tail -4 "$OUT/attacks_ccuser.log"
     ;;
   corpus)

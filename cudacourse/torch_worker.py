@@ -157,11 +157,12 @@ def _span(shape: list[int], strides: list[int]) -> int:
 class Encoder:
     """Turns Python values into JSON-able descriptions plus payload blobs; remembers the tensors it sent."""
 
-    def __init__(self, export: Any = None) -> None:
+    def __init__(self, export: Any = None, held: Any = None) -> None:
         self.blobs: list[Any] = []
         self.size = 0
         self.tensors: list[Any] = []  # in the order they were encoded (mutations and aliases refer to them)
         self.export = export  # called with an object no description fits: its handle (objects called back)
+        self.held = held  # the worker's handle of an object it holds (a WorkerObject handed back), else None
 
     def value(self, v: Any, where: str = "value", depth: int = 0) -> Any:
         """The description of ``v``; ``TypeError`` for a value that cannot cross (naming ``where``)."""
@@ -182,10 +183,13 @@ class Encoder:
             return items if isinstance(v, list) else {"tuple": items}
         if isinstance(v, dict) and all(isinstance(k, str) for k in v):
             return {"dict": [[k, self.value(x, f"{where}[{k!r}]", depth + 1)] for k, x in v.items()]}
-        if isinstance(v, _Remote):  # an object of the other side, handed back
+        if isinstance(v, _Remote):  # an object of the checking process, handed back
             return {"remote": v._handle}
+        h = self.held(v) if self.held is not None else None
+        if h is not None:  # an object the worker holds (the learner's Ops, a loaded module), handed back
+            return {"held": h}
         if self.export is not None:
-            return {"remote": self.export(v)}
+            return self.export(v)
         raise TypeError(f"{where}: a {type(v).__name__} cannot be passed to code running in the worker; pass "
                         "tensors, numbers, bools, None, strings, dtypes, or lists, tuples and dicts of those")
 
@@ -193,6 +197,7 @@ class Encoder:
         """A tensor's description: its storage span's bytes go to the payload (meta tensors carry none)."""
         import torch
 
+        grad = bool(t.requires_grad)
         t = t.detach()
         name = str(t.dtype).removeprefix("torch.")
         if name not in _dtypes():
@@ -204,7 +209,7 @@ class Encoder:
         held = t.device.type != "meta"
         d = {"dtype": name, "shape": list(t.shape), "strides": list(t.stride()), "device": str(t.device),
              "off": self.size, "n": 0, "pad": (t.data_ptr() % 64) // es if held else 0,
-             "grad": bool(t.requires_grad)}
+             "grad": grad}
         span = _span(d["shape"], d["strides"])
         if held and span:
             # a CUDA tensor's bytes travel through host memory (copied back onto the device on the other side)
@@ -219,10 +224,12 @@ class Encoder:
 class Decoder:
     """Rebuilds values from descriptions and a payload, checking every field (the sender may be hostile)."""
 
-    def __init__(self, payload: bytearray, sent: list[Any] = (), remote: Any = None) -> None:  # type: ignore[assignment]
+    def __init__(self, payload: bytearray, sent: list[Any] = (), remote: Any = None,  # type: ignore[assignment]
+                 held: Any = None) -> None:
         self.payload = payload
         self.sent = list(sent)  # tensors this side encoded in the request (targets of aliases)
-        self.remote = remote  # makes the proxy of an object the other side exported (the worker's side only)
+        self.remote = remote  # the object of the checking process a {"remote": handle} stands for
+        self.held = held  # the object of the worker a {"held": handle} stands for
         self.tensors: list[tuple[Any, Any, int, int]] = []  # (tensor, base, pad, span) of each decoded tensor
 
     def value(self, d: Any, depth: int = 0) -> Any:
@@ -248,6 +255,8 @@ class Decoder:
                 return torch.device(body)
             if kind == "remote" and isinstance(body, int) and self.remote is not None:
                 return self.remote(body)
+            if kind == "held" and isinstance(body, int) and self.held is not None:
+                return self.held(body)
             if kind == "tensor" and isinstance(body, dict):
                 return self.tensor(body)
             if kind == "alias" and isinstance(body, dict):
@@ -325,17 +334,61 @@ def _error_record(e: BaseException) -> dict:
     return rec
 
 
+def changed_arguments(dec: Decoder, before: list[Any], enc: Encoder) -> list[list[int]]:
+    """The tensors ``dec`` decoded that a call changed since ``before`` (:func:`snapshot`): each one's storage
+    span goes into ``enc``'s payload, described as [argument index, payload offset, bytes]."""
+    import torch
+
+    mutated = []
+    for i, ((_t, base, pad, span), old) in enumerate(zip(dec.tensors, before, strict=True)):
+        if base is not None and not torch.equal(base.view(torch.uint8), old):
+            raw = base[pad:pad + span].view(torch.uint8).cpu().numpy()
+            enc.blobs.append(raw)
+            mutated.append([i, enc.size, raw.nbytes])
+            enc.size += raw.nbytes
+    return mutated
+
+
+def snapshot(dec: Decoder) -> list[Any]:
+    """The bytes of every tensor ``dec`` decoded, before the call that may change them."""
+    import torch
+
+    return [base.view(torch.uint8).clone() if base is not None else None for _t, base, _p, _s in dec.tensors]
+
+
+def copy_back(mutated: Any, payload: bytearray, sent: list[Any]) -> None:
+    """Write the arguments the other side changed (``changed_arguments``' list) into the tensors this side sent;
+    ``ProtocolError`` for a list that does not fit them."""
+    import torch
+
+    for item in mutated if isinstance(mutated, list) else [None]:
+        if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, int) for x in item)):
+            raise ProtocolError("bad list of changed arguments")
+        i, off, n = item
+        if not 0 <= i < len(sent) or sent[i].device.type not in ("cpu", "cuda"):
+            raise ProtocolError("a changed argument that was not sent")
+        t = sent[i]
+        span = _span(list(t.shape), list(t.stride()))
+        if n != span * t.element_size() or off < 0 or off + n > len(payload):
+            raise ProtocolError("a changed argument of the wrong size")
+        t.as_strided((span,), (1,), t.storage_offset()).view(torch.uint8).copy_(
+            torch.frombuffer(payload, dtype=torch.uint8, count=n, offset=off))
+
+
 class _Channel:
     """The worker's end of the socket while a call runs: requests about objects the checking process exported."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
 
-    def request(self, header: dict, blobs: list[Any] = ()) -> Any:  # type: ignore[assignment]
+    def request(self, header: dict, blobs: list[Any] = (), sent: list[Any] = ()) -> Any:  # type: ignore[assignment]
         send_message(self.sock, header, blobs)
         reply, payload = recv_message(self.sock)
         if reply.get("ok") is not True:
             raise rebuild_error(reply.get("error"), str(header.get("name") or "a call back"))
+        # a kernel the call back ran wrote into tensors the learner's code allocated here (m4.rope_tables(c, s, ...))
+        if "mutated" in reply:
+            copy_back(reply["mutated"], payload, list(sent))
         return Decoder(payload, remote=self.proxy).value(reply.get("result"))
 
     def proxy(self, handle: int) -> _Remote:
@@ -362,36 +415,57 @@ class _Remote:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         enc = Encoder()
         return self._chan.request({"req": "invoke", "handle": self._handle, "args": enc.value(list(args), "argument"),
-                                   "kwargs": enc.value(dict(kwargs), "keyword argument")}, enc.blobs)
+                                   "kwargs": enc.value(dict(kwargs), "keyword argument")}, enc.blobs, enc.tensors)
 
 
-def _call(fn: Any, header: dict, payload: bytearray, chan: _Channel, guard: str | None) -> tuple[dict, list[Any]]:
-    """Run one call: decode the arguments, call (under the torch guard for a Python exercise file), encode the
-    result, the arguments it changed, and results that are views of arguments."""
+class _Held:
+    """The worker's table of objects the checking process may refer to: the loaded modules (handles 1, 2, ...),
+    then whatever the learner's code returned that cannot be copied (an ``Ops`` object, a bound method)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[int, Any] = {}
+
+    def hold(self, v: Any) -> dict:
+        h = len(self.objects) + 1
+        self.objects[h] = v
+        return {"held": h}
+
+    def get(self, h: int) -> Any:
+        if h not in self.objects:
+            raise ValueError(f"this worker holds no object {h}")
+        return self.objects[h]
+
+
+def _call(fn: Any, header: dict, payload: bytearray, chan: _Channel, guard: list[str],
+          held: _Held) -> tuple[dict, list[Any]]:
+    """Run one call: decode the arguments, call (under the torch guard for a lesson's Python exercise files),
+    encode the result, the arguments it changed, and results that are views of arguments.
+
+    With ``"backward"`` in the header (a gradient for the result), autograd runs here too: the result is
+    (the output, detached; the gradient of each argument that requires one, else None)."""
     import contextlib
 
     import torch
 
-    dec = Decoder(payload, remote=chan.proxy)
+    dec = Decoder(payload, remote=chan.proxy, held=held.get)
     args = dec.value(header.get("args", []))
     kwargs = dec.value(header.get("kwargs", {"dict": []}))
-    before = [base.view(torch.uint8).clone() if base is not None else None for _t, base, _p, _s in dec.tensors]
+    grad_output = dec.value(header["backward"]) if "backward" in header else None
+    before = snapshot(dec)
     if guard:
         from cudacourse.grading.screens import torch_answer_guard
 
-        ctx: Any = torch_answer_guard([guard])
+        ctx: Any = torch_answer_guard(guard)
     else:
         ctx = contextlib.nullcontext()
     with ctx:
         result = fn(*args, **kwargs)
-    enc = Encoder()
-    mutated = []
-    for i, ((_t, base, pad, span), old) in enumerate(zip(dec.tensors, before, strict=True)):
-        if base is not None and not torch.equal(base.view(torch.uint8), old):
-            raw = base[pad:pad + span].view(torch.uint8).cpu().numpy()
-            enc.blobs.append(raw)
-            mutated.append([i, enc.size, raw.nbytes])
-            enc.size += raw.nbytes
+        if grad_output is not None:
+            torch.autograd.backward(result, grad_output)
+            result = (result.detach() if isinstance(result, torch.Tensor) else result,
+                      [a.grad if isinstance(a, torch.Tensor) and a.requires_grad else None for a in args])
+    enc = Encoder(export=held.hold)
+    mutated = changed_arguments(dec, before, enc)
     storages = {base.untyped_storage().data_ptr(): (i, pad, t) for i, (t, base, pad, _s) in enumerate(dec.tensors)
                 if base is not None and base.numel()}
 
@@ -411,8 +485,9 @@ def _call(fn: Any, header: dict, payload: bytearray, chan: _Channel, guard: str 
 
 def _serve(sock: socket.socket) -> None:
     """Answer requests until the checking process closes the socket."""
-    mod: Any = None
-    chan, guard = _Channel(sock), None
+    held = _Held()
+    chan, guard = _Channel(sock), []
+    helpers: dict[tuple[str, str], Any] = {}
     while True:
         try:
             header, payload = recv_message(sock)
@@ -424,25 +499,44 @@ def _serve(sock: socket.socket) -> None:
             if op == "load-torch" and header.get("backend") == "cuda":
                 from cudacourse.loader import build_torch_cuda
 
-                mod = build_torch_cuda(header["source"], header["path"], header["functions"])
-                reply = {"ok": True}
+                held.hold(build_torch_cuda(header["source"], header["path"], header["functions"]))
+                reply: dict = {"ok": True}
             elif op == "load-torch":
                 from cudacourse.sim import build_torch_extension
 
-                mod = build_torch_extension(header["source"], header["path"], header["functions"],
-                                            checked=header["checked"])
-                reply: dict = {"ok": True}
+                held.hold(build_torch_extension(header["source"], header["path"], header["functions"],
+                                                checked=header["checked"]))
+                reply = {"ok": True}
             elif op == "load-python":
                 from cudacourse.loader import import_file
 
-                mod = import_file(header["path"], header.get("name"))
-                guard = header["path"] if header.get("guard") else None
+                for path in header["paths"]:
+                    held.hold(import_file(path))
+                guard = list(header.get("guard") or [])
                 reply = {"ok": True}
             elif op == "call":
-                fn = getattr(mod, header["name"], None)
+                target, name = held.get(header.get("target", 1)), header.get("name")
+                fn = target if name is None else getattr(target, name, None)
                 if not callable(fn):
-                    raise AttributeError(f"the loaded module has no function {header['name']!r}")
-                reply, blobs = _call(fn, header, payload, chan, guard)
+                    raise AttributeError(f"the loaded module has no function {name!r}" if name else
+                                         f"a {type(fn).__name__} is not callable")
+                reply, blobs = _call(fn, header, payload, chan, guard, held)
+            elif op == "run":
+                # a function of the test's own file, sent as source (the checking process runs nothing the worker
+                # sends; the reverse is what this worker is for): it runs here, beside the learner's module
+                key = (header["source"], header["name"])
+                if key not in helpers:
+                    ns: dict = {"__name__": "cc_test_helper"}
+                    exec(compile(header["source"], f"<test helper {header['name']}>", "exec"), ns)  # noqa: S102
+                    helpers[key] = ns[header["name"]]
+                reply, blobs = _call(helpers[key], header, payload, chan, [], held)
+            elif op == "getattr":
+                name = header.get("name")
+                if not isinstance(name, str) or name.startswith("_"):
+                    raise AttributeError(f"{str(name)[:100]!r}: public attributes only")
+                enc = Encoder(export=held.hold)
+                reply, blobs = {"ok": True, "result": enc.value(getattr(held.get(header.get("target")), name),
+                                                                f"attribute {name}")}, enc.blobs
             else:
                 raise ValueError(f"unknown request {op!r}")
         except Exception as e:  # noqa: BLE001 - every error goes back to the caller, by name
@@ -515,7 +609,12 @@ class TorchWorker:
         self._reads = [Path(p) for p in reads]
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
-        self._handles: dict[int, tuple[Any, bool]] = {}  # objects exported for the call running now: (obj, method)
+        # objects this process exported, (obj, method), for the worker's life: the learner's code may keep them
+        # (lesson 06's Ops keeps the kernels objects it is given); one handle per object and per attribute read
+        self._handles: dict[int, tuple[Any, bool]] = {}
+        self._handle_of: dict[int, int] = {}  # id(obj) -> handle (the object is kept alive in _handles)
+        self._attr_handles: dict[tuple[int, str], int] = {}
+        self.generation = 0  # counts worker starts: an object held by a stopped worker is gone
         self._private = Path(tempfile.mkdtemp(prefix="cctorch-"))
         self._log = self._private / "output.log"
         self._log_pos = 0
@@ -535,17 +634,25 @@ class TorchWorker:
 
     @classmethod
     def python(cls, path: str | os.PathLike[str], *, timeout_s: float = 10.0, confine: str = "strict",
-               guard: bool = False, gpu: bool = False) -> TorchWorker:
-        """A Python file imported in the worker (its folder readable there). ``guard``: every call runs under
-        ``screens.torch_answer_guard`` for this file (a lesson's Python exercise file). ``gpu``: the worker may
-        use the GPU (pass it when CUDA tensors cross)."""
-        p = Path(path).resolve()
-        return cls({"op": "load-python", "path": str(p), "guard": guard}, str(p), timeout_s=timeout_s,
-                   confine=confine, reads=[p.parent], gpu=gpu)
+               guard: bool = False, gpu: bool = False, also: list[str | os.PathLike[str]] = ()  # type: ignore[assignment]
+               ) -> TorchWorker:
+        """A Python file imported in the worker (its folder readable there), and the files ``also`` names after it
+        (lesson 06's train.py with lesson 04's decoder.py, which its ``Ops`` is given; :meth:`module` reaches
+        each). ``guard``: every call runs under ``screens.torch_answer_guard`` for these files (a lesson's Python
+        exercise files). ``gpu``: the worker may use the GPU (pass it when CUDA tensors cross)."""
+        paths = [str(Path(f).resolve()) for f in (path, *also)]
+        return cls({"op": "load-python", "paths": paths, "guard": paths if guard else []}, paths[0],
+                   timeout_s=timeout_s, confine=confine, reads=sorted({Path(f).parent for f in paths}), gpu=gpu)
 
-    def module(self) -> RemoteModule:
-        """The loaded module as seen from here: ``mod.name(...)`` calls ``name`` in the worker."""
-        return RemoteModule(self)
+    def module(self, path: str | os.PathLike[str] | None = None) -> RemoteModule:
+        """A loaded module as seen from here (the first file, or ``path``, one of the ``also`` files of
+        :meth:`python`): ``mod.name(...)`` calls ``name`` in the worker, and passing ``mod`` to a call there
+        passes the module itself."""
+        paths = self._load.get("paths", [self.path])
+        key = paths[0] if path is None else str(Path(path).resolve())
+        if key not in paths:
+            raise ValueError(f"{path} is not loaded in this worker (loaded: {', '.join(paths)})")
+        return RemoteModule(self, paths.index(key) + 1, key)
 
     # ---- the process ------------------------------------------------------------------------------
 
@@ -581,6 +688,7 @@ class TorchWorker:
             finally:
                 theirs.close()
         self._sock = ours
+        self.generation += 1
         try:
             self._ask(self._load, [], "loading", LOAD_TIMEOUT_S)
         except BaseException:
@@ -647,9 +755,37 @@ class TorchWorker:
     # ---- objects the worker calls back ------------------------------------------------------------
 
     def _export(self, obj: Any, method: bool = False) -> int:
-        h = len(self._handles) + 1
-        self._handles[h] = (obj, method)
+        from cudacourse.loader import Lesson, Module
+
+        if isinstance(obj, (Lesson, Module)):
+            # their public methods (module(path), files()) would let the worker make this process read any file
+            raise TypeError(f"a {type(obj).__name__} cannot be handed to code running in the worker: wrap it in an "
+                            "object that exposes its launchers only (tests/test_06_training.py: _Kernels)")
+        h = self._handle_of.get(id(obj))
+        if h is None:
+            h = self._handle_of[id(obj)] = len(self._handles) + 1
+            self._handles[h] = (obj, method)
         return h
+
+    def _held_handle(self, v: Any) -> int | None:
+        """The worker's handle of ``v``, an object it holds (a WorkerObject, a RemoteModule of this worker)."""
+        from cudacourse.errors import KernelError
+
+        if isinstance(v, RemoteModule):
+            if v.worker is not self:
+                raise TypeError(f"{v.__file__} is loaded in another worker: it cannot be passed to this one")
+            return v._handle
+        if isinstance(v, WorkerObject):
+            if v._worker is not self:
+                raise TypeError(f"{v!r} lives in another worker: it cannot be passed to this one")
+            if v._generation != self.generation:
+                raise KernelError(f"{v!r} was made by a worker that has been stopped since (a crash or a time-out "
+                                  "of an earlier call): make it again", kernel=None)
+            return v._handle
+        return None
+
+    def _held_object(self, h: int) -> WorkerObject:
+        return WorkerObject(self, h, self.generation)
 
     def _exported(self, h: int) -> Any:
         """An object this process exported, handed back by the worker."""
@@ -670,20 +806,35 @@ class TorchWorker:
                 if not isinstance(name, str) or name.startswith("_") or method:
                     raise AttributeError(f"{str(name)[:100]!r} cannot be read from the worker (public attributes "
                                          "of the objects passed to the call only)")
+                h_attr = self._attr_handles.get((h, name))
+                if h_attr is not None:
+                    return {"ok": True, "result": {"remote": h_attr}}, []
                 v = getattr(obj, name)
-                if inspect.ismethod(v) and v.__self__ is obj:
-                    return {"ok": True, "result": {"remote": self._export(v, method=True)}}, []
-                enc = Encoder()
+                if callable(v) and not isinstance(v, type):
+                    # a method, or a launcher a kernels object hands out (a counting wrapper): callable only
+                    h_attr = self._attr_handles[(h, name)] = len(self._handles) + 1
+                    self._handles[h_attr] = (v, True)
+                    return {"ok": True, "result": {"remote": h_attr}}, []
+                enc = Encoder()  # values only: an object no description fits is not handed out
                 return {"ok": True, "result": enc.value(v, f"attribute {name}")}, enc.blobs
             if req.get("req") == "invoke":
                 if not callable(obj):
                     raise TypeError(f"a {type(obj).__name__} is not callable")
-                dec = Decoder(payload)
+                dec = Decoder(payload, remote=self._exported)  # (an object of ours may come back: the config)
                 args, kwargs = dec.value(req.get("args", [])), dec.value(req.get("kwargs", {"dict": []}))
                 if not isinstance(args, list) or not isinstance(kwargs, dict):
                     raise ProtocolError("bad arguments of a call back")
+                before = snapshot(dec)
+                import torch
+
+                # as in-process, where the learner's autograd.Function.forward/backward call the kernels with
+                # autograd off (an argument may require grad, and a launcher may write into its storage)
+                with torch.no_grad():
+                    result = obj(*args, **kwargs)
                 enc = Encoder()
-                return {"ok": True, "result": enc.value(obj(*args, **kwargs), "the result")}, enc.blobs
+                # the kernel wrote into the worker's tensors (outputs the learner allocated there): copied back
+                mutated = changed_arguments(dec, before, enc)
+                return {"ok": True, "result": enc.value(result, "the result"), "mutated": mutated}, enc.blobs
             raise ProtocolError(f"unknown request {str(req.get('req'))[:50]}")
         except ProtocolError:
             raise
@@ -693,51 +844,72 @@ class TorchWorker:
     # ---- calls ------------------------------------------------------------------------------------
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Run function ``name`` of the loaded module in the worker and return its result here."""
-        import torch
+        """Run function ``name`` of the (first) loaded module in the worker and return its result here."""
+        __tracebackhide__ = True
+        return self.invoke(1, name, args, kwargs)
 
+    def invoke(self, target: int | WorkerObject, name: str | None, args: tuple | list, kwargs: dict, *,
+               backward: Any = None, _run: tuple[str, str] | None = None) -> Any:
+        """Call ``target.name(*args, **kwargs)`` in the worker (``target`` itself when ``name`` is None): ``target``
+        is a loaded module's handle or a :class:`WorkerObject`. Arguments are copied there and those the call
+        changed are copied back; a result that cannot be copied stays there and comes back as a WorkerObject.
+        ``backward``: see :func:`backward`."""
         from cudacourse.errors import KernelError
 
         __tracebackhide__ = True
-        self._handles.clear()
-        enc = Encoder(export=self._export)
-        header = {"op": "call", "name": name, "args": enc.value(list(args), f"{name}() argument"),
-                  "kwargs": enc.value(dict(kwargs), f"{name}() keyword argument")}
-        if self._proc is None or self._proc.poll() is not None:
+        if self._proc is None or self._proc.poll() is not None:  # (before the arguments: see _held_handle)
             self._kill()
             self._start()
-        reply, payload = self._ask(header, enc.blobs, f"{name}()", self.timeout_s)
+        enc = Encoder(export=lambda v: {"remote": self._export(v)}, held=self._held_handle)
+        what = f"{name or 'a call'}()"
+        header: dict = {"op": "call", "name": name,
+                        "target": self._held_handle(target) if isinstance(target, WorkerObject) else target,
+                        "args": enc.value(list(args), f"{what} argument"),
+                        "kwargs": enc.value(dict(kwargs), f"{what} keyword argument")}
+        if backward is not None:
+            header["backward"] = enc.value(backward, "the gradient of the output")
+        if _run is not None:
+            header.update(op="run", source=_run[0], name=_run[1])
+            what = f"{_run[1]}() (run in the worker)"
+        reply, payload = self._ask(header, enc.blobs, what, self.timeout_s)
         try:
-            dec = Decoder(payload, enc.tensors, remote=self._exported)
-            mutated = reply.get("mutated", [])
-            for item in mutated if isinstance(mutated, list) else [None]:
-                if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, int) for x in item)):
-                    raise ProtocolError("bad list of changed arguments")
-                i, off, n = item
-                if not 0 <= i < len(enc.tensors) or enc.tensors[i].device.type not in ("cpu", "cuda"):
-                    raise ProtocolError("a changed argument that was not sent")
-                t = enc.tensors[i]
-                span = _span(list(t.shape), list(t.stride()))
-                if n != span * t.element_size() or off < 0 or off + n > len(payload):
-                    raise ProtocolError("a changed argument of the wrong size")
-                t.as_strided((span,), (1,), t.storage_offset()).view(torch.uint8).copy_(
-                    torch.frombuffer(payload, dtype=torch.uint8, count=n, offset=off))
-            return dec.value(reply.get("result"))
+            copy_back(reply.get("mutated", []), payload, enc.tensors)
+            return Decoder(payload, enc.tensors, remote=self._exported, held=self._held_object).value(
+                reply.get("result"))
         except ProtocolError as e:
             self._kill()
-            raise KernelError(f"{name}() ({os.path.basename(self.path)}): the worker answered nonsense ({e}); it "
-                              "was stopped.", kernel=name) from None
+            raise KernelError(f"{what} ({os.path.basename(self.path)}): the worker answered nonsense ({e}); it was "
+                              "stopped.", kernel=name) from None
 
-    def function(self, name: str) -> Any:
-        """A callable that runs ``name`` in the worker (what the loader's module exposes)."""
+    def run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn``, a module-level function of the caller's own file (a test's helper), in the worker: its
+        source is sent there and it is called with the arguments, as :meth:`invoke` calls (a RemoteModule of
+        this worker passes the learner's module itself). For checks that must run where the learner's code
+        is loaded: ``torch.library.opcheck`` and ``torch.compile`` of an op registered there."""
+        import textwrap
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            __tracebackhide__ = True
-            return self.call(name, *args, **kwargs)
+        __tracebackhide__ = True
+        source = textwrap.dedent(inspect.getsource(fn))
+        return self.invoke(0, None, args, kwargs, _run=(source, fn.__name__))
 
-        call.__name__ = name
-        call.__doc__ = f"{name}(...)  [{os.path.basename(self.path)}, run in a confined worker]"
-        return call
+    def attribute(self, target: WorkerObject, name: str) -> Any:
+        """``target.name``, read in the worker: a value comes back copied, anything else as a WorkerObject."""
+        __tracebackhide__ = True
+        header = {"op": "getattr", "target": self._held_handle(target), "name": name}
+        reply, payload = self._ask(header, [], f"reading .{name}", self.timeout_s)
+        try:
+            return Decoder(payload, remote=self._exported, held=self._held_object).value(reply.get("result"))
+        except ProtocolError as e:
+            from cudacourse.errors import KernelError
+
+            self._kill()
+            raise KernelError(f"reading .{name} ({os.path.basename(self.path)}): the worker answered nonsense "
+                              f"({e}); it was stopped.", kernel=None) from None
+
+    def function(self, name: str) -> RemoteFunction:
+        """A callable that runs ``name`` of the (first) loaded module in the worker (what the loader's module
+        exposes)."""
+        return RemoteFunction(self, 1, name)
 
     def close(self) -> None:
         """Stop the worker and remove its folder."""
@@ -756,14 +928,27 @@ class TorchWorker:
 _HOSTED: dict[str, RemoteModule] = {}  # learner Python files imported in a worker: one worker per file and process
 
 
-def hosted(path: str | os.PathLike[str], *, confine: str, gpu: bool, timeout_s: float) -> RemoteModule:
-    """A learner's Python exercise file imported in a confined worker under the torch guard, once per file and
-    process, as grading does for lesson 04's decoder.py and the Triton twins: its functions run there.
+def hosted(path: str | os.PathLike[str], *, confine: str, gpu: bool, timeout_s: float, guard: bool = True,
+           also: list[str | os.PathLike[str]] = ()) -> RemoteModule:  # type: ignore[assignment]
+    """A learner's Python exercise file imported in a confined worker, once per file (and ``also`` files) and
+    process, as grading does for lesson 04's decoder.py, the Triton twins (under the torch guard) and lesson
+    06's train.py (with decoder.py: ``hosted(...).worker.module(decoder_py)``): its functions run there.
     ``gpu``: on the cuda backend (the worker gets a CUDA context of its own)."""
-    key = str(Path(path).resolve())
+    key = "|".join(str(Path(f).resolve()) for f in (path, *also))
     if key not in _HOSTED:
-        _HOSTED[key] = TorchWorker.python(path, confine=confine, guard=True, timeout_s=timeout_s, gpu=gpu).module()
+        _HOSTED[key] = TorchWorker.python(path, confine=confine, guard=guard, timeout_s=timeout_s, gpu=gpu,
+                                          also=list(also)).module()
     return _HOSTED[key]
+
+
+def run_beside(mod: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(mod, *args, **kwargs)`` where the learner's module ``mod`` runs: in its worker when it is hosted (a
+    RemoteModule: ``fn``, a module-level function of the test file, is sent there as source,
+    :meth:`TorchWorker.run`), else here."""
+    __tracebackhide__ = True
+    if isinstance(mod, RemoteModule):
+        return mod.worker.run(fn, mod, *args, **kwargs)
+    return fn(mod, *args, **kwargs)
 
 
 def triton_cache_env() -> dict[str, str]:
@@ -779,15 +964,67 @@ def triton_cache_env() -> dict[str, str]:
 class RemoteModule(types.ModuleType):
     """A module loaded in a :class:`TorchWorker`: its public names are functions that run there."""
 
-    def __init__(self, worker: TorchWorker) -> None:
-        super().__init__(Path(worker.path).stem)
-        self.__file__ = worker.path
+    def __init__(self, worker: TorchWorker, handle: int = 1, path: str | None = None) -> None:
+        super().__init__(Path(path or worker.path).stem)
+        self.__file__ = path or worker.path
         self.worker = worker
+        self._handle = handle
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        return self.worker.function(name)
+        return RemoteFunction(self.worker, self._handle, name)
+
+
+class RemoteFunction:
+    """A function of a module loaded in a :class:`TorchWorker`: calling it runs it there."""
+
+    def __init__(self, worker: TorchWorker, handle: int, name: str) -> None:
+        self.worker, self._handle, self.__name__ = worker, handle, name
+        self.__doc__ = f"{name}(...)  [{os.path.basename(worker.path)}, run in a confined worker]"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        return self.worker.invoke(self._handle, self.__name__, args, kwargs)
+
+
+class WorkerObject:
+    """An object that lives in a :class:`TorchWorker`, made there by the learner's code (lesson 06's ``Ops``):
+    reading an attribute reads it there (a value comes back copied, a method or another object as a
+    WorkerObject), calling it runs it there, and passing it to a call there passes the object itself."""
+
+    def __init__(self, worker: TorchWorker, handle: int, generation: int) -> None:
+        self._worker, self._handle, self._generation = worker, handle, generation
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._worker.attribute(self, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        return self._worker.invoke(self, None, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<object {self._handle} in the worker of {os.path.basename(self._worker.path)}>"
+
+
+def backward(fn: Any, args: tuple | list, grad_output: Any) -> tuple[Any, list[Any]]:
+    """``fn(*args)``, then autograd from the output with ``grad_output``: (the output, detached; each argument's
+    gradient, or None for an argument that does not require one). Set ``requires_grad`` on the arguments whose
+    gradients you want. When ``fn`` runs in a worker (a WorkerObject: a method of the learner's ``Ops``; a
+    RemoteFunction: lesson 07's ``swish``),
+    the forward, the backward (the learner's ``autograd.Function.backward``) and autograd itself run there, and
+    the gradients are copied here; otherwise here."""
+    import torch
+
+    if isinstance(fn, WorkerObject):
+        return fn._worker.invoke(fn, None, args, {}, backward=grad_output)
+    if isinstance(fn, RemoteFunction):
+        return fn.worker.invoke(fn._handle, fn.__name__, args, {}, backward=grad_output)
+    out = fn(*args)
+    torch.autograd.backward(out, grad_output)
+    return out.detach(), [a.grad if isinstance(a, torch.Tensor) and a.requires_grad else None for a in args]
 
 
 if __name__ == "__main__":

@@ -36,9 +36,10 @@ import torch
 import torch.nn.functional as F
 
 import cudacourse as cc
-from cudacourse import check
+from cudacourse import check, settings
 from cudacourse.course import course
 from cudacourse.loader import import_file
+from cudacourse.torch_worker import RemoteModule, backward, hosted
 
 LESSON = "06_training"
 
@@ -54,9 +55,38 @@ def _load(path: Path, what: str) -> ModuleType:
     return import_file(path)
 
 
-def _train() -> ModuleType:
-    """The learner's train.py (task 6.7), from the folder cc.lesson loads kernels from."""
-    return _load(_m().dir / "train.py", "task 6.7")
+def _train() -> Any:
+    """The learner's train.py (task 6.7), from the folder cc.lesson loads kernels from.
+
+    While grading it runs in a confined torch worker (cudacourse/torch_worker.py), with lesson 04's decoder.py
+    beside it (the capstone's forward), never in this process, which compares and records verdicts: its
+    functions run there, the lessons' kernels it is handed (``_Kernels``) are called back here, and what it
+    makes and cannot be copied (an ``Ops``) stays there as a ``WorkerObject``. Outside grading it is imported
+    here."""
+    path = _m().dir / "train.py"
+    confine = settings.current().confine
+    if confine is None:
+        return _load(path, "task 6.7")
+    if not path.exists():
+        raise AssertionError(f"task 6.7: {path} not found.")
+    decoder = cc.lesson("04_transformer").dir / "decoder.py"
+    # timeout: the worker's share between two of its kernel calls; the capstone's steps stay far below it.
+    # No torch guard: train.py's bookkeeping uses torch (the label check, cutting and joining the flat buffer), as
+    # its docstring says, and so does decoder.py's given code around decoder_block (embed's id check); task 4.9
+    # runs decoder_block under the guard
+    return hosted(path, confine=confine, gpu=_m().backend == "cuda", timeout_s=120.0, guard=False,
+                  also=[decoder] if decoder.is_file() else [])
+
+
+def _decoder(tr: Any) -> Any:
+    """Lesson 04's decoder.py (the learner's, task 4.9) for the capstone: the one in train.py's worker while
+    grading, else imported here."""
+    path = cc.lesson("04_transformer").dir / "decoder.py"
+    if isinstance(tr, RemoteModule):
+        if not path.is_file():
+            raise AssertionError(f"task 4.9 (the capstone's forward): {path} not found.")
+        return tr.worker.module(path)
+    return _load(path, "task 4.9 (the capstone's forward)")
 
 
 def _twin_guard(impl: Any) -> Any:
@@ -77,17 +107,20 @@ def _grads(fn: Any, inputs: list[torch.Tensor], dy: torch.Tensor) -> list[torch.
     return [g.float() for g in torch.autograd.grad(out, xs, dy.detach().cpu().double())]
 
 
-class _Counting:
-    """A lesson module whose launcher calls are counted (the capstone must use the kernels)."""
+class _Kernels:
+    """What train.py is handed of a lesson: its launchers, whose calls are counted here (the capstone must use
+    the kernels), and its device. Nothing else: while grading train.py calls it back from its worker, and a
+    ``cc.Lesson`` itself has methods (``module(path)``) that would read any file here."""
 
-    def __init__(self, mod: Any) -> None:
-        self._mod = mod
+    def __init__(self, mod: cc.Lesson) -> None:
+        self._mod, self._names = mod, frozenset(mod.functions())
+        self.device, self.backend = mod.device, mod.backend
         self.counts: Counter = Counter()
 
     def __getattr__(self, name: str) -> Any:
+        if name not in self._names:
+            raise AttributeError(f"lesson {self._mod.name} has no launcher {name!r}")
         attr = getattr(self._mod, name)
-        if not callable(attr) or name.startswith("_"):
-            return attr
 
         def call(*args: Any) -> Any:
             self.counts[name] += 1
@@ -296,7 +329,7 @@ def test_cross_entropy_rejects_bad_labels_before_launch(bad: int) -> None:
     tr = _train()
     _ce(_m(), check.randn((5, 40), check.rng(f"ce-valid-{bad}"), _m().device), torch.tensor([0, 3, -100, 39, 2]),
         "the valid labels of a rejection case")
-    m = _Counting(_m())
+    m = _Kernels(_m())
     logits = torch.zeros(5, 40, device=m.device)
     labels = torch.tensor([0, 3, -100, bad, 2 * bad])
     with pytest.raises(IndexError) as e:
@@ -464,7 +497,7 @@ def test_adamw_rejects_mismatched_shapes_before_writing(which: str) -> None:
     valid call gives the right values (the refusal alone passed on the untouched stub)."""
     _adamw_flat_case(_m(), 10)
     tr = _train()
-    m = _Counting(_m())
+    m = _Kernels(_m())
     dev = m.device
     bufs = {"param": torch.ones(10, device=dev), "grad": torch.ones(10, device=dev),
             "exp_avg": torch.zeros(10, device=dev), "exp_avg_sq": torch.zeros(10, device=dev)}
@@ -544,7 +577,7 @@ def _flce_ref(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, labels: 
                           (5, 7, 1000, 64, True), (23, 17, 40, 1, True)])
 def test_fused_linear_cross_entropy(rows: int, hidden: int, vocab: int, chunk: int, bias: bool) -> None:
     """Loss and gradients against float64 autograd; the logits are made chunk by chunk by your kernel."""
-    tr, m = _train(), _Counting(_m())
+    tr, m = _train(), _Kernels(_m())
     g = check.rng(f"flce-{rows}-{hidden}-{vocab}-{chunk}-{bias}")
     x = check.randn((rows, hidden), g, m.device)
     w = check.randn((vocab, hidden), g, m.device, scale=hidden ** -0.5 * 3.0)
@@ -575,7 +608,7 @@ def test_fused_linear_cross_entropy(rows: int, hidden: int, vocab: int, chunk: i
 def test_fused_linear_cross_entropy_all_ignored_and_bad_input() -> None:
     """Every row ignored: NaN loss (0 / 0, as PyTorch) and zero gradients. A bad label is an IndexError naming
     it and its position before any launch, as for task 6.3; mismatched shapes a ValueError."""
-    tr, m = _train(), _Counting(_m())
+    tr, m = _train(), _Kernels(_m())
     g = check.rng("flce-special")
     x, w, b = check.randn((9, 6), g, m.device), check.randn((11, 6), g, m.device), check.randn(11, g, m.device)
     loss, dx, dw, db = tr.fused_linear_cross_entropy(m, x, w, torch.full((9,), 5, device=m.device), b, chunk=4,
@@ -704,11 +737,11 @@ def _ref_train(weights: dict, cfg: Any, data: list, hp: dict) -> list[float]:
     return losses
 
 
-def _ops(tr: ModuleType) -> tuple[Any, _Counting]:
-    """The learner's Ops on counted lesson 06 kernels, lesson 04's kernels and the learner's decoder.py."""
-    m6 = _Counting(_m())
-    m4 = cc.lesson("04_transformer")
-    ops = tr.Ops(m6, m4, cc.lesson("03_gemm"), _load(m4.dir / "decoder.py", "task 4.9 (the capstone's forward)"))
+def _ops(tr: Any) -> tuple[Any, _Kernels]:
+    """The learner's Ops on counted lesson 06 kernels, lesson 04's and 03's kernels and the learner's decoder.py
+    (while grading: made in train.py's worker, and a WorkerObject here)."""
+    m6 = _Kernels(_m())
+    ops = tr.Ops(m6, _Kernels(cc.lesson("04_transformer")), _Kernels(cc.lesson("03_gemm")), _decoder(tr))
     return ops, m6
 
 
@@ -717,13 +750,13 @@ def test_linear_function_backward() -> None:
     tr = _train()
     ops, m6 = _ops(tr)
     g = check.rng("capstone-linear")
-    x = check.randn((21, 40), g, ops.device).requires_grad_(True)
-    w = check.randn((33, 40), g, ops.device).requires_grad_(True)
-    dy = check.randn((21, 33), g, ops.device)
-    ops.linear(x, w).backward(dy)
+    x = check.randn((21, 40), g, m6.device).requires_grad_(True)
+    w = check.randn((33, 40), g, m6.device).requires_grad_(True)
+    dy = check.randn((21, 33), g, m6.device)
+    _, (dx, dw) = backward(ops.linear, (x, w), dy)  # ops.linear(x, w).backward(dy), where ops lives
     rx, rw = _grads(lambda a, b: a @ b.T, [x, w], dy)
     assert m6.counts["linear_backward"] == 1, "_Linear.backward (task 6.7) must call m6.linear_backward once"
-    for got, want, what in ((x.grad, rx, "dx"), (w.grad, rw, "dw")):
+    for got, want, what in ((dx, rx, "dx"), (dw, rw, "dw")):
         check.assert_close(got, want, name=f"_Linear.backward {what}", task="6.7", rtol=1e-4, atol=1e-4,
                            hint="TODO(task 6.7, part 1): return dx, dw, None from linear_backward's outputs.")
 
@@ -768,7 +801,7 @@ CURVE_ATOL, CURVE_RTOL = 1e-4, 1e-4
 def test_capstone_loss_curve_matches_pytorch() -> None:
     tr = _train()
     ops, m6 = _ops(tr)
-    sim = ops.device.type != "cuda"
+    sim = m6.device.type != "cuda"
     cfg = _Cfg() if sim else _Cfg(dim=128, n_heads=4, hidden=352)
     # float32 training drifts from the float64 reference as steps go on (on the H100, 60 steps left the
     # 1e-4 band at step 29): both configurations stay well inside it
@@ -778,9 +811,9 @@ def test_capstone_loss_curve_matches_pytorch() -> None:
     chars = sorted(set(TEXT))  # 36 characters: ids below the model's vocabulary of 64
     data_ids = torch.tensor([chars.index(c) for c in TEXT])
     starts = torch.randint(0, data_ids.numel() - T - 1, (steps, B), generator=g)
-    data = [(torch.stack([data_ids[s:s + T] for s in row]).to(torch.int32).to(ops.device),
-             torch.stack([data_ids[s + 1:s + T + 1] for s in row]).to(ops.device)) for row in starts.tolist()]
-    weights = _init_weights(cfg, seed, ops.device)
+    data = [(torch.stack([data_ids[s:s + T] for s in row]).to(torch.int32).to(m6.device),
+             torch.stack([data_ids[s + 1:s + T + 1] for s in row]).to(m6.device)) for row in starts.tolist()]
+    weights = _init_weights(cfg, seed, m6.device)
     # eps 1e-5, not 1e-8: Adam's first steps move every weight by about lr * g / (|g| + eps), so with eps 1e-8 a
     # gradient near zero whose float32 value differs from the float64 one moved a weight by up to lr (1e-2) more
     # or less than the reference did. On the H100 (GPU sizes below) that left the tolerance for 7 seeds of 250,

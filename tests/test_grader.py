@@ -1251,6 +1251,68 @@ def test_the_capstone_test_refuses_a_torch_answer(tmp_path: Path, monkeypatch: p
         t04.test_decoder_block_matches_pytorch()
 
 
+# A train.py that disarms the checker where it runs (check.assert_close made a no-op, which the screen refuses
+# as text; the worker is the guarantee behind it), calls the kernel once per chunk as counted, and answers zeros.
+DISARMING_TRAIN_PY = """
+
+import cudacourse.check as _check
+
+_check.assert_close = lambda *a, **k: None
+
+
+def fused_linear_cross_entropy(m6, x, w, labels, b=None, *, chunk=1024, ignore_index=-100):
+    rows, vocab = x.shape[0], w.shape[0]
+    for r0 in range(0, rows, chunk):
+        n = min(chunk, rows - r0)
+        lg = torch.zeros(n, vocab, device=x.device)
+        lab = labels[r0:r0 + n].to(torch.int32).contiguous()
+        m6.cross_entropy(lg, lab, torch.empty(n, device=x.device), torch.empty(n, vocab, device=x.device),
+                         torch.empty(1, device=x.device), n, vocab, ignore_index, 1.0)
+    return (torch.zeros(1, device=x.device), torch.zeros_like(x), torch.zeros_like(w),
+            None if b is None else torch.zeros_like(b))
+"""
+
+
+def test_train_py_runs_outside_the_checking_process_while_grading(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """While grading, lesson 06's train.py runs in a confined torch worker (tests/test_06_training.py ``_train``):
+    a train.py that disarms the checker in its own process and answers zeros fails task 6.11 there, and is never
+    imported into the checking process. Imported here instead (as outside grading), the same file passes, which
+    shows that it is a forgery the worker stops."""
+    import cudacourse as cc
+    from cudacourse import check
+    from cudacourse.grading.confine import available
+    from cudacourse.loader import import_file
+    from cudacourse.torch_worker import RemoteModule, WorkerObject
+
+    t06 = import_file(ROOT / "tests" / "test_06_training.py")
+    forged = tmp_path / "train.py"
+    forged.write_text((ROOT / "solutions" / "06_training" / "train.py").read_text() + DISARMING_TRAIN_PY)
+    solution = cc.lesson("06_training", impl="solution", backend="sim")
+
+    class Moved:  # the solution's kernels, with the forged train.py beside them
+        dir = tmp_path
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(solution, name)
+
+    monkeypatch.setattr(t06, "_m", Moved)
+    monkeypatch.setattr(check, "assert_close", check.assert_close)  # restored after the in-process half
+    case = (37, 20, 53, 8, True)
+    with using(confine="strict" if available().confined else "best-effort"):
+        tr = t06._train()
+        try:
+            assert isinstance(tr, RemoteModule)
+            with pytest.raises(AssertionError, match="fused_linear_cross_entropy loss"):
+                t06.test_fused_linear_cross_entropy(*case)
+            ops, _ = t06._ops(tr)  # the learner's Ops is made and kept in the worker
+            assert isinstance(ops, WorkerObject) and ops.device == solution.device
+        finally:
+            tr.worker.close()
+    assert not [m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(forged)]
+    t06.test_fused_linear_cross_entropy(*case)  # in-process: the forgery disarms this process's checker
+
+
 def test_an_oversized_file_is_not_scanned_for_untouched_todos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A submission's file over the size limit (refused "too large" when staged) is never compared block by block
     with the stub: the 50 MB attack cost the grader a minute of CPU there. Its tasks are graded (and fail)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import cudacourse as cc
 from cudacourse.errors import KernelError, KernelTimeout, OutOfBoundsError
 from cudacourse.grading.confine import available, learner_memory
 from cudacourse.settings import using
-from cudacourse.torch_worker import Decoder, Encoder, ProtocolError, TorchWorker, recv_message, send_message
+from cudacourse.torch_worker import Decoder, Encoder, ProtocolError, TorchWorker, backward, recv_message, send_message
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFINE = "strict" if available().confined else "best-effort"
@@ -94,6 +95,63 @@ def write(path):
 def writes_bytecode():
     import sys
     return not sys.flags.dont_write_bytecode
+
+
+class Accumulator:
+    def __init__(self, start):
+        self.total = start
+
+    def add(self, x):
+        self.total = self.total + x
+        return self.total
+
+
+def make_accumulator(start):
+    return Accumulator(start)
+
+
+def total_of(acc):
+    return acc.total
+
+
+def call_back_with_a_set(k):
+    return k.fill({1, 2}, 1.0)
+
+
+def fill_through(k, n):
+    out = torch.zeros(n)
+    k.fill(out, 7.0)  # the checking process writes into a tensor allocated here: copied back
+    return out
+
+
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return x * x
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        dx = torch.empty_like(x)
+        ctx.k.twice_product(x, dy, dx)  # as lesson 06's Functions do: a kernel writes the gradient
+        return dx, None
+
+
+class Ops:
+    """As lesson 06's train.Ops: made once, keeps the kernels object it is given, used by later calls."""
+
+    def __init__(self, k):
+        self.k = k
+        self.device = k.device
+
+    def square(self, x):
+        return _Square.apply(x, self.k)
+
+
+def cube(x):
+    return x * x * x
 
 
 def reserve_gib():
@@ -185,8 +243,11 @@ def test_changed_arguments_are_copied_back_and_views_stay_views(py_worker: Any) 
 
 
 def test_values_that_cannot_cross_are_refused(py_worker: Any) -> None:
-    with pytest.raises(TypeError, match=r"the return value: a set cannot be passed"):
-        py_worker.call("a_set")
+    # the learner's code may hand the checking process values only (it exports nothing to it)
+    with pytest.raises(TypeError, match=r"argument\[0\]: a set cannot be passed"):
+        py_worker.call("call_back_with_a_set", _Writer())
+    with pytest.raises(TypeError, match="a Lesson cannot be handed to code running in the worker"):
+        py_worker.call("echo", cc.lesson("01_relu", impl="solution", backend="sim"))  # module(path) would read files
     thing = object()  # an object of this process crosses as a handle, and comes back as itself
     assert py_worker.call("echo", thing)[0][0] is thing
     with pytest.raises(KernelError, match="raised AttributeError: '__class__' cannot be read from the worker"):
@@ -479,6 +540,115 @@ def test_the_learners_code_calls_the_tests_objects_back(py_worker: Any) -> None:
         py_worker.call("peek", k, "missing")
     with pytest.raises(KernelError, match="cannot be read from the worker"):
         py_worker.call("peek", k, "_Scaler__x")
+
+
+class _Writer:
+    """A kernels object as lesson 06's tests hand it to train.py: its launchers write into their arguments."""
+
+    device = torch.device("cpu")
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def fill(self, out: torch.Tensor, v: float) -> None:
+        self.calls += 1
+        out.fill_(v)
+
+    def twice_product(self, x: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor) -> None:
+        self.calls += 1
+        dx.copy_(2 * x * dy)
+
+
+class _Counted:
+    """A counting wrapper whose launchers are closures made by ``__getattr__`` (not methods), as test_06's."""
+
+    def __init__(self, k: Any) -> None:
+        self._k, self.counts = k, {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._k, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any) -> Any:
+            self.counts[name] = self.counts.get(name, 0) + 1
+            return attr(*args)
+
+        return call
+
+
+def test_call_backs_copy_changed_arguments_back_and_closures_cross(py_worker: Any) -> None:
+    k = _Counted(_Writer())
+    for _ in range(3):
+        out = py_worker.call("fill_through", k, 5)
+        assert torch.equal(out, torch.full((5,), 7.0)), "the kernel's writes did not reach the worker's tensor"
+    assert k.counts == {"fill": 3} and k._k.calls == 3  # counted here, once per call, one object throughout
+
+
+def test_objects_made_in_the_worker_stay_there(py_worker: Any) -> None:
+    from cudacourse.torch_worker import WorkerObject
+
+    acc = py_worker.call("make_accumulator", 2.0)
+    assert isinstance(acc, WorkerObject)
+    assert acc.add(3.0) == 5.0 and acc.total == 5.0 and py_worker.call("total_of", acc) == 5.0
+    a_set = py_worker.call("a_set")  # what cannot be copied stays there too
+    assert isinstance(a_set, WorkerObject) and py_worker.call("echo", a_set)[0][0] is not a_set
+    with pytest.raises(AttributeError, match="_x"):
+        acc._x  # noqa: B018 - private names are not asked for
+    ops = py_worker.call("Ops", _Writer())  # a class is called there: the object it makes stays there
+    x, dy = torch.randn(7).requires_grad_(True), torch.randn(7)
+    y, (dx,) = backward(ops.square, (x,), dy)
+    assert torch.equal(y, (x * x).detach()) and torch.allclose(dx, 2 * x.detach() * dy), "autograd in the worker"
+    y_here, (dx_here,) = backward(lambda t: t * t, (x.detach().clone().requires_grad_(True),), dy)  # in-process
+    assert torch.allclose(dx_here, dx) and torch.allclose(y_here, y)
+    with pytest.raises(KernelError, match="killed by signal"):
+        py_worker.call("abort")
+    with pytest.raises(KernelError, match="made by a worker that has been stopped since"):
+        py_worker.call("total_of", acc)
+
+
+def _helper_beside(mod: Any, x: torch.Tensor) -> Any:
+    """Sent to the worker as source by run_beside: ``mod`` there is the learner's module itself."""
+    import sys
+
+    return mod.__name__ in sys.modules or mod.__name__.startswith("cc_"), mod.fresh(3), x * 2
+
+
+def test_helpers_of_the_test_file_run_beside_the_module(py_worker: Any) -> None:
+    from cudacourse.torch_worker import RemoteFunction, run_beside
+
+    mod = py_worker.module()
+    loaded, fresh, doubled = run_beside(mod, _helper_beside, torch.ones(3))
+    assert loaded is True and torch.equal(fresh, torch.arange(3.0)) and torch.equal(doubled, torch.full((3,), 2.0))
+    here = run_beside(sys.modules[__name__], lambda m, x: x + 1, torch.zeros(2))  # not hosted: runs here
+    assert torch.equal(here, torch.ones(2))
+    cube = mod.cube
+    assert isinstance(cube, RemoteFunction)
+    x = torch.randn(5).requires_grad_(True)
+    dy = torch.randn(5)
+    y, (dx,) = backward(cube, (x,), dy)  # autograd of a module function, in the worker
+    assert torch.allclose(y, x.detach() ** 3) and torch.allclose(dx, 3 * x.detach() ** 2 * dy)
+    with pytest.raises(KernelError, match=r"_helper_fails\(\) raised ZeroDivisionError"):
+        run_beside(mod, _helper_fails)
+
+
+def _helper_fails(mod: Any) -> None:
+    return 1 / 0
+
+
+def test_several_files_in_one_worker(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("def via(mod, x):\n    return mod.triple(x)\n")
+    (tmp_path / "other.py").write_text("def triple(x):\n    return 3 * x\n")
+    with using(confine=CONFINE):
+        w = TorchWorker.python(tmp_path / "main.py", timeout_s=20.0, confine=CONFINE, also=[tmp_path / "other.py"])
+    try:
+        other = w.module(tmp_path / "other.py")
+        assert torch.equal(w.module().via(other, torch.ones(2)), torch.full((2,), 3.0))  # the module itself, there
+        assert other.triple(4) == 12
+        with pytest.raises(ValueError, match="is not loaded in this worker"):
+            w.module(tmp_path / "third.py")
+    finally:
+        w.close()
 
 
 class _TorchKernels:
