@@ -56,6 +56,7 @@ This file is also the worker's program (``python -I torch_worker.py SOCKET_FD [-
 """
 
 from __future__ import annotations
+import __future__
 
 import functools
 import inspect
@@ -527,7 +528,10 @@ def _serve(sock: socket.socket) -> None:
                 key = (header["source"], header["name"])
                 if key not in helpers:
                     ns: dict = {"__name__": "cc_test_helper"}
-                    exec(compile(header["source"], f"<test helper {header['name']}>", "exec"), ns)  # noqa: S102
+                    # (annotations unevaluated, as in the test file: its type hints name what it imported)
+                    code = compile(header["source"], f"<test helper {header['name']}>", "exec",
+                                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+                    exec(code, ns)  # noqa: S102
                     helpers[key] = ns[header["name"]]
                 reply, blobs = _call(helpers[key], header, payload, chan, [], held)
             elif op == "getattr":
@@ -671,6 +675,11 @@ class TorchWorker:
                 "CUDA_COURSE_TRITON_ONE_CONFIG")
         env = {k: v for k, v in os.environ.items() if k in keep}
         env.update(settings.to_env(st))
+        # Inside, the worker's own sandbox is the confinement: what the learner's code starts there (lesson 07's
+        # custom_op.py calls cc.lesson, which loads the kernels) inherits its Landlock domain, namespaces and
+        # limits, and is stopped with it. Kept, the setting made that code start sandboxes of its own, which a
+        # sandbox two levels deep cannot make (unshare: EPERM), and on a GPU a third process per call.
+        env.pop(settings.ENV["confine"], None)
         if self.gpu:
             env.update(triton_cache_env())
         # (build_seed: only in the grader's worker for files identical to the instructor's, which builds them here)

@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import math
 import sys
-from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
 
 import cudacourse as cc
-from cudacourse import check
+from cudacourse import check, settings
 from cudacourse.course import course
 from cudacourse.loader import import_file
+from cudacourse.torch_worker import backward, hosted, run_beside
 
 LESSON = "07_host_side"
 
@@ -38,12 +38,21 @@ def _m() -> Any:
     return cc.lesson(LESSON)
 
 
-def _op() -> ModuleType:
+def _op(in_process: bool = False) -> Any:
     """The learner's custom_op.py (task 7.3), from the folder cc.lesson loads kernels from. One copy per
-    process: the op's name is registered with PyTorch once."""
+    process: the op's name is registered with PyTorch once.
+
+    While grading it runs in a confined torch worker (cudacourse/torch_worker.py), never in this process, which
+    compares and records verdicts: the op is registered there, its kernels are the worker's own (``kernels()``
+    calls ``cc.lesson`` there), ``op.swish(x)`` runs there, and the checks that must run where the op is
+    registered (``opcheck``, ``torch.compile``) are this file's helpers, run beside it (``run_beside``).
+    ``in_process``: task 7.7, timed, imports it here (tensors of 64 MB would cross the channel on every call)."""
     path = _m().dir / "custom_op.py"
     if not path.exists():
         raise AssertionError(f"task 7.3: {path} not found.")
+    confine = settings.current().confine
+    if confine is not None and not in_process:
+        return hosted(path, confine=confine, gpu=_m().backend == "cuda", timeout_s=300.0, guard=False)
     name = "cc_l07_custom_op"
     mod = sys.modules.get(name)
     if mod is None or getattr(mod, "__file__", None) != str(path):
@@ -182,14 +191,76 @@ def test_op_values_and_gradient(n: int) -> None:
     x = check.randn((n,), g, m.device, scale=4.0)
     dy = check.randn((n,), g, m.device)
     ry, rdx = _swish_ref(x, dy)
-    xr = x.clone().requires_grad_(True)
-    y = op.swish(xr)
-    check.assert_close(y.detach(), ry.to(m.device), name="swish(x)", rtol=1e-5, atol=1e-6, task="7.3")
-    y.backward(dy)
-    assert xr.grad is not None, "task 7.3: swish(x).backward() left x.grad empty: register_autograd is missing"
-    check.assert_close(xr.grad, rdx.to(m.device), name="x.grad through swish_backward", rtol=1e-5, atol=1e-6,
+    y = op.swish(x)
+    check.assert_close(y, ry.to(m.device), name="swish(x)", rtol=1e-5, atol=1e-6, task="7.3")
+    _, (dx,) = backward(op.swish, (x.clone().requires_grad_(True),), dy)  # swish(x).backward(dy), where it runs
+    assert dx is not None, "task 7.3: swish(x).backward() left x.grad empty: register_autograd is missing"
+    check.assert_close(dx, rdx.to(m.device), name="x.grad through swish_backward", rtol=1e-5, atol=1e-6,
                        task="7.3", hint="_backward returns swish_backward(x, grad) with x from ctx.saved_tensors")
-    assert torch.ops.cudacourse_l07.swish.default is not None  # registered under its schema name
+    assert run_beside(op, _registered), "task 7.3: torch.ops.cudacourse_l07.swish is not registered"
+
+
+# Helpers that run where custom_op.py is loaded (run_beside: in its worker while grading), each given the module
+
+
+def _registered(op: Any) -> bool:
+    import torch
+
+    return torch.ops.cudacourse_l07.swish.default is not None  # registered under its schema name
+
+
+def _opcheck(op: Any, x: torch.Tensor) -> None:
+    import torch
+
+    torch.library.opcheck(op.swish, (x.requires_grad_(True),), test_utils=(
+        "test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def _compiled_swish_2x_plus_1(op: Any, x: torch.Tensor, dy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return op.swish(t * 2.0) + 1.0
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=False)
+    xr = x.clone().requires_grad_(True)
+    y = compiled(xr)
+    y.backward(dy)
+    return y.detach(), xr.grad
+
+
+def _lesson_lookups(op: Any, device: torch.device) -> tuple[int, bool]:
+    import torch
+
+    import cudacourse as cc
+
+    calls, real = [], cc.lesson
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    cc.lesson = counting  # what custom_op.py's kernels() calls, in the process it runs in
+    try:
+        x = torch.randn(100, device=device, requires_grad=True)
+        for _ in range(3):
+            op.swish(x).sum().backward()
+    finally:
+        cc.lesson = real
+    return len(calls), x.grad is not None
+
+
+def _on_a_side_stream(op: Any, x: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y = op.swish(x)          # launched on s: correct only if the kernel used the current stream
+        y2 = y * 1.0             # PyTorch's own op on s, ordered after the kernel by the stream
+    torch.cuda.current_stream().wait_stream(s)
+    return y2
 
 
 @pytest.mark.task("7.3")
@@ -198,9 +269,7 @@ def test_op_passes_opcheck() -> None:
     torch.compile uses all agree with the real op."""
     m, op = _m(), _op()
     g = check.rng("swish-opcheck")
-    x = check.randn((37,), g, m.device).requires_grad_(True)
-    torch.library.opcheck(op.swish, (x,), test_utils=("test_schema", "test_autograd_registration",
-                                                      "test_faketensor", "test_aot_dispatch_dynamic"))
+    run_beside(op, _opcheck, check.randn((37,), g, m.device))
 
 
 @pytest.mark.task("7.3")
@@ -213,19 +282,11 @@ def test_op_compiles_without_graph_break() -> None:
     g = check.rng("swish-compile")
     x = check.randn((513,), g, m.device)
     dy = check.randn((513,), g, m.device)
-
-    def f(t: torch.Tensor) -> torch.Tensor:
-        return op.swish(t * 2.0) + 1.0
-
-    torch._dynamo.reset()
-    compiled = torch.compile(f, fullgraph=True, backend="aot_eager", dynamic=False)
-    xr = x.clone().requires_grad_(True)
-    y = compiled(xr)
-    y.backward(dy)
+    y, dx = run_beside(op, _compiled_swish_2x_plus_1, x, dy)
     ry, rdx = _swish_ref(2.0 * x, dy)
-    check.assert_close(y.detach(), (ry + 1.0).to(m.device), name="compiled swish(2x) + 1", rtol=1e-5, atol=1e-5,
+    check.assert_close(y, (ry + 1.0).to(m.device), name="compiled swish(2x) + 1", rtol=1e-5, atol=1e-5,
                        task="7.3")
-    check.assert_close(xr.grad, (2.0 * rdx).to(m.device), name="compiled gradient", rtol=1e-5, atol=1e-5,
+    check.assert_close(dx, (2.0 * rdx).to(m.device), name="compiled gradient", rtol=1e-5, atol=1e-5,
                        task="7.3")
 
 
@@ -243,23 +304,13 @@ def test_op_bad_input_names_the_argument() -> None:
         op.swish_backward(x, x.double())
 
 
-def test_op_looks_its_kernels_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_op_looks_its_kernels_up_once() -> None:
     """custom_op.py is code a learner copies: cc.lesson() on every call of the op cost host time on each launch
     (task 7.7 times the op, host-bound). kernels() looks the lesson up once per process, not once per call."""
     m, op = _m(), _op()
-    calls: list[tuple[Any, ...]] = []
-    real = cc.lesson
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(cc, "lesson", counting)
-    x = torch.randn(100, device=m.device, requires_grad=True)
-    for _ in range(3):
-        op.swish(x).sum().backward()
-    assert x.grad is not None
-    assert len(calls) <= 1, f"cc.lesson was called {len(calls)} times for 3 forward and backward calls of the op"
+    calls, has_grad = run_beside(op, _lesson_lookups, m.device)
+    assert has_grad
+    assert calls <= 1, f"cc.lesson was called {calls} times for 3 forward and backward calls of the op"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -274,12 +325,7 @@ def test_op_on_a_non_default_stream_and_wrong_device() -> None:
     g = check.rng("swish-stream")
     x = check.randn((1 << 22,), g, m.device)
     ry, _ = _swish_ref(x, x)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        y = op.swish(x)          # launched on s: correct only if the kernel used the current stream
-        y2 = y * 1.0             # PyTorch's own op on s, ordered after the kernel by the stream
-    torch.cuda.current_stream().wait_stream(s)
+    y2 = run_beside(op, _on_a_side_stream, x)
     check.assert_close(y2, ry.to(m.device), name="swish on a non-default stream", rtol=1e-5, atol=1e-6, task="7.4",
                        hint="pass stream_handle(x) (torch.cuda.current_stream().cuda_stream) to the launcher")
     with pytest.raises(ValueError, match=r"'x' is on 'cpu'"):
@@ -344,7 +390,7 @@ def test_speed_compiled_op() -> None:
     from cudacourse.bench import time_kernel
     from cudacourse.loader import uses_gpu_worker
 
-    m, op = _m(), _op()
+    m, op = _m(), _op(in_process=True)
     target = WORKER_FLOOR if uses_gpu_worker(m.backend) else _target("7.7")
     x = torch.randn(1 << 24, device=m.device)
 

@@ -1313,6 +1313,40 @@ def test_train_py_runs_outside_the_checking_process_while_grading(tmp_path: Path
     t06.test_fused_linear_cross_entropy(*case)  # in-process: the forgery disarms this process's checker
 
 
+def test_custom_op_py_runs_outside_the_checking_process_while_grading(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """While grading, lesson 07's custom_op.py runs in a confined torch worker with kernels of its own
+    (tests/test_07_host_side.py ``_op``): one that disarms check.assert_close where it runs and answers zeros
+    fails task 7.3's value check, and is never imported into the checking process."""
+    import cudacourse as cc
+    from cudacourse.grading.confine import available
+    from cudacourse.loader import import_file
+    from cudacourse.torch_worker import RemoteModule
+
+    t07 = import_file(ROOT / "tests" / "test_07_host_side.py")
+    forged = tmp_path / "custom_op.py"
+    text = (ROOT / "solutions" / "07_host_side" / "custom_op.py").read_text()
+    launch = "    m.swish_forward(x, y, x.numel(), stream_handle(x))\n"
+    assert launch in text
+    forged.write_text(text.replace(launch, "    y.zero_()\n") + "\nimport cudacourse.check as _check\n\n"
+                      "_check.assert_close = lambda *a, **k: None\n")
+    solution = cc.lesson("07_host_side", impl="solution", backend="sim")
+
+    class Moved:  # the solution's kernels, with the forged custom_op.py beside them
+        dir, backend, device = tmp_path, solution.backend, solution.device
+
+    monkeypatch.setattr(t07, "_m", Moved)
+    with using(confine="strict" if available().confined else "best-effort"):
+        op = t07._op()
+        try:
+            assert isinstance(op, RemoteModule)
+            with pytest.raises(AssertionError, match=r"swish\(x\)"):
+                t07.test_op_values_and_gradient(1000)
+        finally:
+            op.worker.close()
+    assert not [m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(forged)]
+
+
 def test_an_oversized_file_is_not_scanned_for_untouched_todos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A submission's file over the size limit (refused "too large" when staged) is never compared block by block
     with the stub: the 50 MB attack cost the grader a minute of CPU there. Its tasks are graded (and fail)."""
