@@ -23,6 +23,7 @@ Each lesson folder ``lessons/NN_topic/`` holds a ``lesson.toml``; the folder nam
     track = "cuda"                               # "cuda" (default) or "triton": a task of the Triton twins
     target = 0.85                                # speed tasks only: the bench target ...
     target_of = "copy"                           # ... relative to "copy" bandwidth or the "reference"
+    alone = false                                # a GPU task that times nothing: graded beside the others
 
 A Triton task (``track = "triton"``, ids such as ``1.T1``) is graded by the same tests, on the CPU through
 Triton's interpreter; ``cudacourse/triton_track.py`` says how its files are loaded.
@@ -63,7 +64,7 @@ _LESSON_KEYS = {"title": str, "write": str, "learn": str, "files": list, "torch_
                 "python_files": list, "python_allow": list, "triton_files": list, "support_files": list,
                 "notebook": str}
 _TASK_KEYS = {"id": str, "title": str, "points": (int, float), "gpu": bool, "target": (int, float),
-              "target_of": str, "track": str, "files": list, "slow": bool}
+              "target_of": str, "track": str, "files": list, "slow": bool, "alone": bool}
 TRACKS = ("cuda", "triton")  # a task's track: the CUDA exercises, or the optional Triton twins
 
 
@@ -90,6 +91,8 @@ class Task:
     track: str = "cuda"  # "cuda" or "triton" (a Triton twin: needs the triton package, see triton_track.py)
     files: tuple[str, ...] = ()  # the exercise files its tests use, when not the default (LessonInfo.files_of)
     slow: bool = False  # its tests take many seconds even on a GPU (training, torch.compile): graded first
+    alone: bool = True  # a GPU task: graded alone on the GPU with the timed ones; False for a GPU-only correctness
+                        # check that may run beside other tasks (7.4: streams)
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,8 @@ def _parse_task(lesson_id: str, t: dict[str, Any], tw: str) -> Task:
                                "only a twin's (track = \"triton\")")
     return Task(t["id"], lesson_id, t["title"], float(t["points"]), bool(t.get("gpu", False)),
                 None if t.get("target") is None else float(t["target"]), t.get("target_of", "reference"),
-                t.get("track", "cuda"), tuple(t.get("files", ())), bool(t.get("slow", False)))
+                t.get("track", "cuda"), tuple(t.get("files", ())), bool(t.get("slow", False)),
+                bool(t.get("alone", True)))
 
 
 def parse_lesson(lesson_id: str, text: str, where: str = "") -> LessonInfo:

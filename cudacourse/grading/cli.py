@@ -357,12 +357,7 @@ def grade(args: argparse.Namespace) -> list[Report]:
                               max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout)) if run_lessons else []
         if args.tasks:
             tasks = [t for t in tasks if t.id in args.tasks]
-        # On a GPU the speed tasks run in one process per submission, alone on the GPU (the gate of
-        # RunSettings.gpu_turn): timed beside other task processes on the same GPU, a solution's kernel
-        # measured 0.72x where it reaches 0.9x alone (H100, task 2.7). It starts up while the other tasks
-        # still run and times once they are done; builds go on meanwhile (they hold no turn).
-        timed_alone = {(les, tid) for (les, tid), t in declared.items() if t.gpu} if backend == "cuda" else set()
-        st.timed = frozenset(timed_alone)
+        st.timed = timed_alone(declared, backend)
         groups = task_groups(course, subs, tasks, idle, st, jobs)
         # Working folders ("slots") belong to the jobs, not to the submissions: each run first restores
         # its slot to the submission's pristine tree. Builds are cached by content, so a kernel file that
@@ -418,9 +413,9 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
 
     A process runs the tasks of one lesson that use the same files (so 1.6, on relu_torch.cu, does not wait
     with 1.1-1.5 for that slow build), split further into runs of consecutive tasks while there are fewer
-    processes than twice the jobs. Tasks whose tests import a learner's Python file into the task process
-    (``learner_python``) never share it with tasks that do not, timed ones included: that file's code could
-    append records for every task of its process. Processes holding a ``slow`` task (lesson.toml) go first:
+    processes than twice the jobs. Tasks whose tests use a learner's Python file (``learner_python``) never share
+    it with tasks that do not, timed ones included: the timed ones import that file, whose code could append
+    records for every task of its process. Processes holding a ``slow`` task (lesson.toml) go first:
     a training run or a torch.compile started late ends the grade late (on the H100 machine task 7.3, queued
     behind the others, ended 8 s after every other correctness task). The Triton twins come next (they need no build),
     tasks on a torch-route file last of the others (the longest build), and each submission's timed tasks
@@ -463,6 +458,19 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
                                       not any(_slow(course, t) for t in g[1])))
 
 
+def timed_alone(declared: dict[tuple[str, str], Task], backend: str) -> frozenset[tuple[str, str]]:
+    """The tasks graded alone on the GPU, in one process per submission after the others (``st.timed``; the gate
+    of ``RunSettings.gpu_turn``): on cuda, every GPU task but those lesson.toml marks ``alone = false``.
+
+    Timed beside other task processes on the same GPU, a solution's kernel measured 0.72x where it reaches 0.9x
+    alone (H100, task 2.7). That process starts up while the other tasks still run and times once they are done;
+    builds go on meanwhile (they hold no turn). A GPU task that times nothing (7.4: streams) runs beside the
+    others: its torch worker's start-up held the timed phase back 11 s on the H100 (2026-11-28)."""
+    if backend != "cuda":
+        return frozenset()
+    return frozenset(k for k, t in declared.items() if t.gpu and t.alone)
+
+
 def _slow(course: Course, t: TaskSpec) -> bool:
     """Whether lesson.toml marks ``t`` ``slow`` (a task only the --hidden folder declares is not)."""
     try:
@@ -503,10 +511,13 @@ def _merge_shared_builds(course: Course, sub: Submission, keyed: dict[tuple[str,
 
 
 def learner_python(course: Course, lesson: str, files: Sequence[str]) -> tuple[str, ...]:
-    """The learner's Python exercise files among ``files`` (a task's ``files_of``), as "lesson/file": the tests of
-    lesson 06's train.py and lesson 07's custom_op.py import them into the task process itself. Lesson 04's
-    decoder.py, imported in a torch worker while grading, is counted all the same: its task 4.9 (``slow``) then
-    keeps a process of its own, which costs one process start and lets it start first."""
+    """The learner's Python exercise files among ``files`` (a task's ``files_of``), as "lesson/file".
+
+    While grading, the tests of a task that uses one host it in a torch worker (``torch_worker.hosted``: one per
+    file and task process, so tasks that share a process share its start-up), except the timed tasks 6.12 and
+    7.7, which import train.py and custom_op.py into the task process itself (their tensors would cross the
+    worker's channel on every timed call). Tasks are grouped by these files all the same: an importing task never
+    shares a process with tasks that do not, and the hosting ones keep one worker per process."""
     python = course.lesson(lesson).python_files
     return tuple(sorted(f"{lesson}/{f}" for f in files if f in python))
 
