@@ -681,6 +681,8 @@ def test_no_process_mixes_tasks_that_import_different_learner_python(batch: int)
         assert len({python[t.id] for t in g}) == 1, [t.id for t in g]
     ids = [[t.id for t in g] for i, g in groups if i == 0]
     assert ["7.7"] in ids and any("1.7" in g and "7.5" in g for g in ids), ids
+    # 6.12's test imports train.py (through lesson 06's bench.py): it times apart from the other speed tasks
+    assert python["6.12"] == ("06_training/train.py",) and not any("6.12" in g and "1.7" in g for g in ids), ids
     # 7.4 times nothing (lesson.toml: alone = false): graded with 7.3 (one torch worker for custom_op.py), not in
     # the GPU's timed phase
     assert ("07_host_side", "7.4") not in st.timed and ("07_host_side", "7.7") in st.timed
