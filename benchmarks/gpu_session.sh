@@ -13,6 +13,7 @@
 #   bash benchmarks/gpu_session.sh hostile # the attack and confinement tests as an ordinary user (ccuser)
 #   bash benchmarks/gpu_session.sh attacks # the attack tests alone, as that user
 #   bash benchmarks/gpu_session.sh corpus  # the grader corpus on cuda as that user (about 320 s)
+#   bash benchmarks/gpu_session.sh only tests/a.py::b ...  # chosen tests, as root (as make test runs them)
 # Everything is written under $OUT (logs come back; the reply holds each log's end).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,13 @@ as_ccuser() {
 }
 
 case "${1:-}" in
+  only)
+    # chosen tests, as make test runs them here (as root): bash benchmarks/gpu_session.sh only tests/a.py::b ...
+    setup
+    shift
+    timeout 400 python3 -m pytest --impl=solution -v -p no:cacheprovider "$@" > "$OUT/only.log" 2>&1
+    echo "only: rc $?"; tail -15 "$OUT/only.log"
+    ;;
   test)
     setup
     s=$SECONDS

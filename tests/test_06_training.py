@@ -162,7 +162,10 @@ def test_bias_backward(rows: int, cols: int) -> None:
     with check.unchanged(dy, names=["dy"]):
         m.bias_backward(dy, db, rows, cols)
     (_, ref) = _grads(lambda x, b: x + b, [torch.zeros(rows, cols), torch.zeros(cols)], dy)
-    rtol, atol = check.sum_tolerance(rows)
+    # one running sum per column (the hint's design): its float32 error grows like rows * eps, not like
+    # sqrt(rows) * eps (check.sum_tolerance's docstring); the solution once missed sum_tolerance(1000) by 1.7x on
+    # the H100 (5.1e-5 against 3.0e-5, 2026-11-28). A dropped or doubled row is off by about 1.
+    rtol, atol = 1e-5, 2.0 * rows * torch.finfo(torch.float32).eps
     check.assert_close(db, ref, name=f"bias_backward db, {rows}x{cols}", rtol=rtol, atol=atol, task="6.1",
                        hint="db[c] is the sum of column c of dy over all rows: one thread per column.")
     check.assert_guard(full, cols, "bias_backward", "6.1")
