@@ -8,11 +8,20 @@ the two kinds of learner code that need torch itself:
 - a torch-route file (a lesson's ``torch_files``, e.g. ``lessons/01_relu/relu_torch.cu``), which
   ``load_inline`` would otherwise build and ``dlopen`` into the checking process, where a static
   constructor or an ``atexit`` handler in it could append "passed" records to the grader's results;
-- a Python exercise file (:meth:`TorchWorker.python`, lesson 04's ``decoder.py`` while grading), imported
-  in the worker instead of the checker and run under ``screens.torch_answer_guard`` there. Objects its
-  functions are given that cannot be copied (the test's kernels object, a config) cross as handles: the
-  learner's code may read their public attributes (the values are copied to it) and call their methods,
-  which run in the checking process while the call waits (``k.linear(...)`` is a request it serves).
+- a Python exercise file (:meth:`TorchWorker.python`, :func:`hosted`), imported in the worker instead of the
+  checker while grading: lesson 04's ``decoder.py`` and the Triton twins (under ``screens.torch_answer_guard``
+  there), lesson 06's ``train.py`` with ``decoder.py`` beside it, lesson 07's ``custom_op.py``. Objects its
+  functions are given that cannot be copied (the test's kernels object, a config) cross as handles, kept for
+  the worker's life: the learner's code may read their public attributes (the values are copied to it) and
+  call their methods or the launchers they hand out, which run in the checking process while the call waits
+  (``k.linear(...)`` is a request it serves); tensors such a call changed (a kernel's outputs, allocated by
+  the learner's code) are copied back. A ``cc.Lesson`` is never handed over (its ``module(path)`` would read
+  any file): tests wrap it. What the learner's code returns that cannot be copied (lesson 06's ``Ops``) stays
+  in the worker as a :class:`WorkerObject`: its attributes are read there, calling it runs it there, and it
+  can be passed back. :func:`backward` runs autograd there; :func:`run_beside` runs a test's own helper
+  function there (sent as source), for checks that must run where the learner's module is loaded
+  (``torch.library.opcheck`` and ``torch.compile`` of lesson 07's op). Code the learner's file starts in the
+  worker (``custom_op.py`` calls ``cc.lesson``) runs unconfined by settings, inside the worker's sandbox.
 
 :class:`TorchWorker` starts ``python -I torch_worker.py SOCKET_FD`` through
 :func:`cudacourse.grading.confine.confined_popen` (nested inside the task process when that is confined
@@ -46,7 +55,8 @@ cross the same channel through host memory: the sender copies the storage span t
 copies it onto its device (``"device": "cuda:0"`` in the description), so the learner's function sees a CUDA
 tensor with the argument's dtype, shape and strides, and the checking process gets results on its own device.
 That costs a device-host-device copy per tensor and call, which no timed task pays: what is hosted here
-(lesson 01's torch-route file, lesson 04's decoder.py, the Triton twins) is checked for correctness only.
+is checked for correctness only (the timed tasks 6.12 and 7.7 import train.py and custom_op.py into their
+task process).
 Its CUDA contexts sleep while they wait (``gpu_worker.sleep_while_waiting``), and Triton compiles into the
 build cache (:func:`triton_cache_env`), shared by the grade's workers. (Exporting VMM allocations as file
 descriptors, as ``gpu_worker.py`` does, would avoid the copies; legacy CUDA IPC does not work across PID

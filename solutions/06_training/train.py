@@ -22,8 +22,9 @@ into the weights and concatenating their gradients back, and adding the gradient
 ops, like the residual stream),
 the token sort and offsets of the embedding backward, and the label check before the loss kernel.
 
-The grader imports this file in its own process, so it may import only math, typing, torch and cudacourse
-(``make grade`` screens it). The data pipeline, the loading of lesson 04's decoder and the
+While grading, this file runs in a confined worker process of its own, beside lesson 04's decoder.py: the kernels
+objects it is given are the grader's, called back from there. It may import only math, typing, torch and
+cudacourse (``make grade`` screens it). The data pipeline, the loading of lesson 04's decoder and the
 same model in plain PyTorch are in capstone.py, beside this file.
 """
 

@@ -42,9 +42,9 @@ def kernels() -> Any:
 def stream_handle(t: torch.Tensor) -> int:
     """The cudaStream_t of PyTorch's current stream on ``t``'s device, as an integer (0 on the CPU).
 
-    0 too while grading on a GPU: the kernels then run in a worker process of their own
-    (``cudacourse/gpu_worker.py``), where this process's streams do not exist, and each call there is
-    ordered with this process's streams by synchronising before and after it."""
+    0 too where the kernels run in a GPU worker process of their own (``cudacourse/gpu_worker.py``: the
+    grader's timed task 7.7), where this process's streams do not exist, and each call there is ordered with
+    this process's streams by synchronising before and after it."""
     from cudacourse.loader import uses_gpu_worker
 
     return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda and not uses_gpu_worker() else 0
