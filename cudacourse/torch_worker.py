@@ -327,24 +327,6 @@ class Decoder:
             raise ProtocolError(f"bad alias: {e}") from None
 
 
-# ----------------------------------------------------------------------------------------------------
-# The worker's side (runs in the confined process)
-# ----------------------------------------------------------------------------------------------------
-
-
-def _error_record(e: BaseException) -> dict:
-    rec: dict[str, Any] = {"type": type(e).__name__, "message": str(e)[:20000]}
-    for k in ("kernel", "file", "line", "compiler_output", "kind"):
-        v = getattr(e, k, None)
-        if isinstance(v, (str, int)) and not isinstance(v, bool):
-            rec[k] = v if not isinstance(v, str) else v[:20000]
-    for k in ("block", "thread"):
-        v = getattr(e, k, None)
-        if isinstance(v, tuple) and all(isinstance(x, int) for x in v):
-            rec[k] = list(v)
-    return rec
-
-
 def changed_arguments(dec: Decoder, before: list[Any], enc: Encoder) -> list[list[int]]:
     """The tensors ``dec`` decoded that a call changed since ``before`` (:func:`snapshot`): each one's storage
     span goes into ``enc``'s payload, described as [argument index, payload offset, bytes]."""
@@ -384,6 +366,24 @@ def copy_back(mutated: Any, payload: bytearray, sent: list[Any]) -> None:
             raise ProtocolError("a changed argument of the wrong size")
         t.as_strided((span,), (1,), t.storage_offset()).view(torch.uint8).copy_(
             torch.frombuffer(payload, dtype=torch.uint8, count=n, offset=off))
+
+
+# ----------------------------------------------------------------------------------------------------
+# The worker's side (runs in the confined process)
+# ----------------------------------------------------------------------------------------------------
+
+
+def _error_record(e: BaseException) -> dict:
+    rec: dict[str, Any] = {"type": type(e).__name__, "message": str(e)[:20000]}
+    for k in ("kernel", "file", "line", "compiler_output", "kind"):
+        v = getattr(e, k, None)
+        if isinstance(v, (str, int)) and not isinstance(v, bool):
+            rec[k] = v if not isinstance(v, str) else v[:20000]
+    for k in ("block", "thread"):
+        v = getattr(e, k, None)
+        if isinstance(v, tuple) and all(isinstance(x, int) for x in v):
+            rec[k] = list(v)
+    return rec
 
 
 class _Channel:
@@ -868,37 +868,16 @@ class TorchWorker:
         return self.invoke(1, name, args, kwargs)
 
     def invoke(self, target: int | WorkerObject, name: str | None, args: tuple | list, kwargs: dict, *,
-               backward: Any = None, _run: tuple[str, str] | None = None) -> Any:
+               backward: Any = None) -> Any:
         """Call ``target.name(*args, **kwargs)`` in the worker (``target`` itself when ``name`` is None): ``target``
         is a loaded module's handle or a :class:`WorkerObject`. Arguments are copied there and those the call
         changed are copied back; a result that cannot be copied stays there and comes back as a WorkerObject.
         ``backward``: see :func:`backward`."""
-        from cudacourse.errors import KernelError
-
         __tracebackhide__ = True
-        if self._proc is None or self._proc.poll() is not None:  # (before the arguments: see _held_handle)
-            self._kill()
-            self._start()
-        enc = Encoder(export=lambda v: {"remote": self._export(v)}, held=self._held_handle)
-        what = f"{name or 'a call'}()"
-        header: dict = {"op": "call", "name": name,
-                        "target": self._held_handle(target) if isinstance(target, WorkerObject) else target,
-                        "args": enc.value(list(args), f"{what} argument"),
-                        "kwargs": enc.value(dict(kwargs), f"{what} keyword argument")}
-        if backward is not None:
-            header["backward"] = enc.value(backward, "the gradient of the output")
-        if _run is not None:
-            header.update(op="run", source=_run[0], name=_run[1])
-            what = f"{_run[1]}() (run in the worker)"
-        reply, payload = self._ask(header, enc.blobs, what, self.timeout_s)
-        try:
-            copy_back(reply.get("mutated", []), payload, enc.tensors)
-            return Decoder(payload, enc.tensors, remote=self._exported, held=self._held_object).value(
-                reply.get("result"))
-        except ProtocolError as e:
-            self._kill()
-            raise KernelError(f"{what} ({os.path.basename(self.path)}): the worker answered nonsense ({e}); it was "
-                              "stopped.", kernel=name) from None
+        self._ensure_running()  # (before the target and arguments: see _held_handle)
+        handle = self._held_handle(target) if isinstance(target, WorkerObject) else target
+        return self._exchange({"op": "call", "name": name, "target": handle}, args, kwargs, f"{name or 'a call'}()",
+                              backward)
 
     def run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn``, a module-level function of the caller's own file (a test's helper), in the worker: its
@@ -908,22 +887,47 @@ class TorchWorker:
         import textwrap
 
         __tracebackhide__ = True
-        source = textwrap.dedent(inspect.getsource(fn))
-        return self.invoke(0, None, args, kwargs, _run=(source, fn.__name__))
+        self._ensure_running()
+        header = {"op": "run", "source": textwrap.dedent(inspect.getsource(fn)), "name": fn.__name__}
+        return self._exchange(header, args, kwargs, f"{fn.__name__}() (run in the worker)")
 
     def attribute(self, target: WorkerObject, name: str) -> Any:
         """``target.name``, read in the worker: a value comes back copied, anything else as a WorkerObject."""
         __tracebackhide__ = True
+        self._ensure_running()
         header = {"op": "getattr", "target": self._held_handle(target), "name": name}
         reply, payload = self._ask(header, [], f"reading .{name}", self.timeout_s)
-        try:
-            return Decoder(payload, remote=self._exported, held=self._held_object).value(reply.get("result"))
-        except ProtocolError as e:
-            from cudacourse.errors import KernelError
+        return self._result(reply, payload, [], f"reading .{name}", None)
 
+    def _ensure_running(self) -> None:
+        """A fresh worker when the last one died or was stopped (a crash, a time-out)."""
+        if self._proc is None or self._proc.poll() is not None:
             self._kill()
-            raise KernelError(f"reading .{name} ({os.path.basename(self.path)}): the worker answered nonsense "
-                              f"({e}); it was stopped.", kernel=None) from None
+            self._start()
+
+    def _exchange(self, header: dict, args: tuple | list, kwargs: dict, what: str, backward: Any = None) -> Any:
+        """Send a call (``header`` plus the encoded arguments) and return its result here."""
+        __tracebackhide__ = True
+        enc = Encoder(export=lambda v: {"remote": self._export(v)}, held=self._held_handle)
+        header = {**header, "args": enc.value(list(args), f"{what} argument"),
+                  "kwargs": enc.value(dict(kwargs), f"{what} keyword argument")}
+        if backward is not None:
+            header["backward"] = enc.value(backward, "the gradient of the output")
+        reply, payload = self._ask(header, enc.blobs, what, self.timeout_s)
+        return self._result(reply, payload, enc.tensors, what, header.get("name"))
+
+    def _result(self, reply: dict, payload: bytearray, sent: list[Any], what: str, kernel: str | None) -> Any:
+        """The answer's value, with the arguments it changed copied back into ``sent``; a worker that answers
+        nonsense is stopped."""
+        from cudacourse.errors import KernelError
+
+        try:
+            copy_back(reply.get("mutated", []), payload, sent)
+            return Decoder(payload, sent, remote=self._exported, held=self._held_object).value(reply.get("result"))
+        except ProtocolError as e:
+            self._kill()
+            raise KernelError(f"{what} ({os.path.basename(self.path)}): the worker answered nonsense ({e}); it was "
+                              "stopped.", kernel=kernel) from None
 
     def function(self, name: str) -> RemoteFunction:
         """A callable that runs ``name`` of the (first) loaded module in the worker (what the loader's module

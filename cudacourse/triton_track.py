@@ -194,7 +194,6 @@ def check_tensors(fn: str, **tensors: Any) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 
-
 def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
     """Import the twin at ``path`` for ``backend`` (``cuda``: compiled; ``sim``: the interpreter).
 

@@ -604,6 +604,8 @@ def test_objects_made_in_the_worker_stay_there(py_worker: Any) -> None:
     with pytest.raises(KernelError, match="killed by signal"):
         py_worker.call("abort")
     with pytest.raises(KernelError, match="made by a worker that has been stopped since"):
+        acc.total  # noqa: B018 - read first after the crash: a fresh worker, which never held it
+    with pytest.raises(KernelError, match="made by a worker that has been stopped since"):
         py_worker.call("total_of", acc)
 
 
