@@ -193,8 +193,9 @@ def screen_python_file(name: str, text: str, allowed_imports: set[str] | frozens
     ``allow``: the lesson's ``python_allow`` (lesson.toml): more modules to import, and ``module.attr`` names of
     :data:`PY_FORBIDDEN_MODULE_ATTRS` the file may use (``torch.library`` for lesson 07's custom operator).
     """
-    allowed_imports = frozenset(allowed_imports) | {a for a in allow if a.split(".")[0] not in ("torch",)}
-    allowed_attrs = {tuple(a.split(".", 1)) for a in allow if a.startswith("torch.")}
+    torch_names = {a for a in allow if a.startswith("torch.")}
+    allowed_imports = frozenset(allowed_imports) | (set(allow) - torch_names)
+    allowed_attrs = {tuple(a.split(".", 1)) for a in torch_names}
 
     try:
         tree = ast.parse(text)
