@@ -38,7 +38,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from cudacourse import buildcache, settings
+from cudacourse import buildcache, gpuinfo, settings
 from cudacourse.course import course as course_model
 from cudacourse.errors import (
     UNBUILDABLE_ENV,
@@ -137,7 +137,12 @@ def _nvcc_path(home: str | None, path: str | None) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def gpu_usable() -> bool:
-    """True when torch sees a CUDA GPU (a CPU-only torch or no driver gives False)."""
+    """True when torch sees a CUDA GPU (a CPU-only torch or no driver gives False).
+
+    Asked of the driver without importing torch where that answers (``gpuinfo.torch_sees_gpu``): the grader
+    and its build workers need no torch to decide."""
+    if "torch" not in sys.modules and (fast := gpuinfo.torch_sees_gpu()) is not None:
+        return fast
     try:
         import torch
     except ImportError:
@@ -321,10 +326,9 @@ def _cuda_trampolines(launchers: list[Launcher]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
-    """Compile a kernel-only file for the GPU; return the shared library."""
-    from torch.utils import cpp_extension
-
+def build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
+    """Compile a kernel-only file for the GPU; return the shared library (no torch import while grading: the
+    grader's build workers call this with nvcc alone)."""
     trampolines = _cuda_trampolines(launchers)
     text = f'#line 1 "{path}"\n{source}\n{trampolines}'
     arch = cuda_arch()
@@ -348,6 +352,8 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
             _nvcc_shared(text, d / f"{name}.so", cflags + ldflags)
             (d / "library").write_text(f"{name}.so")
             return
+        from torch.utils import cpp_extension
+
         saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch  # (load_inline reads the architecture from there)
         try:
@@ -375,11 +381,14 @@ def _build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
 
 def cuda_arch() -> str:
     """The architecture kernel files are built for: ``$TORCH_CUDA_ARCH_LIST`` if set, else this GPU's compute
-    capability, with the ``a`` suffix from 9.0 on (``9.0a``: Hopper's wgmma and TMA exist only in sm_90a code)."""
-    import torch
-
+    capability, with the ``a`` suffix from 9.0 on (``9.0a``: Hopper's wgmma and TMA exist only in sm_90a code).
+    Asked of the driver (``gpuinfo.arch``), or of torch where the driver's library cannot be loaded."""
     if os.environ.get("TORCH_CUDA_ARCH_LIST"):
         return os.environ["TORCH_CUDA_ARCH_LIST"]
+    if (fast := gpuinfo.arch()) is not None:
+        return fast
+    import torch
+
     major, minor = torch.cuda.get_device_capability()
     return f"{major}.{minor}{'a' if major >= 9 else ''}"
 
@@ -490,10 +499,10 @@ class Module:
         if self.backend == "cuda" and uses_gpu_worker(self.backend):
             from cudacourse.gpu_worker import GpuWorker
 
-            self._lib = GpuWorker(_build_cuda(source, path, las), las, timeout_s, settings.current().confine or "")
+            self._lib = GpuWorker(build_cuda(source, path, las), las, timeout_s, settings.current().confine or "")
             _GPU_WORKERS.add(self._lib)
         elif self.backend == "cuda":
-            self._lib = _CudaLibrary(_build_cuda(source, path, las), las, timeout_s)
+            self._lib = _CudaLibrary(build_cuda(source, path, las), las, timeout_s)
         else:
             from cudacourse.sim import SimLibrary
 

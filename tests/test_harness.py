@@ -256,6 +256,48 @@ def test_arch_list_check(value, bad):
     assert bool(check_arch_list(value)) is bad
 
 
+def test_gpu_probe_without_torch_reads_version_py_and_the_driver(tmp_path, monkeypatch):
+    """The grader decides its backend and names its GPU without importing torch (``gpuinfo``): torch's CUDA
+    version from its ``version.py``, the device from the driver. Fake packages and a fake driver answer here."""
+    import importlib
+
+    from cudacourse import gpuinfo
+
+    def fake_torch(line: str) -> None:
+        pkg = tmp_path / str(len(list(tmp_path.iterdir()))) / "torch"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("raise ImportError('the probe must not import torch')\n")
+        (pkg / "version.py").write_text(f"__version__ = '2.11.0'\n{line}\ngit_version = 'abc'\n")
+        monkeypatch.setattr(sys, "path", [str(pkg.parent), *sys.path])
+        monkeypatch.delitem(sys.modules, "torch", raising=False)
+        importlib.invalidate_caches()
+
+    gpu = gpuinfo.GpuInfo("NVIDIA H100 80GB HBM3", 9, 0, 13000, 1)
+    monkeypatch.setattr(gpuinfo, "probe", lambda: gpu)
+    fake_torch("cuda: Optional[str] = '13.0'")
+    assert gpuinfo.torch_cuda_version() == "13.0" and gpuinfo.torch_sees_gpu() is True and gpuinfo.arch() == "9.0a"
+    monkeypatch.setattr(gpuinfo, "probe", lambda: gpuinfo.GpuInfo("old", 8, 6, 12040, 1))
+    assert gpuinfo.torch_sees_gpu() is None and gpuinfo.arch() == "8.6"  # an older driver: torch decides
+    monkeypatch.setattr(gpuinfo, "probe", lambda: None)
+    assert gpuinfo.torch_sees_gpu() is False and gpuinfo.arch() is None  # no driver, no device
+    fake_torch("cuda: Optional[str] = None")
+    assert gpuinfo.torch_cuda_version() == "" and gpuinfo.torch_sees_gpu() is False  # a CPU build
+    fake_torch("cuda = compute_it()")
+    assert gpuinfo.torch_cuda_version() is None and gpuinfo.torch_sees_gpu() is None  # not as expected: ask torch
+
+
+@pytest.mark.gpu
+def test_gpu_probe_agrees_with_torch():
+    """On a GPU the driver's answers are torch's: the device name the report gives, the capability builds use."""
+    from cudacourse import gpuinfo
+
+    gpu = gpuinfo.probe()
+    assert gpu is not None and gpu.name == torch.cuda.get_device_name(0), gpu
+    assert (gpu.major, gpu.minor) == torch.cuda.get_device_capability(0), gpu
+    assert gpuinfo.torch_sees_gpu() is torch.cuda.is_available() is True
+    assert gpuinfo.torch_cuda_version() == torch.version.cuda
+
+
 def test_doctor_runs_and_says_the_backend():
     r = subprocess.run([sys.executable, "-m", "cudacourse", "doctor"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr

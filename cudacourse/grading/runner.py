@@ -492,7 +492,7 @@ from pathlib import Path
 
 from cudacourse import settings
 from cudacourse.course import course as course_model
-from cudacourse.loader import build_torch_cuda, exposed_functions, lesson_dir, load
+from cudacourse.loader import build_cuda, build_torch_cuda, exposed_functions, lesson_dir, load
 from cudacourse.source import launcher, uses_torch
 
 name, backend, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -515,12 +515,15 @@ def build(f):
     t0 = time.monotonic()
     try:
         text = f.read_text()
-        if backend == "sim" and not uses_torch(text):
+        if not uses_torch(text):
             # what loader.Module builds for this file (same cache entry), without loading it: no torch import
-            # here, and no simulator worker
+            # here, and no simulator or GPU worker
             las = [launcher(text, fn) for fn in exposed_functions(text)]
-            SimLibrary.build(text, str(f.resolve()), las, checked=True)
-        elif backend == "cuda" and uses_torch(text):
+            if backend == "sim":
+                SimLibrary.build(text, str(f.resolve()), las, checked=True)
+            else:
+                build_cuda(text, str(f.resolve()), las)
+        elif backend == "cuda":
             # what loader.Module builds for this file (same cache entry), here rather than in the torch worker a
             # load would start: this process is confined as that worker would be, and the build is the longest
             # wait of a grade on a GPU (a worker's start-up, seconds on a busy machine, would add to it)
