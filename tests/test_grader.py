@@ -650,6 +650,39 @@ def test_task_groups_start_slow_tasks_first() -> None:
         parse_lesson("07_host_side", text)
 
 
+def test_task_groups_with_jobs_to_spare_long_tasks_start_first_each_alone() -> None:
+    """With jobs to spare (the H100 machine's 16 for one grade) a slow task and each Triton twin get a process of
+    their own, queued first: the slow ones, then those hosting a learner's Python file in a torch worker, then the
+    twins (4.T2, behind 4.T1 in one process, and 6.3 and 7.4, queued behind the twins, each ended that machine's
+    correctness phase late). With few jobs (CI's 2) nothing is split out: a process each costs a torch start-up."""
+    import threading
+
+    from cudacourse.grading.results import TaskSpec
+    from cudacourse.grading.runner import RunSettings
+    from cudacourse.grading.staging import Submission
+
+    c = course(ROOT)
+    declared = {(t.lesson, t.id): t for t in c.tasks()}
+    tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in c.tasks()]
+    st = RunSettings(list(c.lessons), 1, "cuda", 60.0, 300.0, ROOT, "brief", False, "cuda",
+                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()},
+                     builders=threading.Semaphore(1))
+    st.timed = cli.timed_alone(declared, "cuda")
+    slow = {t.id for t in c.tasks() if t.slow}
+    twins = {t.id for t in c.tasks() if ".T" in t.id}
+    hosting = {t.id for t in c.tasks() if cli.learner_python(c, t.lesson, st.task_files[(t.lesson, t.id)])}
+    ids = [[t.id for t in g] for _, g in cli.task_groups(c, [Submission("", None, "solution")], tasks, {0: set()},
+                                                          st, jobs=16)]
+    assert all(g == [i] for g in ids for i in g if i in slow | twins), ids
+    timed = {tid for _, tid in st.timed}
+    kind = [0 if g[0] in slow else 1 if set(g) & hosting and not set(g) & timed else 2 if g[0] in twins
+            else 3 for g in ids]
+    assert kind == sorted(kind) and kind.count(0) == len(slow) and kind.count(2) == len(twins), (ids, kind)
+    few = [[t.id for t in g] for _, g in cli.task_groups(c, [Submission("", None, "solution")], tasks, {0: set()},
+                                                          st, jobs=2)]
+    assert len(few) < len(ids) and any(len(g) > 1 and set(g) <= twins for g in few), few
+
+
 @pytest.mark.parametrize("batch", [1, 12])
 def test_no_process_mixes_tasks_that_import_different_learner_python(batch: int) -> None:
     """A learner's Python exercise file imported into a task process (train.py, custom_op.py, decoder.py on a GPU)

@@ -447,9 +447,12 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
 
         for key in sorted(keyed, key=order):
             lt = keyed[key]
-            if split > 1:  # jobs to spare: a slow task gets a process of its own (the others need not wait for it)
-                out += [(i, [t]) for t in lt if _slow(course, t)]
-                lt = [t for t in lt if not _slow(course, t)]
+            if split > 1:
+                # jobs to spare: a slow task, or a Triton twin (12-27 s each of compiling its kernels on the H100
+                # machine), gets a process of its own (4.T2, queued behind 4.T1, ended the correctness phase)
+                alone = [t for t in lt if _slow(course, t) or set(key[1]) <= set(course.lesson(key[0]).triton_files)]
+                out += [(i, [t]) for t in alone]
+                lt = [t for t in lt if t not in alone]
             if not lt:
                 continue
             k = min(split, len(lt))
