@@ -163,25 +163,36 @@ def pytest_runtestloop(session: pytest.Session) -> None:
 
 def _preload(session: pytest.Session) -> None:
     """Load the kernel modules the collected tests will use (their GPU workers start now, not in a timed test's
-    wall time). A file that does not load is left to its tests, which report it."""
+    wall time), and call each test module's ``cc_preload(task_ids)`` if it has one, with the ids of its collected
+    tasks (it starts the torch workers those tasks host a learner's Python file in). Whatever does not load is left
+    to the tests, which report it."""
     from cudacourse import loader
 
     state = session.config.stash.get(_STATE, None)
     if state is None:
         return
     wanted: set[tuple[str, str]] = set()
+    hooks: dict[Any, set[str]] = {}
     for item in session.items:
         try:
             task = _declared(state, item)
             if task is not None:
                 info = state.course.lesson(task.lesson)
                 wanted |= {(task.lesson, f) for f in info.files_of(task) if f.endswith(".cu")}
+                hook = getattr(getattr(item, "module", None), "cc_preload", None)
+                if callable(hook):
+                    hooks.setdefault(hook, set()).add(task.id)
         except (ValueError, CourseError, KeyError):
             continue
     for lesson, name in sorted(wanted):
         try:
             loader.lesson(lesson).module(name)
         except Exception:  # noqa: BLE001, S112 - its tests report what is wrong with it
+            continue
+    for hook, ids in hooks.items():
+        try:
+            hook(ids)
+        except Exception:  # noqa: BLE001, S112 - its tests report what is wrong
             continue
 
 

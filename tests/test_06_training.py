@@ -38,8 +38,8 @@ import torch.nn.functional as F
 import cudacourse as cc
 from cudacourse import check, settings
 from cudacourse.course import course
-from cudacourse.loader import import_file, uses_gpu_worker
-from cudacourse.torch_worker import RemoteModule, backward, hosted
+from cudacourse.loader import import_file
+from cudacourse.torch_worker import RemoteModule, backward, hosted, run_beside
 
 LESSON = "06_training"
 
@@ -859,6 +859,14 @@ def _time(fn: Any) -> float:
     return time_kernel(fn)
 
 
+def cc_preload(tasks: set[str]) -> None:
+    """Called by the grader's plugin in a process that times, before its turn on the GPU (``pytest_plugin._preload``):
+    task 6.12's torch worker starts now (Python, torch, a CUDA context, the learner's file, its kernels), not inside
+    the timed test."""
+    if "6.12" in tasks:
+        _train()
+
+
 def _target(task_id: str) -> float:
     """A speed task's target, declared once in lessons/06_training/lesson.toml (bench reads the same)."""
     target = course().task("06_training", task_id).target
@@ -929,31 +937,54 @@ def test_speed_adamw() -> None:
 # Issue 18: the fused linear + cross-entropy must reach this fraction of PyTorch's peak memory, or less (the
 # speed half of task 6.12 is its lesson.toml target)
 FLCE_MEMORY_TARGET = 0.3
-# Task 6.12's speed floor while grading, where each of the 8 chunks' cross_entropy calls runs in the GPU worker:
-# its (1024, 50257) logits and gradient (200 MB each) are copied into and out of the worker's buffers and the
-# call is a process round trip, and the call is timed by wall clock. There the solution measured 0.79x twice in
-# five H100 grades against 0.8 (2026-11-27 and 11-28: 53.7 ms against PyTorch's 42.2 ms), timed by CUDA events
-# in-process it passes 0.8. A version that materialises the whole logits matrix fails the memory half anyway.
-FLCE_WORKER_FLOOR = 0.7
+
+
+def _flce_where_train_runs(tr: Any, rows: int, hidden: int, vocab: int, chunk: int) -> tuple[Any, int]:
+    """Task 6.12's half that runs where train.py is loaded (its torch worker while grading, run_beside): the lesson's
+    kernels loaded there, the benchmark's seeded inputs made there, and ``run(keep=False)``, one call of the
+    learner's fused_linear_cross_entropy on them, finished on the GPU before it returns (so the caller's clock
+    times it), its (loss, dx, dw) returned when ``keep``. Returns (run, the call's peak memory in bytes)."""
+    import torch
+
+    import cudacourse as cc
+    from cudacourse.course import course
+    from cudacourse.loader import import_file
+
+    m = cc.lesson("06_training")
+    bench = import_file(course().lessons_dir / "06_training" / "bench.py", "cc_bench_06_test")
+    x, w, labels = bench.fused_linear_ce_inputs(m.device, rows, hidden, vocab)
+
+    def run(keep: bool = False) -> Any:
+        out = tr.fused_linear_cross_entropy(m, x, w, labels, chunk=chunk)
+        torch.cuda.synchronize()
+        return out if keep else None
+
+    return run, bench.peak_memory_bytes(lambda: run(True))
 
 
 @pytest.mark.task("6.12")
 @pytest.mark.gpu
 def test_speed_and_memory_fused_linear_cross_entropy() -> None:
+    """The learner's fused_linear_cross_entropy against PyTorch's F.linear + F.cross_entropy + backward: the same
+    values, at most 0.3x PyTorch's peak memory, at least the target's share of its speed.
+
+    While grading train.py runs in its torch worker, where its kernels are loaded too (no other process inside the
+    timed call); the values come here once and are compared here, PyTorch's side runs and is timed here, and the
+    learner's side is timed by this process's clock around ``run()`` (one small message each way, ~0.1 ms of a
+    ~45 ms call), so neither the comparison nor the clock is the worker's word. The peak memory of the learner's
+    call is: it is read from the allocator of the process that runs it."""
     m = _m()
     rows, hidden, vocab, chunk, target = 8192, 768, 50257, 1024, _target("6.12")
-    if uses_gpu_worker(m.backend):
-        target = min(target, FLCE_WORKER_FLOOR)
     bench = import_file(course().lessons_dir / LESSON / "bench.py", "cc_bench_06_test")
-    ref_fn, mine_fn = bench.fused_linear_ce_setup(m, rows, hidden, vocab, chunk)
-    loss, dx, dw, _ = mine_fn()
-    ref_loss, ref_dx, ref_dw = ref_fn()
-    for got, want, what in ((loss, ref_loss.reshape(1), "loss"), (dx, ref_dx, "dx"), (dw, ref_dw, "dw")):
+    run, peak = run_beside(_train(), _flce_where_train_runs, rows, hidden, vocab, chunk)
+    ref_fn = bench.torch_fused_linear_ce(*bench.fused_linear_ce_inputs(m.device, rows, hidden, vocab))
+    got_all, want_all = run(True), ref_fn()
+    for got, want, what in zip(got_all, (want_all[0].reshape(1), *want_all[1:]), ("loss", "dx", "dw"), strict=True):
         check.assert_close(got, want, name=f"fused_linear_cross_entropy {what} (checked before timing)", task="6.12",
                            rtol=1e-3, atol=1e-3 * float(want.abs().max()), hint=FLCE_HINT)
-    del loss, dx, dw, ref_loss, ref_dx, ref_dw
-    peak, ref_peak = bench.peak_memory_bytes(mine_fn), bench.peak_memory_bytes(ref_fn)
-    ms, ref = _time(mine_fn), _time(ref_fn)
+    del got_all, want_all, got, want
+    ref_peak = bench.peak_memory_bytes(ref_fn)
+    ms, ref = _time(run), _time(ref_fn)
     assert peak <= FLCE_MEMORY_TARGET * ref_peak, (
         f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}, chunk {chunk}: peak {peak / 2**20:.0f} MiB, PyTorch "
         f"{ref_peak / 2**20:.0f} MiB: {peak / ref_peak:.2f}x, target <= {FLCE_MEMORY_TARGET}x. Allocate the two "

@@ -417,9 +417,9 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
 
     A process runs the tasks of one lesson that use the same files (so 1.6, on relu_torch.cu, does not wait
     with 1.1-1.5 for that slow build), split further into runs of consecutive tasks while there are fewer
-    processes than twice the jobs. Tasks whose tests use a learner's Python file (``learner_python``) never share
-    it with tasks that do not, timed ones included: the timed ones import that file, whose code could append
-    records for every task of its process. Processes holding a ``slow`` task (lesson.toml) go first:
+    processes than twice the jobs. Tasks whose tests host a learner's Python file in a torch worker
+    (``learner_python``) share a process only with tasks hosting the same files (one worker start each), except the
+    timed tasks. Processes holding a ``slow`` task (lesson.toml) go first:
     a training run or a torch.compile started late ends the grade late (on the H100 machine task 7.3, queued
     behind the others, ended 8 s after every other correctness task). The Triton twins come next (they need no build),
     tasks on a torch-route file last of the others (the longest build), and each submission's timed tasks
@@ -458,13 +458,8 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
             k = min(split, len(lt))
             size = -(-len(lt) // k)
             out += [(i, lt[j:j + size]) for j in range(0, len(lt), size)]
-        # timed tasks whose tests import different learner Python files in-process (custom_op.py, train.py) time in
-        # different processes, those that import none first
-        timed_by: dict[tuple[str, ...], list[TaskSpec]] = {}
-        for t in timed:
-            timed_by.setdefault(learner_python(course, t.lesson, st.task_files.get((t.lesson, t.id), ())),
-                                []).append(t)
-        out += [(i, timed_by[k]) for k in sorted(timed_by)]
+        if timed:
+            out.append((i, timed))
     # every submission's ordinary processes before any timed one; the slow ones first, then those hosting a
     # learner's Python file in a torch worker (a worker's start-up on top of their tests: on the H100 machine
     # 6.3 and 7.4, queued behind the twins, ended the correctness phase at 70 s); a stable sort
@@ -530,10 +525,9 @@ def learner_python(course: Course, lesson: str, files: Sequence[str]) -> tuple[s
     """The learner's Python exercise files among ``files`` (a task's ``files_of``), as "lesson/file".
 
     While grading, the tests of a task that uses one host it in a torch worker (``torch_worker.hosted``: one per
-    file and task process, so tasks that share a process share its start-up), except the timed tasks 6.12 and
-    7.7, which import train.py and custom_op.py into the task process itself (their tensors would cross the
-    worker's channel on every timed call). Tasks are grouped by these files all the same: an importing task never
-    shares a process with tasks that do not, and the hosting ones keep one worker per process."""
+    file and task process, so tasks that share a process share its start-up); no test imports one into its task
+    process. Tasks are grouped by these files for that sharing, except the timed ones, which all share one process
+    (their workers start before its turn on the GPU: each test file's ``cc_preload``)."""
     python = course.lesson(lesson).python_files
     return tuple(sorted(f"{lesson}/{f}" for f in files if f in python))
 

@@ -96,16 +96,20 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
     return peak
 
 
-def fused_linear_ce_setup(m: Any, rows: int, hidden: int, vocab: int, chunk: int) -> tuple[Callable[[], object],
-                                                                                           Callable[[], object]]:
-    """(PyTorch's F.linear + F.cross_entropy + backward, train.fused_linear_cross_entropy on m's kernels)
-    on the same random inputs, each returning its loss and gradients."""
-    tr = import_file(m.dir / "train.py", "cc_train_bench")
-    dev = m.device
+def fused_linear_ce_inputs(dev: Any, rows: int, hidden: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                  torch.Tensor]:
+    """(x, w, labels) of the fused linear + cross-entropy benchmark, from a seeded generator on ``dev``: the same
+    tensors in every process on the same GPU (task 6.12's test makes them both where train.py runs and where the
+    verdict is computed)."""
     g = torch.Generator(device=dev).manual_seed(0)
     x = torch.randn(rows, hidden, device=dev, generator=g)
     w = torch.randn(vocab, hidden, device=dev, generator=g) * hidden ** -0.5
     labels = torch.randint(0, vocab, (rows,), device=dev, generator=g)
+    return x, w, labels
+
+
+def torch_fused_linear_ce(x: torch.Tensor, w: torch.Tensor, labels: torch.Tensor) -> Callable[[], object]:
+    """PyTorch's F.linear + F.cross_entropy + backward on copies of the inputs, returning (loss, dx, dw)."""
     xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
 
     def torch_fused() -> object:
@@ -114,7 +118,16 @@ def fused_linear_ce_setup(m: Any, rows: int, hidden: int, vocab: int, chunk: int
         loss.backward()
         return loss, xr.grad, wr.grad
 
-    return torch_fused, lambda: tr.fused_linear_cross_entropy(m, x, w, labels, chunk=chunk)
+    return torch_fused
+
+
+def fused_linear_ce_setup(m: Any, rows: int, hidden: int, vocab: int, chunk: int) -> tuple[Callable[[], object],
+                                                                                           Callable[[], object]]:
+    """(PyTorch's F.linear + F.cross_entropy + backward, train.fused_linear_cross_entropy on m's kernels)
+    on the same random inputs, each returning its loss and gradients."""
+    tr = import_file(m.dir / "train.py", "cc_train_bench")
+    x, w, labels = fused_linear_ce_inputs(m.device, rows, hidden, vocab)
+    return torch_fused_linear_ce(x, w, labels), lambda: tr.fused_linear_cross_entropy(m, x, w, labels, chunk=chunk)
 
 
 def _fused_linear_ce_cases(m: Any, rows: int, hidden: int, vocab: int, chunks: tuple[int, ...]) -> list[Case]:
