@@ -958,6 +958,28 @@ def test_gpu_gate_times_speed_tasks_alone_and_correctness_first() -> None:
     assert order == ["first", "speed", "speed done", "late"], order
 
 
+def test_gpu_gate_holds_speed_tasks_until_every_correctness_group_is_done() -> None:
+    """A speed task's process starts early (its start-up overlaps the correctness work) but gets the GPU only once
+    every correctness group counted by ``expect`` has finished, started or not: not in a gap between two of them.
+    Correctness groups are never held back by it."""
+    import threading
+
+    from cudacourse.grading.staging import GpuGate
+
+    gate, got = GpuGate(), threading.Event()
+    gate.expect(2)  # two correctness groups queued, none running: the gate is idle, yet a speed task must wait
+    speed = threading.Thread(target=lambda: (gate.acquire(True), got.set(), gate.release(True)))
+    speed.start()
+    assert not got.wait(0.3), "a speed task took the GPU before the queued correctness work"
+    gate.acquire(False)  # the first group runs beside the waiting speed task
+    gate.release(False)
+    gate.finished()
+    assert not got.wait(0.3), "a speed task took the GPU with a correctness group still to run"
+    gate.finished()
+    assert got.wait(30), "the speed task never got the GPU after the correctness work"
+    speed.join(timeout=30)
+
+
 def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) -> None:
     (fake_course / "tests" / "test_01_relu.py").write_text("this is not python\n")
     out = tmp_path / "r.json"

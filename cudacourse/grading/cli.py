@@ -366,13 +366,29 @@ def grade(args: argparse.Namespace) -> list[Report]:
         # Working folders ("slots") belong to the jobs, not to the submissions: each run first restores
         # its slot to the submission's pristine tree. Builds are cached by content, so a kernel file that
         # several submissions share (an untouched relu_torch.cu) is built once per slot, not per learner.
-        for k in range(max(1, min(jobs, len(groups)))):
+        # The timed processes (one per submission, on a GPU) run beside the jobs, TIMED_AHEAD at a time from the
+        # start: each starts up and loads its workers while the correctness work runs, then waits asleep for the GPU,
+        # which it gets once every correctness group is done (GpuGate.expect). Queued behind that work instead, the
+        # H100 machine's timed process started its workers after the last correctness task, 11 s on the grade's
+        # critical path (2026-11-28).
+        timed = [(i, g) for i, g in groups if st.timed_alone(g)]
+        others = [(i, g) for i, g in groups if not st.timed_alone(g)]
+        for k in range(max(1, min(jobs + TIMED_AHEAD, len(groups)))):
             slot = work / f"slot{k}"
             shutil.copytree(harness, slot)
             st.slots.put(slot)
         results: dict[int, dict[str, TaskResult]] = {i: {} for i in range(len(subs))}
-        with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futs = {pool.submit(safe_run_group, subs[i], g, st): i for i, g in groups}
+        st.gate.expect(len(others))
+
+        def correctness(sub: Submission, g: list[TaskSpec]) -> list[TaskResult]:
+            try:
+                return safe_run_group(sub, g, st)
+            finally:
+                st.gate.finished()
+
+        with cf.ThreadPoolExecutor(max_workers=jobs) as pool, cf.ThreadPoolExecutor(TIMED_AHEAD) as timed_pool:
+            futs = {timed_pool.submit(safe_run_group, subs[i], g, st): i for i, g in timed}
+            futs.update({pool.submit(correctness, subs[i], g): i for i, g in others})
             for fut in cf.as_completed(futs):
                 for r in fut.result():
                     results[futs[fut]][f"{r.lesson}/{r.id}"] = r
@@ -408,6 +424,9 @@ def grade(args: argparse.Namespace) -> list[Report]:
             lock.release()
         elif args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+TIMED_AHEAD = 2  # timed processes started ahead of their turn: one times while the next starts up
 
 
 def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],

@@ -99,18 +99,34 @@ class GpuGate:
     shared request never waits for a waiting speed task, so speed tasks fill the GPU's idle time and cannot
     hold a lesson's correctness tasks back behind every speed task of the run (they cannot starve either:
     correctness work is finite). A hand-written reader-writer lock: the standard library has none, and this
-    one is a dozen lines."""
+    one is a dozen lines.
+
+    ``expect(n)``/``finished()`` count correctness work queued and not done yet (task groups not started count):
+    an exclusive turn also waits for that to reach zero, so a speed task's process started early (its start-up
+    overlapping the others' work) never takes the GPU in a gap between two correctness processes."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._shared = 0
         self._exclusive = False
+        self._ahead = 0
+
+    def expect(self, n: int) -> None:
+        """``n`` more groups of correctness work are queued: exclusive turns wait for them."""
+        with self._cond:
+            self._ahead += n
+
+    def finished(self) -> None:
+        """One group counted by :meth:`expect` is done (whatever its outcome)."""
+        with self._cond:
+            self._ahead -= 1
+            self._cond.notify_all()
 
     def acquire(self, exclusive: bool) -> None:
         """Wait for the gate: ``exclusive`` for a process that times, shared for one that does not."""
         with self._cond:
             if exclusive:
-                self._cond.wait_for(lambda: not self._exclusive and self._shared == 0)
+                self._cond.wait_for(lambda: not self._exclusive and self._shared == 0 and self._ahead <= 0)
                 self._exclusive = True
             else:
                 self._cond.wait_for(lambda: not self._exclusive)
