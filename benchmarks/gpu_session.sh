@@ -28,6 +28,9 @@ setup() {
   python3 -m pip install -q --no-index --no-deps --no-cache-dir .whl/*.whl \
     || { echo "gpu_session: no wheels in .whl/ (see this file's header)"; exit 2; }
   ln -sfn "$PWD/cudacourse" "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cudacourse"
+  # The device tool copies the working tree beside the .git of the session's start: files added since were not in
+  # its index, and tests that copy the course with `git ls-files` (the hostile corpus) left them out (2026-11-28)
+  git add -A >/dev/null 2>&1
   python3 -m cudacourse doctor > "$OUT/doctor.txt" 2>&1
   grep -i -A1 confine "$OUT/doctor.txt"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
