@@ -54,9 +54,10 @@ On the cuda backend (``gpu=True``; ``TorchWorker.extension(..., backend="cuda")`
 cross the same channel through host memory: the sender copies the storage span to the host, the receiver
 copies it onto its device (``"device": "cuda:0"`` in the description), so the learner's function sees a CUDA
 tensor with the argument's dtype, shape and strides, and the checking process gets results on its own device.
-That costs a device-host-device copy per tensor and call, which no timed task pays: what is hosted here
-is checked for correctness only (the timed tasks 6.12 and 7.7 import train.py and custom_op.py into their
-task process).
+That costs a device-host-device copy per tensor and call, which no timed call pays: the two speed tasks that
+time a hosted file load its kernels in the worker itself and cross the channel only outside the timed calls
+(6.12's values once, 7.7's two timings), and their workers start before the GPU is theirs (a test file's
+``cc_preload``, called by the plugin).
 Its CUDA contexts sleep while they wait (``gpu_worker.sleep_while_waiting``), and Triton compiles into the
 build cache (:func:`triton_cache_env`), shared by the grade's workers. (Exporting VMM allocations as file
 descriptors, as ``gpu_worker.py`` does, would avoid the copies; legacy CUDA IPC does not work across PID
