@@ -1377,6 +1377,40 @@ def test_train_py_runs_outside_the_checking_process_while_grading(tmp_path: Path
     t06.test_fused_linear_cross_entropy(*case)  # in-process: the forgery disarms this process's checker
 
 
+@pytest.mark.gpu
+def test_train_py_of_the_timed_task_runs_outside_the_checking_process_while_grading(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Task 6.12 (GPU, timed) runs train.py in its torch worker too, its kernels loaded there: the same forged
+    train.py (it disarms check.assert_close where it runs and answers zeros) fails 6.12's value check, made in the
+    checking process, and is never imported into it."""
+    import cudacourse as cc
+    from cudacourse.grading.confine import available
+    from cudacourse.loader import import_file
+    from cudacourse.torch_worker import RemoteModule
+
+    t06 = import_file(ROOT / "tests" / "test_06_training.py")
+    forged = tmp_path / "train.py"
+    forged.write_text((ROOT / "solutions" / "06_training" / "train.py").read_text() + DISARMING_TRAIN_PY)
+    solution = cc.lesson("06_training", impl="solution", backend="cuda")
+
+    class Moved:  # the solution's kernels, with the forged train.py beside them
+        dir = tmp_path
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(solution, name)
+
+    monkeypatch.setattr(t06, "_m", Moved)
+    with using(confine="strict" if available().confined else "best-effort"):
+        tr = t06._train()
+        try:
+            assert isinstance(tr, RemoteModule)
+            with pytest.raises(AssertionError, match="fused_linear_cross_entropy loss"):
+                t06.test_speed_and_memory_fused_linear_cross_entropy()
+        finally:
+            tr.worker.close()
+    assert not [m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(forged)]
+
+
 def test_custom_op_py_runs_outside_the_checking_process_while_grading(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """While grading, lesson 07's custom_op.py runs in a confined torch worker with kernels of its own
