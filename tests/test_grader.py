@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -1336,6 +1337,28 @@ def fused_linear_cross_entropy(m6, x, w, labels, b=None, *, chunk=1024, ignore_i
 """
 
 
+def _test_06_with_a_forged_train_py(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    backend: str) -> tuple[types.ModuleType, Path]:
+    """Lesson 06's test module, its ``_m`` giving the solution's kernels on ``backend`` with a forged train.py
+    (the solution's plus DISARMING_TRAIN_PY) beside them: (the module, the forged file)."""
+    import cudacourse as cc
+    from cudacourse.loader import import_file
+
+    t06 = import_file(ROOT / "tests" / "test_06_training.py")
+    forged = tmp_path / "train.py"
+    forged.write_text((ROOT / "solutions" / "06_training" / "train.py").read_text() + DISARMING_TRAIN_PY)
+    solution = cc.lesson("06_training", impl="solution", backend=backend)
+
+    class Moved:  # the solution's kernels, with the forged train.py beside them
+        dir = tmp_path
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(solution, name)
+
+    monkeypatch.setattr(t06, "_m", Moved)
+    return t06, forged
+
+
 def test_train_py_runs_outside_the_checking_process_while_grading(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """While grading, lesson 06's train.py runs in a confined torch worker (tests/test_06_training.py ``_train``):
@@ -1345,21 +1368,9 @@ def test_train_py_runs_outside_the_checking_process_while_grading(tmp_path: Path
     import cudacourse as cc
     from cudacourse import check
     from cudacourse.grading.confine import available
-    from cudacourse.loader import import_file
     from cudacourse.torch_worker import RemoteModule, WorkerObject
 
-    t06 = import_file(ROOT / "tests" / "test_06_training.py")
-    forged = tmp_path / "train.py"
-    forged.write_text((ROOT / "solutions" / "06_training" / "train.py").read_text() + DISARMING_TRAIN_PY)
-    solution = cc.lesson("06_training", impl="solution", backend="sim")
-
-    class Moved:  # the solution's kernels, with the forged train.py beside them
-        dir = tmp_path
-
-        def __getattr__(self, name: str) -> object:
-            return getattr(solution, name)
-
-    monkeypatch.setattr(t06, "_m", Moved)
+    t06, forged = _test_06_with_a_forged_train_py(tmp_path, monkeypatch, "sim")
     monkeypatch.setattr(check, "assert_close", check.assert_close)  # restored after the in-process half
     case = (37, 20, 53, 8, True)
     with using(confine="strict" if available().confined else "best-effort"):
@@ -1383,23 +1394,10 @@ def test_train_py_of_the_timed_task_runs_outside_the_checking_process_while_grad
     """Task 6.12 (GPU, timed) runs train.py in its torch worker too, its kernels loaded there: the same forged
     train.py (it disarms check.assert_close where it runs and answers zeros) fails 6.12's value check, made in the
     checking process, and is never imported into it."""
-    import cudacourse as cc
     from cudacourse.grading.confine import available
-    from cudacourse.loader import import_file
     from cudacourse.torch_worker import RemoteModule
 
-    t06 = import_file(ROOT / "tests" / "test_06_training.py")
-    forged = tmp_path / "train.py"
-    forged.write_text((ROOT / "solutions" / "06_training" / "train.py").read_text() + DISARMING_TRAIN_PY)
-    solution = cc.lesson("06_training", impl="solution", backend="cuda")
-
-    class Moved:  # the solution's kernels, with the forged train.py beside them
-        dir = tmp_path
-
-        def __getattr__(self, name: str) -> object:
-            return getattr(solution, name)
-
-    monkeypatch.setattr(t06, "_m", Moved)
+    t06, forged = _test_06_with_a_forged_train_py(tmp_path, monkeypatch, "cuda")
     with using(confine="strict" if available().confined else "best-effort"):
         tr = t06._train()
         try:
