@@ -438,9 +438,10 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
     with 1.1-1.5 for that slow build), split further into runs of consecutive tasks while there are fewer
     processes than twice the jobs. Tasks whose tests host a learner's Python file in a torch worker
     (``learner_python``) share a process only with tasks hosting the same files (one worker start each), except the
-    timed tasks. Processes holding a ``slow`` task (lesson.toml) go first:
-    a training run or a torch.compile started late ends the grade late (on the H100 machine task 7.3, queued
-    behind the others, ended 8 s after every other correctness task). The Triton twins come next (they need no build),
+    timed tasks; with jobs to spare each ``slow`` task and each Triton twin gets a process of its own. Processes
+    holding a ``slow`` task (lesson.toml) go first: a training run or a torch.compile started late ends the grade
+    late (on the H100 machine task 7.3, queued behind the others, ended 8 s after every other correctness task).
+    Those hosting a learner's Python file come next, then the Triton twins (they need no build),
     tasks on a torch-route file last of the others (the longest build), and each submission's timed tasks
     (``st.timed``) last of all, in one process.
     """
@@ -469,7 +470,8 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
             if split > 1:
                 # jobs to spare: a slow task, or a Triton twin (12-27 s each of compiling its kernels on the H100
                 # machine), gets a process of its own (4.T2, queued behind 4.T1, ended the correctness phase)
-                alone = [t for t in lt if _slow(course, t) or set(key[1]) <= set(course.lesson(key[0]).triton_files)]
+                twins = bool(key[1]) and set(key[1]) <= set(course.lesson(key[0]).triton_files)
+                alone = [t for t in lt if twins or _slow(course, t)]
                 out += [(i, [t]) for t in alone]
                 lt = [t for t in lt if t not in alone]
             if not lt:
