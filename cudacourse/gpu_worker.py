@@ -67,27 +67,6 @@ class _AccessDesc(ctypes.Structure):  # CUmemAccessDesc
     _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
 
 
-def sleep_while_waiting() -> None:
-    """Make this process's CUDA contexts sleep, not spin, while they wait for the GPU. Call it before the first
-    context is made (before torch touches the GPU); only in a process whose GPU calls are never timed.
-
-    With CUDA's default scheduling a process with fewer contexts than cores spins a core for as long as it waits
-    (a copy back to the host, a synchronize). During a grade a dozen processes share the one GPU, and a spinning
-    waiter takes a core that the builds and the other tasks need; a sleeping thread needs microseconds to wake,
-    which only a timed call would notice."""
-    try:
-        cu = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return
-    set_flags = getattr(cu, "cuDevicePrimaryCtxSetFlags_v2", None) or cu.cuDevicePrimaryCtxSetFlags
-    n, dev = ctypes.c_int(), ctypes.c_int()
-    if cu.cuInit(0) != 0 or cu.cuDeviceGetCount(ctypes.byref(n)) != 0:
-        return  # (torch reports a GPU it cannot use when the first tensor moves there)
-    for i in range(n.value):
-        if cu.cuDeviceGet(ctypes.byref(dev), i) == 0:
-            set_flags(dev, 4)  # CU_CTX_SCHED_BLOCKING_SYNC
-
-
 class _Vmm:
     """The CUDA driver's virtual-memory calls, the same in both processes: create or import an allocation,
     map it read-write for ``device``, export it as a file descriptor, and undo all of it."""

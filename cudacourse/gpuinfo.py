@@ -1,4 +1,5 @@
-"""What GPU this machine has, asked of the CUDA driver directly, without importing torch.
+"""The CUDA driver, asked directly, without importing torch: what GPU this machine has, and how a process's
+contexts wait (:func:`sleep_while_waiting`).
 
 The grader decides its backend and names the device before it starts anything, and its build workers need
 the GPU's compute capability for nvcc's ``-gencode``. Through torch that costs an ``import torch`` and a
@@ -36,19 +37,26 @@ class GpuInfo:
 
 
 @functools.lru_cache(maxsize=1)
-def probe() -> GpuInfo | None:
-    """Device 0 of the CUDA driver, or None (no driver library, no device, or an error from the driver)."""
+def driver() -> ctypes.CDLL | None:
+    """The CUDA driver library, initialised (``cuInit``; no context is made), or None where it cannot be."""
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
         return None
+    return cuda if cuda.cuInit(0) == 0 else None
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> GpuInfo | None:
+    """Device 0 of the CUDA driver, or None (no driver library, no device, or an error from the driver)."""
+    cuda = driver()
+    if cuda is None:
+        return None
     try:
-        if cuda.cuInit(0) != 0:
-            return None
-        count, driver, dev = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+        count, driver_version, dev = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
         if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
             return None
-        if cuda.cuDriverGetVersion(ctypes.byref(driver)) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0:
+        if cuda.cuDriverGetVersion(ctypes.byref(driver_version)) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0:
             return None
         name = ctypes.create_string_buffer(256)
         major, minor = ctypes.c_int(0), ctypes.c_int(0)
@@ -58,7 +66,25 @@ def probe() -> GpuInfo | None:
             return None
     except AttributeError:  # not the driver API we know
         return None
-    return GpuInfo(name.value.decode(errors="replace"), major.value, minor.value, driver.value, count.value)
+    return GpuInfo(name.value.decode(errors="replace"), major.value, minor.value, driver_version.value, count.value)
+
+
+def sleep_while_waiting() -> None:
+    """Make this process's CUDA contexts sleep, not spin, while they wait for the GPU. Call it before the first
+    context is made (before torch touches the GPU); only in a process whose GPU calls are never timed.
+
+    With CUDA's default scheduling a process with fewer contexts than cores spins a core for as long as it waits
+    (a copy back to the host, a synchronize). During a grade a dozen processes share the one GPU, and a spinning
+    waiter takes a core that the builds and the other tasks need; a sleeping thread needs microseconds to wake,
+    which only a timed call would notice."""
+    cu = driver()
+    n, dev = ctypes.c_int(), ctypes.c_int()
+    if cu is None or cu.cuDeviceGetCount(ctypes.byref(n)) != 0:
+        return  # (torch reports a GPU it cannot use when the first tensor moves there)
+    set_flags = getattr(cu, "cuDevicePrimaryCtxSetFlags_v2", None) or cu.cuDevicePrimaryCtxSetFlags
+    for i in range(n.value):
+        if cu.cuDeviceGet(ctypes.byref(dev), i) == 0:
+            set_flags(dev, 4)  # CU_CTX_SCHED_BLOCKING_SYNC
 
 
 def torch_cuda_version() -> str | None:

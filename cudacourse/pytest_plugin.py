@@ -154,7 +154,7 @@ def pytest_runtestloop(session: pytest.Session) -> None:
             import torch._inductor.compile_fx  # noqa: F401
         _preload(session)
     elif backend_name() == "cuda":
-        from cudacourse.gpu_worker import sleep_while_waiting
+        from cudacourse.gpuinfo import sleep_while_waiting
 
         sleep_while_waiting()  # a process whose tests are not timed: its waits for the GPU free a core
     while not Path(path).exists():

@@ -58,7 +58,7 @@ That costs a device-host-device copy per tensor and call, which no timed call pa
 time a hosted file load its kernels in the worker itself and cross the channel only outside the timed calls
 (6.12's values once, 7.7's two timings), and their workers start before the GPU is theirs (a test file's
 ``cc_preload``, called by the plugin).
-Its CUDA contexts sleep while they wait (``gpu_worker.sleep_while_waiting``), and Triton compiles into the
+Its CUDA contexts sleep while they wait (``gpuinfo.sleep_while_waiting``), and Triton compiles into the
 build cache (:func:`triton_cache_env`), shared by the grade's workers. (Exporting VMM allocations as file
 descriptors, as ``gpu_worker.py`` does, would avoid the copies; legacy CUDA IPC does not work across PID
 namespaces.)
@@ -1054,7 +1054,7 @@ def backward(fn: Any, args: tuple | list, grad_output: Any) -> tuple[Any, list[A
 if __name__ == "__main__":
     sys.path[0] = str(_THIS.parent.parent)  # the course package this file belongs to, not its folder
     if "--gpu" in sys.argv[2:]:
-        from cudacourse.gpu_worker import sleep_while_waiting
+        from cudacourse.gpuinfo import sleep_while_waiting
 
         sleep_while_waiting()  # none of this worker's calls is timed
     _serve(socket.socket(fileno=int(sys.argv[1])))

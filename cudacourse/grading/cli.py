@@ -460,18 +460,18 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
         # job that finishes early finds work left
         split = max(1, -(-2 * jobs // (len(subs) * max(1, len(keyed)))))
 
+        def twins(key: tuple[str, tuple[str, ...]]) -> bool:  # the Triton twins' files only (no build)
+            return bool(key[1]) and set(key[1]) <= set(course.lesson(key[0]).triton_files)
+
         def order(key: tuple[str, tuple[str, ...]]) -> tuple[int, str]:
-            info = course.lesson(key[0])
-            return (0 if set(key[1]) <= set(info.triton_files) else 2 if set(key[1]) & set(info.torch_files) else 1,
-                    key[0])
+            return (0 if twins(key) else 2 if set(key[1]) & set(course.lesson(key[0]).torch_files) else 1, key[0])
 
         for key in sorted(keyed, key=order):
             lt = keyed[key]
             if split > 1:
                 # jobs to spare: a slow task, or a Triton twin (12-27 s each of compiling its kernels on the H100
                 # machine), gets a process of its own (4.T2, queued behind 4.T1, ended the correctness phase)
-                twins = bool(key[1]) and set(key[1]) <= set(course.lesson(key[0]).triton_files)
-                alone = [t for t in lt if twins or _slow(course, t)]
+                alone = [t for t in lt if twins(key) or _slow(course, t)]
                 out += [(i, [t]) for t in alone]
                 lt = [t for t in lt if t not in alone]
             if not lt:
