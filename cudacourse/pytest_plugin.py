@@ -149,9 +149,7 @@ def pytest_runtestloop(session: pytest.Session) -> None:
             import torch
 
             torch.empty(1, device="cuda")  # the context and allocator, created before the turn
-            # torch.compile's modules too: 8 s to import on the H100 machine, which task 7.7 spent in the turn
-            import torch._dynamo  # noqa: F401
-            import torch._inductor.compile_fx  # noqa: F401
+            # (torch.compile runs in task 7.7's torch worker, which imports it there: its cc_preload)
         _preload(session)
     elif backend_name() == "cuda":
         from cudacourse.gpuinfo import sleep_while_waiting
