@@ -45,11 +45,11 @@ bench: setup  ## time the solutions on a GPU (results/<gpu>/)
 doctor: setup
 	@$(PY) -m cudacourse doctor
 
-stubs: setup  ## regenerate lessons/ stubs from solutions/
-	@$(PY) -m cudacourse stubs
+stubs: setup  ## (maintainers) regenerate lessons/ stubs from solutions/; refuses to replace an edited file (ARGS=--force keeps a backup)
+	@$(PY) -m cudacourse stubs $(ARGS)
 
-templates: setup  ## regenerate templates/ (Classroom and CI workflows) from the course model
-	@$(PY) -m cudacourse templates
+templates: setup  ## (maintainers) regenerate templates/ from the course model; refuses to replace an edited file
+	@$(PY) -m cudacourse templates $(ARGS)
 
 clean:
 	rm -rf .cudacourse-build .pytest_cache

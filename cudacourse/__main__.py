@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 USAGE = """usage: python -m cudacourse <command> [options]   (or: cudacourse <command> [options])
+       python -m cudacourse --version                 (the package's version and the course folder it reads)
 
 commands:
   check    check one task (check 1.1), a lesson (check 01_relu), or every lesson you started, full messages
@@ -15,22 +16,57 @@ commands:
   doctor   show versions, GPU, chosen backend, and how to fix problems
   bench    time the lessons' kernels against PyTorch/cuBLAS on a GPU
   profile  memory-traffic counters of one lesson function on the simulator (profile 01_relu relu --size 4096)
-  stubs    regenerate lessons/ stubs from solutions/ (--check: fail if they drifted)
+
+maintainer commands (they never replace a file someone edited unless --force, which keeps a backup):
+  stubs      regenerate lessons/ stubs from solutions/ (--check: fail if they drifted)
   templates  regenerate templates/ from the course model (--check: fail if they are stale)
 """
 
 
 def _stubs(argv: list[str]) -> int:
-    from cudacourse import stubs
+    import argparse
 
-    if "--check" in argv:
+    from cudacourse import stubs
+    from cudacourse.generated import BACKUPS, EditedFilesError
+
+    ap = argparse.ArgumentParser(
+        prog="python -m cudacourse stubs",
+        description="Regenerate the exercise stubs in lessons/ from solutions/: a maintainer's verb. It never "
+                    "replaces a lesson file someone edited unless --force (which keeps a backup).")
+    ap.add_argument("--check", action="store_true", help="change nothing; fail if lessons/ drifted from solutions/")
+    ap.add_argument("--force", action="store_true",
+                    help=f"replace edited lesson files too, after copying each to {BACKUPS}/<time>/")
+    args = ap.parse_args(argv)
+    if args.check:
         bad = stubs.drifted()
         for p in bad:
             print(f"drifted: {p} (run `make stubs`)")
         return 1 if bad else 0
-    for p in stubs.write_all():
+    try:
+        changed = stubs.write_all(force=args.force)
+    except EditedFilesError as e:
+        print(e, file=sys.stderr)
+        return 1
+    for p in changed:
         print(f"wrote {p}")
     return 0
+
+
+def version_line() -> str:
+    """``cudacourse 0.1.0 (course at ROOT)``, or where no course checkout is found, what to do."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from cudacourse.course import CourseModelError, course
+
+    try:
+        v = version("cudacourse")
+    except PackageNotFoundError:
+        v = "(not installed)"
+    try:
+        where = f"course at {course().root}"
+    except CourseModelError as e:
+        where = str(e)
+    return f"cudacourse {v}: {where}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(version_line())
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "check":
         from cudacourse.checkcmd import main as run

@@ -37,7 +37,7 @@ def build_root() -> Path:
     """Folder that holds every build (``$CUDA_COURSE_BUILD`` or ``.cudacourse-build`` in the repo)."""
     from cudacourse.settings import current
 
-    root = current().build_dir or REPO_ROOT / ".cudacourse-build"
+    root = current().build_dir or (current().root or REPO_ROOT) / ".cudacourse-build"
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -305,18 +305,29 @@ def _course_at(root: Path) -> Course:
 
 
 def course(root: str | Path | None = None) -> Course:
-    """The course at ``root`` (default: the checkout this package runs from); cached per root.
+    """The course at ``root``; cached per root.
 
-    Raises :class:`CourseModelError` when the default root holds no lessons, which is what a
-    non-editable (wheel) install sees: the course is a checkout, not a library.
+    The default root is ``CUDA_COURSE_ROOT`` when set (a checkout named explicitly), else the checkout this
+    package runs from (an editable install). Raises :class:`CourseModelError`, saying what to do, when that
+    folder holds no lessons: what an installed (non-editable) package sees without ``CUDA_COURSE_ROOT``.
     """
-    c = _course_at(Path(root).resolve() if root is not None else PACKAGE_ROOT)
-    if root is None and not c.lessons:
+    if root is not None:
+        return _course_at(Path(root).resolve())
+    from cudacourse import settings
+
+    named = settings.current().root
+    c = _course_at((named or PACKAGE_ROOT).resolve())
+    if c.lessons:
+        return c
+    if named is not None:
         raise CourseModelError(
-            f"no lessons found under {c.lessons_dir}: cudacourse reads its lessons from a clone of the course. "
-            "Clone the repository and install it editable (`pip install -e .`, which ./setup.sh does) instead of "
-            "installing a wheel.")
-    return c
+            f"CUDA_COURSE_ROOT={named} holds no lessons (no {c.lessons_dir}/NN_topic/lesson.toml): point it at the "
+            "top folder of a clone of the course (the folder with README.md, lessons/ and solutions/).")
+    raise CourseModelError(
+        f"no lessons found under {c.lessons_dir}: this cudacourse is installed as a package, and the course's lessons "
+        "live in a clone of its repository. Either set CUDA_COURSE_ROOT to the top folder of a clone (export "
+        "CUDA_COURSE_ROOT=/path/to/the/clone), or install it editable from the clone (`pip install -e .`, which "
+        "./setup.sh and `make` do).")
 
 
 HIDDEN_TASKS_FILE = "tasks.toml"

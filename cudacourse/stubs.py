@@ -16,8 +16,9 @@ block becomes ``code`` in the stub (at the same indentation): that is how a stub
 or raises its "not implemented" error. Python files use ``# BEGIN SOLUTION`` / ``# END SOLUTION`` /
 ``# STUB: ``. Files without markers are copied as they are.
 
-``python -m cudacourse stubs`` writes the stubs; ``--check`` only compares and fails when ``lessons/``
-has drifted from what the solutions derive (CI runs it).
+``python -m cudacourse stubs`` writes the stubs (a maintainer's verb: it refuses to replace a lesson file someone
+edited, see :mod:`cudacourse.generated`); ``--check`` only compares and fails when ``lessons/`` has drifted from
+what the solutions derive (CI runs it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from cudacourse.course import PACKAGE_ROOT as REPO_ROOT
 from cudacourse.course import course
+from cudacourse.generated import committed, write_generated
 
 DERIVED_SUFFIXES = {".cu", ".cuh", ".h", ".cpp", ".py"}
 _BEGIN = re.compile(r"^\s*(//|#)\s*BEGIN SOLUTION\s*$")
@@ -80,18 +82,33 @@ def expected(src: Path) -> str | bytes:
     return src.read_bytes()
 
 
-def write_all(root: Path = REPO_ROOT) -> list[Path]:
-    """Regenerate every stub; returns the files that changed."""
-    changed = []
+def _committed_stub(root: Path, src: Path) -> bytes | None:
+    """The stub derived from ``src`` as committed at git ``HEAD`` (what an unedited lesson file holds)."""
+    text = committed(root, src)
+    if text is None:
+        return None
+    if src.suffix not in DERIVED_SUFFIXES:
+        return text
+    try:
+        return derive(text.decode(), str(src)).encode()
+    except (UnicodeDecodeError, MarkerError):
+        return None
+
+
+def write_all(root: Path = REPO_ROOT, *, force: bool = False) -> list[Path]:
+    """Regenerate every stub; returns the files that changed.
+
+    Never replaces a lesson file someone edited (see :mod:`cudacourse.generated`): raises
+    :class:`~cudacourse.generated.EditedFilesError` and writes nothing, unless ``force`` (which backs them up).
+    """
+    want: dict[Path, bytes] = {}
+    source_of: dict[Path, Path] = {}
     for src, dst in pairs(root):
-        want = expected(src)
-        have = dst.read_bytes() if dst.exists() else None
-        want_b = want.encode() if isinstance(want, str) else want
-        if have != want_b:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(want_b)
-            changed.append(dst)
-    return changed
+        data = expected(src)
+        want[dst] = data.encode() if isinstance(data, str) else data
+        source_of[dst] = src
+    return write_generated(root, want, verb="stubs", force=force,
+                           pristine=lambda dst: _committed_stub(root, source_of[dst]))
 
 
 def drifted(root: Path = REPO_ROOT) -> list[Path]:
