@@ -165,8 +165,8 @@ def diagnose() -> Report:
         r.facts.append(("course", f"{course().root} ({len(course().lessons)} lessons)"))
     except CourseModelError as e:
         r.facts.append(("course", "not found"))
-        r.problems.append((str(e),
-                           "export CUDA_COURSE_ROOT=/path/to/a/clone/of/the/course   (or, in the clone: pip install -e .)"))
+        r.problems.append((str(e), "export CUDA_COURSE_ROOT=/path/to/a/clone/of/the/course   "
+                                   "(or, in the clone: pip install -e .)"))
         r.fatal = True
     r.facts.append(("build folder", str(buildcache.build_root())))
     r.facts.append(("Triton track", triton_fact()))
