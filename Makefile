@@ -40,10 +40,10 @@ lab: setup    ## open the notebooks (extra options: make lab ARGS="--no-browser 
 	@$(PY) -m jupyter lab $(ROOT_FLAG) $(ARGS) lessons/
 
 bench: setup  ## time the solutions on a GPU (results/<gpu>/)
-	@$(PY) -m cudacourse bench $(if $(LESSONS),--lessons $(LESSONS))
+	@$(PY) -m cudacourse bench $(if $(LESSONS),--lessons $(LESSONS)) $(ARGS)
 
 doctor: setup
-	@$(PY) -m cudacourse doctor
+	@$(PY) -m cudacourse doctor $(ARGS)
 
 stubs: setup  ## (maintainers) regenerate lessons/ stubs from solutions/; refuses to replace an edited file (ARGS=--force keeps a backup)
 	@$(PY) -m cudacourse stubs $(ARGS)
