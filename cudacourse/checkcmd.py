@@ -85,9 +85,50 @@ def _todo_blocks(text: str, task_id: str) -> list[str | None]:
     return [*mine, re.sub(r"\s+", "", "".join(keep))] if mine else []
 
 
+def _py_todo_blocks(text: str, task_id: str) -> list[str | None]:
+    """The Python twin of :func:`_todo_blocks`: the code (comments and spacing aside) of the innermost function
+    around each ``TODO(task N.M...)`` line of ``text`` (``None`` for one outside any function, or a file that does
+    not parse: never claim such a file untouched), and, last, the code outside every such function."""
+    import ast
+    import io
+    import tokenize
+
+    try:
+        tree = ast.parse(text)
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (SyntaxError, tokenize.TokenError):
+        return [None]
+    code_of_line: dict[int, list[str]] = {}
+    for tok in tokens:  # comments are not code: a learner's note changes nothing
+        if tok.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            code_of_line.setdefault(tok.start[0], []).append(tok.string)
+    funcs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    todo = re.compile(r"TODO\(task " + re.escape(task_id) + r"[,)]")
+    mine: list[str | None] = []
+    spans: list[tuple[int, int]] = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if not todo.search(line):
+            continue
+        around = [f for f in funcs if f.lineno <= no <= (f.end_lineno or f.lineno)]
+        if not around:
+            mine.append(None)
+            continue
+        f = max(around, key=lambda f: f.lineno)  # the innermost
+        span = (f.lineno, f.end_lineno or f.lineno)
+        if span not in spans:
+            spans.append(span)
+            mine.append("".join(t for n in range(span[0], span[1] + 1) for t in code_of_line.get(n, ())))
+    if not mine:
+        return []
+    rest = "".join(t for n, toks in sorted(code_of_line.items()) if not any(a <= n <= b for a, b in spans)
+                   for t in toks)
+    return [*mine, rest]
+
+
 def untouched_todos(c: Course, lesson: LessonInfo, task: Task, folder: Path | None = None) -> list[str]:
-    """The kernel files holding ``task``'s ``TODO(task N.M...)`` comments, when every block around them still reads
-    as in the stub (a started lesson's task not begun: its cases cannot pass, so the grader need not run them);
+    """The exercise files (``.cu``, and ``.py`` by function) holding ``task``'s ``TODO(task N.M...)`` comments, when
+    every block around them still reads as in the stub (a started lesson's task not begun: its cases cannot pass,
+    so the grader need not run them);
     ``[]`` when one was changed, has no block, or there is nothing to compare with."""
     from cudacourse import stubs
 
@@ -95,17 +136,33 @@ def untouched_todos(c: Course, lesson: LessonInfo, task: Task, folder: Path | No
     found = []
     for name in lesson.files_of(task):
         src, dst = c.kernel_dir(lesson.id, "solution") / name, folder / name
-        if not name.endswith(".cu") or not src.is_file():
+        blocks = _todo_blocks if name.endswith(".cu") else _py_todo_blocks if name.endswith(".py") else None
+        if blocks is None or not src.is_file():
             continue
         stub = stubs.expected(src)
         stub = stub if isinstance(stub, str) else stub.decode(errors="replace")
-        want = _todo_blocks(stub, task.id)
+        want = blocks(stub, task.id)
         if not want:
             continue
-        if not dst.is_file() or None in want or _todo_blocks(dst.read_text(errors="replace"), task.id) != want:
+        if not dst.is_file() or None in want or blocks(dst.read_text(errors="replace"), task.id) != want:
             return []
         found.append(name)
     return found
+
+
+def untouched_reason(c: Course, lesson: LessonInfo, task: Task, folder: Path | None = None,
+                     untouched: set[str] | None = None) -> str:
+    """Why ``task`` of a started lesson counts as not begun, or ``""``: every file its tests use is still the stub,
+    or every block around its ``TODO(task ...)`` comments is. ``untouched``: the lesson's untouched files, when
+    the caller has them (:func:`file_states`). Such a task is neither built nor run by ``check`` or ``grade``."""
+    if untouched is None:
+        untouched = {n for n, state in file_states(c, lesson, folder).items() if state == "untouched"}
+    files = lesson.files_of(task)
+    if set(files) <= untouched:
+        return f"{', '.join(files)} {'is' if len(files) == 1 else 'are'} still the stub"
+    if todos := untouched_todos(c, lesson, task, folder):
+        return f"its TODO in {', '.join(todos)} is still the stub"
+    return ""
 
 
 def lesson_started(c: Course, lesson: LessonInfo, folder: Path | None = None) -> bool:
@@ -192,9 +249,10 @@ def prebuild(lessons: list[LessonInfo], task_ids: list[str], impl: str | None) -
                     runtime_object()
                 except Exception:  # noqa: BLE001 - the tests report it, with the whole message
                     print("failed (the tests below say why)", flush=True)
+        used = {f for t in les.tasks if not task_ids or t.id in task_ids for f in les.files_of(t)}
         for f in m.files():
             text = f.read_text(errors="replace")
-            if task_ids and not any(f"TODO(task {t})" in text for t in task_ids):
+            if f.name not in used or (task_ids and not any(f"TODO(task {t}" in text for t in task_ids)):
                 continue
             print(f"cudacourse check: building {les.id}/{f.name} ...", end=" ", flush=True)
             t0 = time.monotonic()
@@ -278,6 +336,17 @@ class LearnerOutput:
         terminalreporter.stats.pop("deselected", None)
 
 
+def started_tasks(c: Course, lessons: list[LessonInfo]) -> tuple[list[str], list[str]]:
+    """(task ids begun, task ids not begun) of ``lessons`` in this checkout (:func:`untouched_reason`); GPU tasks on
+    a backend without a GPU count as begun when their files are (the tests report them not graded)."""
+    begun, idle = [], []
+    for les in lessons:
+        untouched = {n for n, state in file_states(c, les).items() if state == "untouched"}
+        for t in les.tasks:
+            (idle if untouched_reason(c, les, t, untouched=untouched) else begun).append(t.id)
+    return begun, idle
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``cudacourse check``; returns pytest's exit code (0: every case passed), 2 for a bad id."""
     p = argparse.ArgumentParser(prog="cudacourse check", description=(
@@ -311,6 +380,15 @@ def main(argv: list[str] | None = None) -> int:
         extra = ["--seed", str(args.seed), *extra]
     what = f"task {task_ids[0]}" if task_ids else ", ".join(les.id for les in lessons)
     print(f"cudacourse check: {what}", flush=True)
+    if not task_ids and not args.solution and not any(a.startswith("--submission") for a in extra):
+        # A lesson check runs the tasks begun, not the others (they cannot pass, and their files would be built:
+        # a learner's check of 01_relu spent 25 s of 33 building relu_torch.cu, never opened)
+        task_ids, idle = started_tasks(c, lessons)
+        if idle:
+            print(f"cudacourse check: not checked, not started yet: {', '.join(idle)} (name one to check it anyway: "
+                  f"make check T={idle[0]})", flush=True)
+        if not task_ids:
+            return 0
     if not any(a.startswith("--submission") for a in extra):  # (another folder's files: the tests build those)
         prebuild(lessons, task_ids, "solution" if args.solution else None)
     import pytest

@@ -47,10 +47,9 @@ from cudacourse import settings
 from cudacourse.course import Course, CourseError, Task, hidden_tasks
 from cudacourse.course import course as course_model
 from cudacourse.errors import CompileError, KernelError
-from cudacourse.grading.results import TestRecord, fold_tasks, points_table, trim_message
+from cudacourse.grading.results import GPU_SKIP_REASON, TestRecord, fold_tasks, points_table, trim_message
 
 NOT_GRADED_PREFIX = "not graded"
-GPU_SKIP_REASON = "not graded: needs a GPU (this run uses the CPU simulator; speed is measured on a GPU)"
 _MSG_LINES = 14
 _MSG_CHARS = 1800
 

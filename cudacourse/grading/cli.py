@@ -20,7 +20,7 @@ from typing import Any
 import filelock
 
 from cudacourse.buildcache import build_root
-from cudacourse.checkcmd import file_states, lesson_started, untouched_todos
+from cudacourse.checkcmd import file_states, lesson_started, untouched_reason
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
 from cudacourse.grading import runner
@@ -36,7 +36,7 @@ from cudacourse.grading.reports import (
     write_json,
     write_junit,
 )
-from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, format_points
+from cudacourse.grading.results import GPU_SKIP_REASON, GradingError, TaskResult, TaskSpec, format_points
 from cudacourse.grading.runner import (
     LIVE,
     RunSettings,
@@ -118,16 +118,12 @@ def untouched_tasks(course: Course, sub: Submission, declared: dict[tuple[str, s
         folder = sub.source / "lessons" / lid if sub.source is not None else course.kernel_dir(lid, "student")
         untouched = {n for n, state in file_states(course, info, folder).items() if state == "untouched"}
         for (les, _), t in declared.items():
-            files = info.files_of(t)
-            if les != lid:
-                continue
-            if set(files) <= untouched:
-                out[(lid, t.id)] = f"{', '.join(files)} {'is' if len(files) == 1 else 'are'} still the stub"
-            elif _too_large([folder / f for f in files]):
+            if les != lid or (not set(info.files_of(t)) <= untouched
+                              and _too_large([folder / f for f in info.files_of(t)])):
                 continue  # refused when staged ("too large"), so not the stub; and not scanned here (a 50 MB file
                 #           took the grader a minute of CPU per TODO block compared)
-            elif todos := untouched_todos(course, info, t, folder):
-                out[(lid, t.id)] = f"its TODO in {', '.join(todos)} is still the stub"
+            if why := untouched_reason(course, info, t, folder, untouched):
+                out[(lid, t.id)] = why
     return out
 
 
@@ -140,6 +136,18 @@ def _too_large(paths: list[Path]) -> bool:
     return False
 
 
+def cannot_grade_here(declared: dict[tuple[str, str], Task], backend: str) -> dict[tuple[str, str], str]:
+    """(lesson, id) -> why, for the tasks this machine cannot grade: GPU tasks when the backend is not ``cuda``,
+    Triton twins when Triton cannot run here. Each reason starts with "not graded" (the points table's word)."""
+    from cudacourse import triton_track
+
+    out = {k: GPU_SKIP_REASON for k, t in declared.items() if t.gpu and backend != "cuda"}
+    twins = {k for k, t in declared.items() if t.track == "triton" and k not in out}
+    if twins and (st := triton_track.status(gpu=backend == "cuda")).mode == "missing":
+        out.update({k: triton_track.not_graded_reason(st) for k in twins})
+    return out
+
+
 def not_started_results(course: Course, declared: dict[tuple[str, str], Task], idle: dict[tuple[str, str], str],
                         idle_lessons: set[str], backend: str) -> list[TaskResult]:
     """One result per task of ``idle`` (untouched, so never run; :func:`untouched_tasks`): ``fail`` with the
@@ -149,8 +157,11 @@ def not_started_results(course: Course, declared: dict[tuple[str, str], Task], i
     for key in sorted(idle):
         t = declared[key]
         msg = NOT_STARTED if t.lesson in idle_lessons or not idle[key] else f"{NOT_STARTED}: {idle[key]}"
+        if idle[key].startswith("not graded"):  # (cannot_grade_here)
+            msg = idle[key]
         out.append(TaskResult(t.id, t.lesson, t.title, t.points, 0.0,
-                              "not-graded" if t.gpu and backend != "cuda" else "fail", msg))
+                              "not-graded" if (t.gpu and backend != "cuda") or msg.startswith("not graded")
+                              else "fail", msg))
     return out
 
 
@@ -284,6 +295,11 @@ def grade(args: argparse.Namespace) -> list[Report]:
     # or run: they cannot earn points.
     idle_lessons = {i: not_started(course, sub, lessons) for i, sub in enumerate(subs)}
     idle = {i: untouched_tasks(course, sub, chosen, lessons) for i, sub in enumerate(subs)}
+    # Tasks this machine cannot grade are not run either (no task process, no build), and the total line says what
+    # would add their points: a GPU task on the simulator; a Triton twin where Triton cannot run.
+    cannot = cannot_grade_here(chosen, backend)
+    for i in idle:
+        idle[i].update(cannot)
     run_lessons = [lid for lid in lessons if any((les, tid) not in idle[i] for i in idle for (les, tid) in chosen
                                                   if les == lid)]
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)

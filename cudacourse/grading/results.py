@@ -80,6 +80,8 @@ class TaskResult:
 
 
 NOT_STARTED = "not started"  # the message of every task of a lesson whose exercise files are untouched
+# The message of a GPU task on the simulator (pytest's skip reason too): never run there, never a pass.
+GPU_SKIP_REASON = "not graded: needs a GPU (this run uses the CPU simulator; speed is measured on a GPU)"
 
 
 def is_not_started(task: TaskResult) -> bool:
@@ -139,24 +141,54 @@ def format_points(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
-def not_graded_why(tasks: list[TaskResult]) -> str:
-    """Why the not-graded tasks among ``tasks`` were not graded, in a few words for the total line: "need a GPU"
-    (speed tasks on the simulator), "triton is not installed (make setup EXTRAS=triton)" (the Triton twins), or
-    both. The reason comes from each task's message (the skip reason of its tests)."""
-    reasons: list[str] = []
+def _why_not_graded(t: TaskResult) -> str:
+    """Why ``t`` (not graded) was not graded, in a few words, from its message (the skip reason of its tests)."""
+    low = t.message.lower()
+    if "triton package is not installed" in low:
+        return "triton is not installed (make setup EXTRAS=triton)"
+    if "triton track cannot run here" in low:
+        return "the Triton track cannot run here (make doctor says why)"
+    return "need a GPU"
+
+
+def not_graded_points(tasks: list[TaskResult]) -> list[tuple[str, float]]:
+    """(why, points) for the not-graded tasks among ``tasks``, one entry per reason, in the order first met."""
+    out: dict[str, float] = {}
     for t in tasks:
-        if t.status != "not-graded":
-            continue
-        low = t.message.lower()
-        if "triton package is not installed" in low:
-            why = "triton is not installed (make setup EXTRAS=triton)"
-        elif "triton track cannot run here" in low:
-            why = "the Triton track cannot run here (make doctor says why)"
-        else:
-            why = "need a GPU"
-        if why not in reasons:
-            reasons.append(why)
-    return "; ".join(reasons)
+        if t.status == "not-graded":
+            why = _why_not_graded(t)
+            out[why] = out.get(why, 0.0) + t.points
+    return list(out.items())
+
+
+def not_graded_why(tasks: list[TaskResult]) -> str:
+    """Why the not-graded tasks among ``tasks`` were not graded, in a few words: "need a GPU" (speed tasks on the
+    simulator), "triton is not installed (make setup EXTRAS=triton)" (the Triton twins), or both."""
+    return "; ".join(why for why, _ in not_graded_points(tasks))
+
+
+def total_line(tasks: list[TaskResult]) -> str:
+    """The points table's last line: earned of possible, what this machine can award and what would add the rest
+    (a GPU, Triton), and the optional Triton track's share."""
+    earned = sum(t.earned for t in tasks)
+    possible = sum(t.points for t in tasks)
+    missing = not_graded_points(tasks)
+    here = possible - sum(p for _, p in missing)
+    line = f"total: {format_points(earned)} / {format_points(possible)} points"
+    if missing:
+        phrase = {"need a GPU": "need a GPU (the speed tasks and the GPU-only checks)",
+                  "triton is not installed (make setup EXTRAS=triton)": "need Triton (make setup EXTRAS=triton)",
+                  "the Triton track cannot run here (make doctor says why)":
+                      "need the Triton track, which cannot run here (make doctor says why)"}
+        rest = ", ".join(f"{format_points(p)} more {phrase.get(why, why)}" for why, p in missing)
+        line += f"; this machine can award {format_points(here)} of them: {rest}"
+    elif tasks:
+        line += " (all of them can be earned here)"
+    twins = [t for t in tasks if is_triton_task(t.id)]
+    if twins:  # (a learner wondered whether the optional track was required: its share is named)
+        line += (f"; {format_points(sum(t.points for t in twins))} of the {format_points(possible)} are the optional "
+                 f"Triton track ({format_points(sum(t.earned for t in twins))} earned)")
+    return line
 
 
 def points_table(tasks: list[TaskResult]) -> list[str]:
@@ -177,15 +209,7 @@ def points_table(tasks: list[TaskResult]) -> list[str]:
         lines.append(f"{t.id:<{w_id}}  {parts[0]:<{w_title}}  {format_points(t.points):>6}  "
                      f"{format_points(t.earned):>6}  {status}")
         lines += [f"{'':<{w_id}}  {p}" for p in parts[1:]]
-    earned = sum(t.earned for t in tasks)
-    possible = sum(t.points for t in tasks)
-    ng = sum(t.points for t in tasks if t.status == "not-graded")
-    twins = [t for t in tasks if is_triton_task(t.id)]
-    lines.append(f"total: {format_points(earned)} / {format_points(possible)} points"
-                 + (f" ({format_points(ng)} not graded: {not_graded_why(tasks)})" if ng else "")
-                 # (a learner wondered whether the optional track was required: its share is named)
-                 + (f"; {format_points(sum(t.points for t in twins))} of the {format_points(possible)} are the "
-                    f"optional Triton track ({format_points(sum(t.earned for t in twins))} earned)" if twins else ""))
+    lines.append(total_line(tasks))
     return lines
 
 
