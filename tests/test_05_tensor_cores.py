@@ -100,6 +100,18 @@ def _with_16byte_neighbour(cols: int) -> list[int]:
     return [cols] if cols % 8 == 0 else [(cols + 7) // 8 * 8, cols]
 
 
+def _cols_case(cols: int) -> int | str:
+    """The ``cols`` parameter of a case as its name shows it: every row length it checks, in order ("8 then 1"),
+    so that a failure at the 16-byte neighbour is not reported under a case named ``cols=1``."""
+    widths = _with_16byte_neighbour(cols)
+    return widths[0] if len(widths) == 1 else " then ".join(map(str, widths))
+
+
+def _widths(cols: int | str) -> list[int]:
+    """The row lengths of a case's ``cols`` parameter (:func:`_cols_case`)."""
+    return [int(w) for w in str(cols).split(" then ")]
+
+
 def _bias_gelu(m: cc.Lesson, x: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     rows, cols = x.shape
     full, y = check.guarded(rows * cols, m.device, dtype=torch.bfloat16)
@@ -110,12 +122,12 @@ def _bias_gelu(m: cc.Lesson, x: torch.Tensor, b: torch.Tensor) -> tuple[torch.Te
 
 
 @pytest.mark.task("5.1")
-@pytest.mark.parametrize(("rows", "cols"), GELU_CASES)
-def test_bias_gelu_bf16(rows: int, cols: int) -> None:
+@pytest.mark.parametrize(("rows", "cols"), [(r, _cols_case(c)) for r, c in GELU_CASES])
+def test_bias_gelu_bf16(rows: int, cols: int | str) -> None:
     """Where x + b is very negative, GELU is 0.5 s (1 + erf(s / sqrt 2)) with 1 + erf nearly 0: fp32 itself
     then loses the relative precision (an absolute error of about |s| 2^-24), hence the atol."""
     m = _m()
-    for c in _with_16byte_neighbour(cols):
+    for c in _widths(cols):
         g = check.rng(f"bias-gelu-{rows}x{c}")
         x, b = _bf16((rows, c), g, m, scale=3.0), _bf16(c, g, m)
         y, ref = _bias_gelu(m, x, b)
@@ -177,12 +189,13 @@ def test_bias_gelu_bf16_rejects_fp32() -> None:
 # ragged rows take the worked two-pass kernel (each after its 16-byte neighbour: ``_with_16byte_neighbour``); rows
 # of 8k values the register kernel (task 5.2) with 1 group of 8 per thread (up to 8192 values), 2 (8200) or 4
 # (16392), and threads left without a group
-@pytest.mark.parametrize(("rows", "cols", "offset"), [(1, 1, 0.0), (5, 33, 0.0), (3, 4099, 0.0), (2, 4096, 8.0),
-                                                      (1, 8, 0.0), (4, 24, 0.0), (2, 8200, 0.0), (2, 16392, 8.0)])
-def test_rmsnorm_bf16(rows: int, cols: int, offset: float) -> None:
+@pytest.mark.parametrize(("rows", "cols", "offset"), [(r, _cols_case(c), o) for r, c, o in [
+    (1, 1, 0.0), (5, 33, 0.0), (3, 4099, 0.0), (2, 4096, 8.0), (1, 8, 0.0), (4, 24, 0.0), (2, 8200, 0.0),
+    (2, 16392, 8.0)]])
+def test_rmsnorm_bf16(rows: int, cols: int | str, offset: float) -> None:
     """offset 8: every square is about 64, 4096 of them: a bf16 running sum stops growing at about 2^8 terms."""
     m = _m()
-    for c in _with_16byte_neighbour(cols):
+    for c in _widths(cols):
         g = check.rng(f"rmsnorm-bf16-{rows}x{c}")
         x = (check.randn((rows, c), g, dtype=torch.float64) + offset).to(torch.bfloat16).to(m.device)
         w = _bf16(c, g, m)
