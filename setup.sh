@@ -17,10 +17,10 @@ cd "$(dirname "$0")"
 # (Each line as pip prints it: Python and sed buffer a pipe, and a learner saw 47 s of nothing, then every line.)
 SED_UNBUFFERED=$(sed -u q </dev/null >/dev/null 2>&1 && echo -u || true)
 pip_lines() {
-  grep -E --line-buffered '^(Collecting|Successfully installed|ERROR|error)|^ *Downloading .*\([0-9.]+ (MB|GB)\)$' \
+  grep -E --line-buffered '^(Collecting|Processing|Installing collected packages|Successfully installed|ERROR|error)|^ *Downloading .*\([0-9.]+ (MB|GB)\)$' \
     | sed $SED_UNBUFFERED -E -e 's#^ *Downloading .*/([^/ ]+) \(#  Downloading \1 (#' \
              -e 's#(\(([0-9]{3,}(\.[0-9]+)? MB|[0-9.]+ GB)\))$#\1: a large download; pip prints nothing more until it is done#' \
-             -e 's/%2B/+/g' -e 's/^/setup:   /' || true
+             -e 's#^Processing .*/([^/ ]+)$#Processing \1#' -e 's/%2B/+/g' -e 's/^/setup:   /' || true
 }
 if [ "${1:-}" = "--pip-lines" ]; then pip_lines; exit 0; fi  # (for the course's tests: filter stdin, install nothing)
 
@@ -57,6 +57,14 @@ if [ -f "$STAMP" ]; then read -r have_hash have_extras < "$STAMP" || true; fi
 extras=$(echo "${1:-},$have_extras" | tr ',' '\n' | sed '/^$/d' | sort -u | paste -sd, -)
 if [ "$have_hash" = "$want" ] && [ "$extras" = "$have_extras" ]; then exit 0; fi
 
+# heartbeat NAME: every HEARTBEAT_S seconds (default 10), a line saying NAME is still going: pip is silent while
+# it unpacks and installs a large wheel (35 s for torch on a 2-core machine), and no wait may look like a hang.
+heartbeat() {
+  local t0 every=${HEARTBEAT_S:-10}
+  t0=$(date +%s)
+  while sleep "$every"; do echo "setup:   ... still $1 ($(( $(date +%s) - t0 )) s so far)"; done
+}
+
 # step NAME CMD...: say what is installed, run it showing each package pip fetches, then say how long it took.
 step() {
   local name=$1 t0=$SECONDS rc=0
@@ -64,7 +72,10 @@ step() {
   echo "setup: $name ..."
   local log=/dev/null
   [ -d "$VENV" ] && log=$LOG
+  heartbeat "${name%% (*}" &
+  local beat=$!
   "$@" 2>&1 | tee -a "$log" | pip_lines || rc=$?
+  kill "$beat" 2>/dev/null; wait "$beat" 2>/dev/null || true
   if [ "$rc" = 0 ]; then echo "setup: $name: done in $((SECONDS - t0)) s"; return 0; fi
   echo "setup: $name: FAILED (exit $rc); all of pip's output is in $LOG"
   local net
@@ -72,6 +83,8 @@ step() {
   [ -z "$net" ] || { echo "setup: pip's last network complaints:"; echo "$net" | sed 's/^/setup:   /'; }
   return "$rc"
 }
+# (for the course's tests: run one step with its heartbeat, logging nowhere)
+if [ "${1:-}" = "--step" ]; then shift; VENV=$(mktemp -u); step "$@"; exit $?; fi
 pip_install() { PYTHONUNBUFFERED=1 "$VENV/bin/python" -m pip install --progress-bar off "$@"; }
 
 # No NVIDIA driver here: the CPU build of torch, never the CUDA one by accident (unless TORCH_INDEX_URL is set).

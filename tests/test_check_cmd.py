@@ -203,8 +203,25 @@ def test_setup_shows_a_large_download_with_its_size() -> None:
         "setup:     Downloading torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl (191.8 MB): a large download; "
         "pip prints nothing more until it is done",
         "setup:     Downloading pillow-13.0.0-cp311-cp311-manylinux_2_28_x86_64.whl (7.1 MB)",
+        "setup:   Installing collected packages: torch",
         "setup:   Successfully installed torch-2.13.0+cpu",
     ]
+    # a wheel from a local folder: pip's "Processing" line names it (35 s of nothing before, issue 34)
+    r = subprocess.run(["bash", str(course().root / "setup.sh"), "--pip-lines"], capture_output=True, text=True,
+                       input="Processing /opt/wheels/torch-2.13.0%2Bcpu-cp311-cp311-linux_x86_64.whl\n")
+    assert r.stdout.splitlines() == ["setup:   Processing torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"]
+
+
+def test_setup_says_a_long_step_is_still_going() -> None:
+    """No silent wait over 10 s in setup (issue 34): a step prints a heartbeat line while its command runs (here
+    every second, for a command of five), and its closing line."""
+    env = {**os.environ, "HEARTBEAT_S": "1"}
+    r = subprocess.run(["bash", str(course().root / "setup.sh"), "--step", "installing things (a test)", "sleep", "5"],
+                       capture_output=True, text=True, env=env)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and lines[0] == "setup: installing things (a test) ...", r.stdout + r.stderr
+    assert any(ln.startswith("setup:   ... still installing things (") for ln in lines[1:-1]), r.stdout
+    assert lines[-1].startswith("setup: installing things (a test): done in "), r.stdout
 
 
 def test_setup_names_an_index_it_cannot_reach(tmp_path: Path) -> None:
