@@ -11,6 +11,7 @@ one process per task. ``make check T=1.1`` is the same command.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 import time
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from cudacourse.course import Course, CourseError, LessonInfo, Task, course
+from cudacourse.progress import heartbeat
 
 
 def file_states(c: Course, lesson: LessonInfo, folder: Path | None = None) -> dict[str, str]:
@@ -231,6 +233,27 @@ def _saying_runtime_builds() -> Iterator[None]:
         sim.cached = plain  # type: ignore[assignment]
 
 
+def _build_saying(name: str, build: Callable[[], object]) -> None:
+    """``build()`` with a line saying so: "building NAME ... built in 2.1 s" for a short build; a long one (a file
+    with torch headers: tens of seconds on a CPU) prints a heartbeat line every 10 s and its verdict on a line of
+    its own. A build that fails is left to the tests, which report it with the whole message."""
+    print(f"cudacourse check: building {name} ...", end=" ", flush=True)
+    t0 = time.monotonic()
+    beats: list[str] = []
+
+    def beat(text: str) -> None:
+        print(("\n" if not beats else "") + f"cudacourse check: {text}", flush=True)
+        beats.append(text)
+
+    try:
+        with heartbeat(beat, lambda: f"building {name}"):
+            build()
+        verdict = f"built in {time.monotonic() - t0:.1f} s"
+    except Exception:  # noqa: BLE001 - the tests report a build that fails, with the whole message
+        verdict = "does not build (the tests below say why)"
+    print(f"cudacourse check: {name} {verdict}" if beats else verdict, flush=True)
+
+
 def prebuild(lessons: list[LessonInfo], task_ids: list[str], impl: str | None) -> None:
     """Build the kernel files the checked tasks use (those holding their ``TODO(task ...)``; every file of a
     lesson checked whole) before pytest starts, a line for each, into the cache the tests then use: the first
@@ -254,13 +277,7 @@ def prebuild(lessons: list[LessonInfo], task_ids: list[str], impl: str | None) -
             text = f.read_text(errors="replace")
             if f.name not in used or (task_ids and not any(f"TODO(task {t}" in text for t in task_ids)):
                 continue
-            print(f"cudacourse check: building {les.id}/{f.name} ...", end=" ", flush=True)
-            t0 = time.monotonic()
-            try:
-                m.module(f.name)
-                print(f"built in {time.monotonic() - t0:.1f} s", flush=True)
-            except Exception:  # noqa: BLE001 - the tests report a build that fails, with the whole message
-                print("does not build (the tests below say why)", flush=True)
+            _build_saying(f"{les.id}/{f.name}", functools.partial(m.module, f.name))
 
 
 def _first_sentence(text: str) -> str:

@@ -32,6 +32,7 @@ from cudacourse.grading.confine import (
 )
 from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
 from cudacourse.grading.staging import GpuGate, Once, Submission, restore
+from cudacourse.progress import heartbeat
 from cudacourse.settings import Settings, to_env
 
 # ----------------------------------------------------------------------------------------------------
@@ -668,7 +669,9 @@ def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        proc.wait(timeout=st.build_timeout)
+        with heartbeat(lambda text: st.say(sub, f"{lesson}: {text}"),
+                       lambda: f"building {', '.join(building)}" if building else ""):
+            proc.wait(timeout=st.build_timeout)
         reader.join(timeout=5.0)
         st.say(sub, f"{lesson}: builds done in {time.monotonic() - t0:.1f} s")
     except subprocess.TimeoutExpired:
