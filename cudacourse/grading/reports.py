@@ -69,9 +69,19 @@ def write_json(rep: Report, path: Path) -> None:
     path.write_text(json.dumps(rep.to_json(), indent=2) + "\n")
 
 
+def task_seconds(t: TaskResult) -> float:
+    """Seconds a task's tests ran (the sum of their measured durations; 0 for a task that did not run)."""
+    return sum(r.duration for r in t.tests)
+
+
+def _seconds(s: float) -> str:
+    """A JUnit ``time`` attribute: seconds as a decimal number (readers such as dorny/test-reporter parse it)."""
+    return f"{max(0.0, s):.3f}"
+
+
 def write_junit(rep: Report, path: Path) -> None:
     """Write a JUnit XML file: one testsuite per lesson, one testcase per task."""
-    root = ET.Element("testsuites", name=f"cudacourse grade {rep.name}".strip())
+    root = ET.Element("testsuites", name=f"cudacourse grade {rep.name}".strip(), time=_seconds(rep.seconds))
     lessons: dict[str, list[TaskResult]] = {}
     for t in rep.tasks:
         lessons.setdefault(t.lesson, []).append(t)
@@ -80,13 +90,15 @@ def write_junit(rep: Report, path: Path) -> None:
     for lesson, tasks in lessons.items():
         suite = ET.SubElement(root, "testsuite", name=lesson, tests=str(len(tasks)),
                               failures=str(sum(t.status == "fail" for t in tasks)),
-                              skipped=str(sum(t.status == "not-graded" for t in tasks)), errors="0")
+                              skipped=str(sum(t.status == "not-graded" for t in tasks)), errors="0",
+                              time=_seconds(sum(task_seconds(t) for t in tasks)))
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="backend", value=rep.backend)
         ET.SubElement(props, "property", name="seed", value=str(rep.seed))
         ET.SubElement(props, "property", name="confinement", value=rep.confinement)
         for t in tasks:
-            case = ET.SubElement(suite, "testcase", classname=lesson, name=f"task {t.id}: {t.title}")
+            case = ET.SubElement(suite, "testcase", classname=lesson, name=f"task {t.id}: {t.title}",
+                                 time=_seconds(task_seconds(t)))
             ET.SubElement(ET.SubElement(case, "properties"), "property", name="points",
                           value=f"{format_points(t.earned)}/{format_points(t.points)}")
             if t.status == "fail":
@@ -239,20 +251,32 @@ def gradescope_results(rep: Report) -> dict[str, Any]:
     """The report in Gradescope's autograder format (``/autograder/results/results.json``).
 
     One test per task with ``score``/``max_score``; a task not graded here (it needs a GPU) has
-    ``max_score`` 0 and says so, so it neither earns nor costs points on a CPU autograder.
+    ``max_score`` 0, so it neither earns nor costs points on a CPU autograder.
+
+    Its ``status``: Gradescope knows only "passed" and "failed" (and, when ``status`` is left out, derives it
+    from the score, which for 0 of 0 shows a pass). A task that never ran did not pass, and a green tick would
+    tell the learner it did; so it is "failed", its name starts with "[not graded]" and its output says why and
+    that it costs nothing. The not-graded total is in the top output too.
     """
     tests = []
     for t in rep.tasks:
         graded = t.status != "not-graded"
-        tests.append({"name": f"task {t.id}: {t.title}", "number": t.id, "score": t.earned,
-                      "max_score": t.points if graded else 0.0,
-                      "status": "passed" if t.status in ("pass", "not-graded") else "failed",
-                      "output": t.message if t.status != "pass" else "",
-                      "tags": [t.lesson] + ([] if graded else ["not-graded"])})
+        output = t.message if t.status != "pass" else ""
+        if not graded:
+            why = t.message or "not graded: this task needs a GPU"
+            output = f"NOT GRADED here, 0 of 0 points (neither earned nor lost). {why[:1].upper()}{why[1:]}"
+        tests.append({"name": ("" if graded else "[not graded] ") + f"task {t.id}: {t.title}", "number": t.id,
+                      "score": t.earned, "max_score": t.points if graded else 0.0,
+                      "status": "passed" if t.status == "pass" else "failed",
+                      "output": output, "tags": [t.lesson] + ([] if graded else ["not-graded"])})
     earned = sum(t.earned for t in rep.tasks)
     out: dict[str, Any] = {"score": earned, "output": f"backend {rep.backend} ({rep.device}), seed {rep.seed}, "
                                                       f"confinement: {rep.confinement}",
                            "tests": tests}
+    ng = [t for t in rep.tasks if t.status == "not-graded"]
+    if ng:
+        out["output"] += (f"\n\n{len(ng)} task(s) not graded here ({format_points(sum(t.points for t in ng))} points, "
+                          "shown as [not graded], 0 of 0): " + ", ".join(t.id for t in ng))
     if rep.errors:
         out["output"] += "\n\nThe grader could not grade everything:\n" + "\n".join(rep.errors)
     return out
