@@ -290,3 +290,25 @@ def test_a_task_whose_todo_is_still_the_stub_is_not_started(tmp_path: Path) -> N
     (folder / "relu.cu").write_text(text.replace(todo_14, todo_14 + "\n    // (later)", 1)
                                     + "\n__global__ void my_backward(float* p) { p[0] = 0.0f; }\n")
     assert untouched_todos(c, les, task["1.4"], folder) == []
+
+
+def test_a_stub_or_assertion_failure_has_the_course_words_without_a_traceback() -> None:
+    """Task 1.6's stub printed a raw pytest traceback through tests/test_01_relu.py (issue 34): a stub's own
+    "TODO(task N.M) not implemented" error, of any type, and a test's assertion message are shown alone."""
+    from cudacourse.pytest_plugin import _course_words
+
+    with pytest.raises(RuntimeError) as stub:
+        raise RuntimeError("TODO(task 1.6) not implemented: relu_forward in lessons/01_relu/relu_torch.cu must ...\n"
+                           "Exception raised from relu_forward at /tmp/x.cpp:80 (most recent call first):")
+    assert _course_words(stub) == ("task 1.6 is not written yet (the stub says: TODO(task 1.6) not implemented: "
+                                   "relu_forward in lessons/01_relu/relu_torch.cu must ...)")
+    with pytest.raises(NotImplementedError) as py_stub:
+        raise NotImplementedError("TODO(task 6.7): train_step in lessons/06_training/train.py")
+    assert _course_words(py_stub) == ("task 6.7 is not written yet (the stub says: TODO(task 6.7): train_step in "
+                                      "lessons/06_training/train.py)")
+    with pytest.raises(AssertionError) as told:
+        raise AssertionError("relu_forward must return a new tensor (torch::empty_like), not x\nassert 1 != 1")
+    assert _course_words(told) == "relu_forward must return a new tensor (torch::empty_like), not x"
+    with pytest.raises(AssertionError) as bare:
+        raise AssertionError("assert 1 == 2")
+    assert _course_words(bare) == ""
