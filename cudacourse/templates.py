@@ -18,7 +18,6 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 from cudacourse.course import Course, course
 from cudacourse.generated import BACKUPS, EditedFilesError, committed, write_generated
@@ -44,33 +43,6 @@ def cpu_torch(c: Course) -> str:
     return f"python -m pip install torch=={torch_version(c.root)} --index-url {CPU_INDEX}"
 
 
-# A pytest plugin the Classroom steps load (``-p cudacourse.templates``): a step whose tests were all skipped
-# (a Triton twin when triton cannot run, a task whose tests were not collected) exits non-zero, so Classroom
-# awards no points for a task that never ran. Pytest itself exits 0 when everything was skipped.
-_SEEN: dict[str, Any] = {"passed": 0, "skipped": []}
-
-
-def pytest_configure(config: Any) -> None:
-    """Start counting the passed tests of this run."""
-    _SEEN.update(passed=0, skipped=[])
-
-
-def pytest_runtest_logreport(report: Any) -> None:
-    """Count a passed test; remember why a test was skipped."""
-    if report.when == "call" and report.passed:
-        _SEEN["passed"] += 1
-    elif report.skipped:
-        _SEEN["skipped"].append(str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else "skipped")
-
-
-def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    """Turn "every test skipped, none passed" into a failed step: not graded is never a pass."""
-    if int(exitstatus) == 0 and _SEEN["passed"] == 0:
-        why = _SEEN["skipped"][0] if _SEEN["skipped"] else "no test of this task ran"
-        print(f"\nNOT GRADED here, so no points: no test of this task passed ({why}).")
-        session.exitstatus = 1
-
-
 def _install_course(c: Course) -> str:
     """The pip line that installs the course: with the ``triton`` extra when some task is a Triton twin (on the
     CPU runner its interpreter grades them; without it they would be skipped as not graded)."""
@@ -93,7 +65,7 @@ def classroom(c: Course) -> str:
         "#",
         "# GitHub Classroom autograding: copy to .github/workflows/classroom.yml in the starter repository.",
         "# Each step runs one task's tests on the CPU simulator in the learner's repository and earns the task's",
-        "# points only if all of them pass (-p cudacourse.templates fails a step whose tests were all skipped, such",
+        "# points only if all of them pass (-p cudacourse.classroom fails a step whose tests were all skipped, such",
         "# as a Triton twin where triton cannot run: not graded earns nothing). Speed tasks need a GPU and are left",
         "# out. torch is pinned to the version setup.sh installs. Learners can edit files here;",
         "# for verdicts they cannot influence, grade from your own copy (docs/INSTRUCTORS.md).",
@@ -135,7 +107,7 @@ def classroom(c: Course) -> str:
                 f"          test-name: {_quote(f'Task {t.id}: {t.title}')}",
                 "          setup-command: \"\"",
                 f"          command: \"python -m pytest tests/{les.test_file} -q --backend=sim --cc-task {t.id} "
-                "-p cudacourse.templates\"",
+                "-p cudacourse.classroom\"",
                 "          timeout: 30",
                 f"          max-score: {int(t.points) if float(t.points).is_integer() else t.points}",
             ]

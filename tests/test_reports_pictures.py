@@ -136,17 +136,17 @@ def test_classroom_pins_torch_to_setup_sh() -> None:
 
 
 def test_every_classroom_step_loads_the_no_skip_plugin() -> None:
-    """Each command-grader step runs pytest with ``-p cudacourse.templates``."""
+    """Each command-grader step runs pytest with ``-p cudacourse.classroom``."""
     text = templates.render(course())["classroom.yml"]
     commands = re.findall(r'command: "(python -m pytest [^"]*)"', text)
-    assert commands and all(c.endswith("-p cudacourse.templates") for c in commands)
+    assert commands and all(c.endswith("-p cudacourse.classroom") for c in commands)
 
 
 def _pytest_with_plugin(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
     test = tmp_path / "test_x.py"
     test.write_text(textwrap.dedent(body))
     return subprocess.run([sys.executable, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider",
-                           "-p", "cudacourse.templates", "-c", str(tmp_path / "none.ini")],
+                           "-p", "cudacourse.classroom", "-c", str(tmp_path / "none.ini")],
                           cwd=tmp_path, capture_output=True, text=True)
 
 
