@@ -20,7 +20,7 @@ pip_lines() {
   grep -E --line-buffered '^(Collecting|Processing|Installing collected packages|Successfully installed|ERROR|error)|^ *Downloading .*\([0-9.]+ (MB|GB)\)$' \
     | sed $SED_UNBUFFERED -E -e 's#^ *Downloading .*/([^/ ]+) \(#  Downloading \1 (#' \
              -e 's#(\(([0-9]{3,}(\.[0-9]+)? MB|[0-9.]+ GB)\))$#\1: a large download; pip prints nothing more until it is done#' \
-             -e 's#^Processing .*/([^/ ]+)$#Processing \1#' -e 's/%2B/+/g' -e 's/^/setup:   /' || true
+             -e 's#^Processing [^ ]*/([^/ ]+)#Processing \1#' -e 's/%2B/+/g' -e 's/^/setup:   /' || true
 }
 if [ "${1:-}" = "--pip-lines" ]; then pip_lines; exit 0; fi  # (for the course's tests: filter stdin, install nothing)
 
