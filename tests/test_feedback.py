@@ -240,7 +240,8 @@ def test_grade_skips_untouched_lessons(tmp_path: Path, capsys: pytest.CaptureFix
     assert cli.main(["--submission", str(sub), "--backend", "sim", "--json", str(out)]) == 0
     rep = json.loads(out.read_text())
     assert len(rep["tasks"]) == len(course().tasks())
-    assert {t["message"] for t in rep["tasks"]} == {"not started"}
+    # (a task this machine cannot grade says why after "not started": a Triton twin without Triton)
+    assert {t["message"].split(" (not graded")[0] for t in rep["tasks"]} == {"not started"}
     assert {t["status"] for t in rep["tasks"] if t["id"] not in {x.id for x in course().tasks() if x.gpu}} == {"fail"}
     text = capsys.readouterr().out
     points = sum(t.points for t in course().lesson("01_relu").tasks)

@@ -495,9 +495,10 @@ def test_grader_grades_the_checkout_and_hidden_tests(fake_course: Path, tmp_path
     assert "01_relu: building the kernel files ..." in printed, printed
     assert any(re.match(r"01_relu: (builds done in|the build.* stopped after) ", ln) for ln in printed), printed
     done = {ln.split(":")[0]: ln for ln in printed if re.match(r"01_relu task 1\.\w+ .*: \S+ \(\d+\.\d s\)$", ln)}
-    assert sorted(done) == ["01_relu task 1.1 Scalar ReLU", "01_relu task 1.2 Grid stride", "01_relu task 1.3 Speed",
+    # (1.3, a GPU task, is not run on the simulator: no process, no line; issue 34)
+    assert sorted(done) == ["01_relu task 1.1 Scalar ReLU", "01_relu task 1.2 Grid stride",
                             "01_relu task 1.H Hidden task"], printed
-    assert ": pass (" in done["01_relu task 1.1 Scalar ReLU"] and ": not-graded (" in done["01_relu task 1.3 Speed"]
+    assert ": pass (" in done["01_relu task 1.1 Scalar ReLU"]
     last_progress = max(printed.index(ln) for ln in done.values())
     assert printed.index(next(ln for ln in printed if ln.startswith("task "))) > last_progress
     assert printed[-2].startswith("total: 6 / 7 points")
@@ -1231,6 +1232,7 @@ def test_a_new_lesson_is_one_folder(tmp_path: Path) -> None:
     (root / "cudacourse").symlink_to(ROOT / "cudacourse")
     (root / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts = \"--strict-markers\"\n")
     shutil.copy2(ROOT / "tests" / "conftest.py", root / "tests" / "conftest.py")
+    shutil.copy2(ROOT / "setup.sh", root / "setup.sh")  # (the templates pin the torch version it installs)
     _toy_lesson(root, "05_toy", TOY_LESSON)
     (root / "lessons" / "05_toy" / "bench.py").write_text(TOY_BENCH)
     (root / "solutions" / "05_toy").mkdir(parents=True)
@@ -1453,7 +1455,9 @@ def test_an_oversized_file_is_not_scanned_for_untouched_todos(tmp_path: Path, mo
     relu = folder / "relu.cu"
     relu.write_text(relu.read_text() + "//" + "x" * MAX_SOURCE_BYTES + "\n")
     scanned: list[str] = []
-    monkeypatch.setattr(cli, "untouched_todos", lambda c, info, t, f: scanned.append(t.id) or [])
+    from cudacourse import checkcmd
+
+    monkeypatch.setattr(checkcmd, "untouched_todos", lambda c, info, t, f: scanned.append(t.id) or [])
     c = course()
     declared = cli.declared_tasks(c, None)
     idle = cli.untouched_tasks(c, Submission("sub", tmp_path / "sub", "submission"), declared, ["01_relu"])

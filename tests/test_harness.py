@@ -479,9 +479,16 @@ def test_course_model_rejects_bad_metadata(tmp_path):
 
 def test_an_install_without_lessons_says_to_use_a_clone(monkeypatch, tmp_path):
     from cudacourse import course as course_mod
+    from cudacourse import settings
 
     monkeypatch.setattr(course_mod, "PACKAGE_ROOT", tmp_path)
-    with pytest.raises(course_mod.CourseModelError, match="install it editable"):
+    monkeypatch.delenv("CUDA_COURSE_ROOT", raising=False)
+    with settings.using(root=None), pytest.raises(course_mod.CourseModelError, match="install it editable"):
+        course_mod.course()
+    # a root named by CUDA_COURSE_ROOT is read instead, and one without lessons is named in the error
+    with settings.using(root=ROOT):
+        assert course_mod.course().root == ROOT
+    with settings.using(root=tmp_path), pytest.raises(course_mod.CourseModelError, match="CUDA_COURSE_ROOT=.* holds no"):
         course_mod.course()
 
 

@@ -149,19 +149,25 @@ def cannot_grade_here(declared: dict[tuple[str, str], Task], backend: str) -> di
 
 
 def not_started_results(course: Course, declared: dict[tuple[str, str], Task], idle: dict[tuple[str, str], str],
-                        idle_lessons: set[str], backend: str) -> list[TaskResult]:
-    """One result per task of ``idle`` (untouched, so never run; :func:`untouched_tasks`): ``fail`` with the
-    message "not started" (a whole lesson not started) or what is untouched (a task of a started lesson); a GPU
-    task on the simulator stays ``not-graded``, as it would after a run."""
+                        idle_lessons: set[str], backend: str,
+                        cannot: dict[tuple[str, str], str] | None = None) -> list[TaskResult]:
+    """One result per task of ``idle`` (never run): ``fail`` with the message "not started" (a whole lesson not
+    started) or what is untouched (a task of a started lesson, :func:`untouched_tasks`); ``not-graded`` for a
+    task this machine cannot grade (``cannot``, :func:`cannot_grade_here`): its reason is the message when the
+    task was begun, and follows "not started" when the reason is not a GPU (the total line reads it)."""
+    cannot = cannot or {}
     out = []
     for key in sorted(idle):
         t = declared[key]
-        msg = NOT_STARTED if t.lesson in idle_lessons or not idle[key] else f"{NOT_STARTED}: {idle[key]}"
-        if idle[key].startswith("not graded"):  # (cannot_grade_here)
-            msg = idle[key]
+        why = cannot.get(key, "")
+        if why and idle[key] == why:  # begun, but cannot be graded here
+            msg = why
+        else:
+            msg = NOT_STARTED if t.lesson in idle_lessons or not idle[key] else f"{NOT_STARTED}: {idle[key]}"
+            if why and why != GPU_SKIP_REASON:
+                msg += f" ({why})"
         out.append(TaskResult(t.id, t.lesson, t.title, t.points, 0.0,
-                              "not-graded" if (t.gpu and backend != "cuda") or msg.startswith("not graded")
-                              else "fail", msg))
+                              "not-graded" if why or (t.gpu and backend != "cuda") else "fail", msg))
     return out
 
 
@@ -299,7 +305,7 @@ def grade(args: argparse.Namespace) -> list[Report]:
     # would add their points: a GPU task on the simulator; a Triton twin where Triton cannot run.
     cannot = cannot_grade_here(chosen, backend)
     for i in idle:
-        idle[i].update(cannot)
+        idle[i].update({k: why for k, why in cannot.items() if k not in idle[i]})
     run_lessons = [lid for lid in lessons if any((les, tid) not in idle[i] for i in idle for (les, tid) in chosen
                                                   if les == lid)]
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
@@ -427,7 +433,7 @@ def grade(args: argparse.Namespace) -> list[Report]:
         for i, sub in enumerate(subs):
             done = [results[i][f"{t.lesson}/{t.id}"] for t in tasks if f"{t.lesson}/{t.id}" in results[i]]
             done = sorted(done + not_started_results(course, chosen, {k: v for k, v in idle[i].items() if k in chosen},
-                                                     idle_lessons[i], backend),
+                                                     idle_lessons[i], backend, cannot),
                           key=lambda r: (lessons.index(r.lesson), task_sort_key(r.id)))
             reports.append(Report(backend, device, sub.impl, done, name=sub.name, seed=seed, seconds=elapsed,
                                   rejected=[r.text() for r in sub.rejections]))
