@@ -341,6 +341,7 @@ class _Run:
     output: str
     tampered: list[str]
     limit: float
+    backend: str | None = None  # where the process's kernels ran, as it resolved it (its ``backend`` record)
 
 
 def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSettings, tag: str) -> _Run:
@@ -452,7 +453,8 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     started = [e["nodeid"] for e in events if e.get("event") == "start"]
     culprit = next((n for n in reversed(started) if n not in results), None)
     tampered = restore(slot, sub.pristine, sub.manifest)
-    return _Run(collected, results, culprit, timed_out, rc, log.read_text(errors="replace"), tampered, limit)
+    ran_on = next((str(e.get("backend")) for e in events if e.get("event") == "backend"), None)
+    return _Run(collected, results, culprit, timed_out, rc, log.read_text(errors="replace"), tampered, limit, ran_on)
 
 
 def _announce(sub: Submission, tasks: list[TaskSpec], events: list[dict[str, Any]], st: RunSettings) -> None:
@@ -729,6 +731,12 @@ def _records(task: TaskSpec, run: _Run) -> list[TestRecord]:
 _OWN_VERDICTS = frozenset({"AssertionError", "CheckFailure", "CompileError", "OutOfBoundsError"})
 
 
+def backend_mismatch(ran: str, graded: str) -> str:
+    """The message of a task whose process ran its kernels on ``ran`` in a grade on ``graded``."""
+    return (f"this task's process ran its kernels on backend {ran!r}, but this grade runs on {graded!r}: a fault "
+            "of the grader, not of your code (no verdict measured elsewhere is kept). Tell your instructor.")
+
+
 def _own_verdicts(recs: list[TestRecord]) -> bool:
     """True when every failed case of a task failed with a verdict of its own (:data:`_OWN_VERDICTS`)."""
     failed = [r for r in recs if r.outcome == "failed"]
@@ -791,6 +799,13 @@ def run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> list[T
             continue
         if run.tampered and not alone:
             confirm += remaining
+            break
+        if run.backend is not None and run.backend != st.backend_name:
+            # Never a verdict measured elsewhere than the report says (a speed point earned on the GPU in a
+            # grade that reports the simulator).
+            for t in remaining:
+                final[t.id] = TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail", backend_mismatch(
+                    run.backend, st.backend_name))
             break
         note = _crash_note(run)
         progressed = False
