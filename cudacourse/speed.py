@@ -75,6 +75,7 @@ class Verdict:
     message: str = ""
 
 
+NOTES: list[str] = []  # the measurement of each speed judgement that passed (the pytest plugin puts it in the report)
 _COPY: list[float] = []  # the copy bandwidth of this process's run (measured once, on first use)
 
 
@@ -183,6 +184,7 @@ def judge(task: tuple[str, str], what: str, yours: Side, ref: Side | None, *, se
     verdict.message = _describe(what, yours, ref, verdict, target_of)
     if verdict.ratio < target:
         raise CheckFailure(verdict.message + (f" {hint}" if hint else ""))
+    NOTES.append(verdict.message)
     return verdict
 
 
@@ -228,6 +230,11 @@ def _rotating(side: Side, sets: int) -> tuple[Callable[[], object], Callable[[],
             poison_([t for i in chosen for t in side.outputs(i)])
 
     return fn, setup
+
+
+def note(what: str, ratio: float, target: float) -> None:
+    """Record the measurement of a speed test timed without :func:`judge` that passed (the report shows it)."""
+    NOTES.append(f"{what}: {ratio:.2f}x, target >= {target:g}x.")
 
 
 def refuse_impossible(what: str, ms: float, *, nbytes: int = 0, flops: int = 0, peak: str = "fp32") -> None:

@@ -1033,7 +1033,7 @@ def test_speed_and_memory_fused_linear_cross_entropy() -> None:
     del got_all, want_all, got, want
     ref_peak = bench.peak_memory_bytes(ref_fn)
     ms, ref = _time(run), _time(ref_fn)
-    from cudacourse.speed import refuse_impossible
+    from cudacourse.speed import note, refuse_impossible
 
     # (one set of inputs, made where train.py runs; a cached or skipped call shows as an impossible rate)
     refuse_impossible(f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}", ms, flops=6 * rows * hidden * vocab)
@@ -1041,6 +1041,8 @@ def test_speed_and_memory_fused_linear_cross_entropy() -> None:
         f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}, chunk {chunk}: peak {peak / 2**20:.0f} MiB, PyTorch "
         f"{ref_peak / 2**20:.0f} MiB: {peak / ref_peak:.2f}x, target <= {FLCE_MEMORY_TARGET}x. Allocate the two "
         "(chunk, vocab) buffers once, outside the loop, and write into slices of them.")
+    if ref / ms >= target:
+        note(f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}: {ms:.3f} ms, PyTorch {ref:.3f} ms", ref / ms, target)
     assert ref / ms >= target, (f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}: {ms:.3f} ms, PyTorch {ref:.3f} "
                                 f"ms: {ref / ms:.2f}x, target {target}x. Run the matmuls on cuBLAS (torch.matmul with "
                                 "out=, addmm_) and launch your cross_entropy kernel once per chunk.")
