@@ -20,7 +20,7 @@ from typing import Any
 
 from cudacourse.buildcache import SEED_ENV, SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
-from cudacourse.errors import UNBUILDABLE_ENV
+from cudacourse.errors import BUILD_ERRORS_ENV, UNBUILDABLE_ENV
 from cudacourse.grading.confine import (
     Confinement,
     Limits,
@@ -128,11 +128,13 @@ def build_dir_of(sub: Submission, st: RunSettings) -> Path:
 
 
 def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
-              unbuildable: dict[str, float] | None = None, threads: int | None = None) -> dict[str, str]:
+              unbuildable: dict[str, float] | None = None, threads: int | None = None,
+              build_errors: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a worker: the run's settings (``settings.to_env``), nothing inherited of ours.
 
     ``unbuildable`` ("lesson/file" -> seconds): files whose build the warm-up stopped; the loader fails
-    them at once (``loader.UNBUILDABLE_ENV``) instead of building them again in every test process.
+    them at once (``loader.UNBUILDABLE_ENV``) instead of building them again in every test process; likewise
+    ``build_errors`` ("lesson/file" -> message): files whose warm-up build failed, with the compiler's message.
     ``threads``: the CPU threads each of torch's pools may use (unless the caller's environment sets them)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_COURSE_", "PYTEST_"))}
     if threads is not None:
@@ -155,6 +157,8 @@ def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
     env.update({"PYTHONPATH": str(slot), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
     if unbuildable:
         env[UNBUILDABLE_ENV] = ";".join(f"{k}={v:g}" for k, v in sorted(unbuildable.items()))
+    if build_errors:
+        env[BUILD_ERRORS_ENV] = json.dumps(build_errors)
     return env
 
 
@@ -387,7 +391,7 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
 
     def launch() -> subprocess.Popen[Any]:
         env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable,
-                        st.timed_threads if alone else st.task_threads)
+                        st.timed_threads if alone else st.task_threads, sub.build_errors)
         if sub.build_dir is not None:
             env[SHARED_ENV] = str(st.build_dir)
         proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir_of(sub, st)],
@@ -398,15 +402,16 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
         return proc
 
     with contextlib.ExitStack() as turn, open(log, "w") as logf:
-        told = dict(sub.unbuildable)
+        told = (dict(sub.unbuildable), dict(sub.build_errors))
         if not (alone or builds):
             turn.enter_context(st.gpu_turn(exclusive=False))  # (runs its tests at once)
         proc = launch()
         if builds and not alone:
             for e in builds:
                 e.wait()
-            if sub.unbuildable != told:
-                # a build it waited for was stopped (its tests must fail at once, not build again): start afresh
+            if (sub.unbuildable, sub.build_errors) != told:
+                # a build it waited for was stopped or failed (its tests must fail at once with that build's
+                # message, not build again): start afresh
                 kill_group(proc)
                 proc.wait()
                 LIVE.discard(proc)
@@ -485,6 +490,7 @@ def _task_line(lesson: str, tid: str, title: str, status: str, seconds: float) -
 
 
 _WARM_UP = """
+import json
 import os
 import sys
 import threading
@@ -534,6 +540,8 @@ def build(f):
             load(f, None, backend=backend)
         say("done", f.name, f"{time.monotonic() - t0:.1f}")
     except Exception as e:
+        if type(e).__name__ == "CompileError":  # the grade's one build of it: its tasks fail with this message
+            say("error", f.name, json.dumps(str(e)[:8000]))
         say("fail", f.name, f"{time.monotonic() - t0:.1f}", type(e).__name__)
 
 todo = [folder / n for n in info.kernel_files if (folder / n).is_file() and Path(n).suffix in (".cu", ".cuh")
@@ -654,6 +662,10 @@ def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list
         assert proc.stdout is not None
         for raw in proc.stdout:
             word = raw.split()
+            if len(word) >= 3 and word[0] == "error":
+                with contextlib.suppress(ValueError):
+                    sub.build_errors[f"{lesson}/{word[1]}"] = BUILT_ONCE + str(json.loads(raw.split(None, 2)[2]))
+                continue
             if len(word) >= 2 and word[0] == "start":
                 building.append(word[1])
                 st.say(sub, f"{lesson}: {word[1]} ...")
@@ -729,6 +741,9 @@ def _records(task: TaskSpec, run: _Run) -> list[TestRecord]:
 # shows as a CUDA error in a later case, never as wrong values, a compile error, or a store into the guards the GPU
 # worker lays around the call's own buffers).
 _OWN_VERDICTS = frozenset({"AssertionError", "CheckFailure", "CompileError", "OutOfBoundsError"})
+
+
+BUILT_ONCE = "(built once for the whole grade, before its tasks ran; every task that uses this file fails so) "
 
 
 def backend_mismatch(ran: str, graded: str) -> str:
