@@ -935,7 +935,9 @@ def test_speed_layernorm_backward() -> None:
 
     def ok(i: int) -> None:
         for got, want, what in zip(sets[i][5:8], refs[i], ("dx", "dw", "db"), strict=True):
-            rtol, atol = (1e-4, 1e-4) if what == "dx" else check.sum_tolerance(rows, magnitude=4.0)
+            # (against torch's fp32 gradients: dw and db are sums over 32768 rows in two orders; task 6.2 grades
+            # the values, this checks that every timed call did the work)
+            rtol, atol = (1e-4, 1e-4) if what == "dx" else (1e-3, 1e-3 * float(want.abs().max()))
             check.assert_close(got, want, name=f"layernorm_backward {what}", rtol=rtol, atol=atol, task="6.9")
 
     judge(("06_training", "6.9"), f"layernorm_backward {rows}x{cols}",
