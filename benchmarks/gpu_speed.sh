@@ -7,7 +7,9 @@
 #   bash benchmarks/gpu_speed.sh exploits       # the timing-exploit corpus on cuda, as an ordinary user (ccuser)
 #   bash benchmarks/gpu_speed.sh dist N FIRST   # N solution grades of the speed tasks alone, numbered from FIRST,
 #                                               # added to results/<gpu>/speed_distribution.{md,json}
-# For the 20-grade table: `dist 10 0` then `dist 10 10` (a grade of the speed tasks is about 30-60 s on the H200).
+# For the 20-grade table, in parts under the 8-minute limit (a grade of the speed tasks alone: one to two minutes on
+# the H200, to be measured by the first part): `dist 4 0`, then copy the part's speed_distribution.{md,json} from
+# $OUT into results/<gpu>/ of the working tree (the next call carries them) and run `dist 4 4`, `dist 4 8`, ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:=/tmp/gpu-speed-out}"

@@ -249,3 +249,26 @@ def test_both_timing_paths_catch_skipped_and_deferred_work(clock: Clock, wall: b
             _judge(lazy, xs, ys)
     else:  # a sample of k calls times k calls' work whichever call does it: deferring gains nothing there
         assert _judge(lazy, xs, ys).ratio == pytest.approx(0.9)
+
+
+def test_the_distribution_script_reads_what_judge_writes() -> None:
+    """benchmarks/speed_distribution.py parses the messages cudacourse.speed writes (pass and fail alike)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "speed_distribution.py"
+    spec = importlib.util.spec_from_file_location("speed_distribution", path)
+    assert spec is not None and spec.loader is not None
+    dist = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dist)
+    ok = "row_sum 32768x4096: yours 0.130 ms (4121 GB/s), torch.sum(dim=-1) 0.137 ms: 1.05x, target >= 0.9x."
+    near = ("adamw_flat: yours 1.0 ms, torch 1.0 ms: 0.84x, target >= 0.85x (measured 3 times, the first within 10% "
+            "of the target: 0.80, 0.84, 0.83; the best counts).")
+    copy = ("relu: yours 0.505 ms (4255 GB/s), 1.00 of the copy bandwidth measured in this run (4261 GB/s), "
+            "target >= 0.85.")
+    assert dist.parse({"message": ok}) == ([1.05], 1)
+    assert dist.parse({"message": near}) == ([0.84], 3)
+    assert dist.parse({"message": copy}) == ([1.0], 1)
+    runs = [{"2.8": {"status": "pass", "ratios": [1.05], "measured": 1}},
+            {"2.8": {"status": "fail", "ratios": [0.84], "measured": 3}}]
+    assert "| 2.8 | 0.9 | 2 | 0.84 | 0.95 | 1.05 | 1 | 1 |" in dist.table(runs, {"2.8": 0.9})
