@@ -112,11 +112,21 @@ def time_kernel(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50, fl
 def time_stats(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50, flush: bool = True,
                max_s: float = 5.0) -> tuple[float, float]:
     """(median ms, relative spread (p90-p10)/median) of ``fn()``; stops early after ``max_s`` seconds."""
+    return _median_and_spread(time_samples(fn, warmup=warmup, reps=reps, flush=flush, max_s=max_s))
+
+
+def time_samples(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50, flush: bool = True,
+                 max_s: float = 5.0, setup: Callable[[], object] | None = None, group: int = 1) -> list[float]:
+    """The timed samples of ``fn()`` in milliseconds (what :func:`time_stats` takes the median of).
+
+    ``setup()`` runs before every sample, outside the measured interval (``cudacourse.speed`` poisons the outputs
+    the next calls must write). ``group``: while grading on a GPU a sample is ``k`` calls (:func:`_wall_samples`);
+    ``k`` is then a multiple of ``group``, so calls that rotate over ``group`` buffer sets use each set alike."""
     torch = _require_gpu()
     from cudacourse.loader import no_sync, uses_gpu_worker
 
     if uses_gpu_worker("cuda"):
-        return _wall_stats(fn, warmup=warmup, reps=reps, max_s=max_s)
+        return _wall_samples(fn, warmup=warmup, reps=reps, max_s=max_s, setup=setup, group=group)
 
     with no_sync():
         for _ in range(warmup):
@@ -125,6 +135,8 @@ def time_stats(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50, flu
         times: list[float] = []
         t_end = time.monotonic() + max_s
         for _ in range(reps):
+            if setup is not None:
+                setup()
             if flush:
                 flush_l2()
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -139,7 +151,7 @@ def time_stats(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50, flu
             times.append(start.elapsed_time(stop))
             if time.monotonic() > t_end and len(times) >= 5:
                 break
-    return _median_and_spread(times)
+    return times
 
 
 def self_timed_stats(own_ms: Callable[[], float], *, warmup: int = 3, reps: int = 30,
@@ -172,8 +184,9 @@ def _median_and_spread(times: list[float]) -> tuple[float, float]:
 _WALL_SAMPLES = 15  # samples of >= 20 ms each: the median and the p10-p90 spread still have 15 points
 
 
-def _wall_stats(fn: Callable[[], object], *, warmup: int, reps: int, max_s: float) -> tuple[float, float]:
-    """:func:`time_stats` while grading on a GPU, for every function timed (learner's and reference alike).
+def _wall_samples(fn: Callable[[], object], *, warmup: int, reps: int, max_s: float,
+                  setup: Callable[[], object] | None = None, group: int = 1) -> list[float]:
+    """:func:`time_samples` while grading on a GPU, for every function timed (learner's and reference alike).
 
     The learner's launches then run in another process (``cudacourse/gpu_worker.py``), out of reach of this
     process's CUDA events, so a sample is the wall time of ``k`` calls closed by a synchronisation of both
@@ -181,7 +194,7 @@ def _wall_stats(fn: Callable[[], object], *, warmup: int, reps: int, max_s: floa
     kernels running, and the closing synchronisation costs under 1%. The L2 cache is not flushed between calls.
     At most ``_WALL_SAMPLES`` samples are taken: each one is already a mean of ``k`` calls, and 50 of them made
     every timed function cost at least a second of a GPU grade's exclusive turn (22 speed tasks, two or more
-    functions each).
+    functions each). ``setup()`` runs before each sample and is waited for outside its interval.
     """
     import torch
 
@@ -192,16 +205,20 @@ def _wall_stats(fn: Callable[[], object], *, warmup: int, reps: int, max_s: floa
         torch.cuda.synchronize()
 
     with no_sync():
-        for _ in range(warmup):
+        for _ in range(max(warmup, group)):
             fn()
         sync()
         t0 = time.perf_counter()
         fn()
         sync()
         k = max(1, min(1000, int(0.02 / max(time.perf_counter() - t0, 1e-6)) + 1))
+        k = -(-k // group) * group
         times: list[float] = []
         t_end = time.monotonic() + max_s
         for _ in range(min(reps, _WALL_SAMPLES)):
+            if setup is not None:
+                setup()
+                sync()
             t0 = time.perf_counter()
             for _ in range(k):
                 fn()
@@ -209,7 +226,7 @@ def _wall_stats(fn: Callable[[], object], *, warmup: int, reps: int, max_s: floa
             times.append((time.perf_counter() - t0) * 1e3 / k)
             if time.monotonic() > t_end and len(times) >= 5:
                 break
-    return _median_and_spread(times)
+    return times
 
 
 def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:

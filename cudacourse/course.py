@@ -64,7 +64,7 @@ _LESSON_KEYS = {"title": str, "write": str, "learn": str, "files": list, "torch_
                 "python_files": list, "python_allow": list, "triton_files": list, "support_files": list,
                 "notebook": str}
 _TASK_KEYS = {"id": str, "title": str, "points": (int, float), "gpu": bool, "target": (int, float),
-              "target_of": str, "track": str, "files": list, "slow": bool, "alone": bool}
+              "target_of": str, "margin": (int, float), "track": str, "files": list, "slow": bool, "alone": bool}
 TRACKS = ("cuda", "triton")  # a task's track: the CUDA exercises, or the optional Triton twins
 
 
@@ -93,6 +93,7 @@ class Task:
     slow: bool = False  # its tests take many seconds even on a GPU (training, torch.compile): graded first
     alone: bool = True  # a GPU task: graded alone on the GPU with the timed ones; False for a GPU-only correctness
                         # check that may run beside other tasks (7.4: streams)
+    margin: float | None = None  # speed: (the solution's measured ratio) / target - 1, on the GPU named beside it
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ def _parse_task(lesson_id: str, t: dict[str, Any], tw: str) -> Task:
     return Task(t["id"], lesson_id, t["title"], float(t["points"]), bool(t.get("gpu", False)),
                 None if t.get("target") is None else float(t["target"]), t.get("target_of", "reference"),
                 t.get("track", "cuda"), tuple(t.get("files", ())), bool(t.get("slow", False)),
-                bool(t.get("alone", True)))
+                bool(t.get("alone", True)), margin=None if t.get("margin") is None else float(t["margin"]))
 
 
 def parse_lesson(lesson_id: str, text: str, where: str = "") -> LessonInfo:

@@ -25,6 +25,7 @@ import contextlib
 import ctypes
 import functools
 import importlib.util
+import json
 import numbers
 import os
 import re
@@ -41,6 +42,7 @@ from typing import Any
 from cudacourse import buildcache, gpuinfo, settings
 from cudacourse.course import course as course_model
 from cudacourse.errors import (
+    BUILD_ERRORS_ENV,
     UNBUILDABLE_ENV,
     CompileError,
     CourseError,
@@ -760,6 +762,8 @@ class Lesson:
         try:
             if stopped is not None:
                 raise build_stopped(str(f), stopped)
+            if (failed_once := json.loads(os.environ.get(BUILD_ERRORS_ENV) or "{}").get(f"{self.name}/{f.name}")):
+                raise CompileError(failed_once, file=str(f))  # the grade built it once: its error, not a rebuild
             mod = load(f, None, **self._opts)
         except CompileError as e:
             _FAILED_BUILDS[str(f)] = (text, e)

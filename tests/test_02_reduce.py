@@ -382,55 +382,80 @@ def test_argmax_special_values() -> None:
 # Speed (GPU only; "not graded" on the simulator). Ratios are same-run: yours against torch, timed alike.
 # ----------------------------------------------------------------------------------------------------
 
-def _ratio(fn_yours: object, fn_ref: object) -> tuple[float, float, float]:
-    from cudacourse.bench import time_kernel
+def _speed(task: str, what: str, label: str, call: object, outs: list[torch.Tensor], ok: object, ref_label: str,
+           ref: object, nbytes: int, hint: str) -> None:
+    """Judge one speed task with cudacourse.speed: buffer sets, poisoned outputs, checked after timing, against
+    the reference timed interleaved with yours (target in lesson.toml)."""
+    from cudacourse.speed import MIN_SETS, Side, judge
 
-    yours, ref = time_kernel(fn_yours), time_kernel(fn_ref)
-    return ref / yours, yours, ref
+    judge(("02_reduce", task), what, Side(label, call, lambda i: (outs[i],), ok), Side(ref_label, ref),  # type: ignore[arg-type]
+          sets=MIN_SETS, nbytes=nbytes, hint=hint)
 
 
 @pytest.mark.task("2.7")
 @pytest.mark.gpu
 def test_speed_sum() -> None:
+    from cudacourse.speed import MIN_SETS
+
     m = _m()
     n = 2**28
-    x = torch.randn(n, device=m.device)
-    out = torch.empty(1, device=m.device)
-    m.reduce_v6_grid_stride_atomic(x, out, n)
-    _assert_sum(out, x.double().sum().view(1).cpu(), n, 1.0, name="sum of 2^28", task="2.7", hint=HINT_23)
-    ratio, yours, ref = _ratio(lambda: m.reduce_v6_grid_stride_atomic(x, out, n), lambda: torch.sum(x))
-    gbs = 4 * n / yours / 1e6
-    assert ratio >= 0.9, (f"reduce_v6_grid_stride_atomic on 2^28 floats: {yours:.3f} ms ({gbs:.0f} GB/s), "
-                          f"torch.sum {ref:.3f} ms: {ratio:.2f}x, target >= 0.90x. Hint: few blocks (a few per SM) "
-                          "with a grid-stride loop, 16-byte float4 loads, several independent accumulators.")
+    xs = [torch.randn(n, device=m.device) for _ in range(MIN_SETS)]
+    outs = [torch.empty(1, device=m.device) for _ in xs]
+    sums = [x.double().sum().view(1).cpu() for x in xs]
+
+    def ok(i: int) -> None:
+        _assert_sum(outs[i], sums[i], n, 1.0, name="sum of 2^28", task="2.7", hint=HINT_23)
+
+    m.reduce_v6_grid_stride_atomic(xs[0], outs[0], n)
+    ok(0)  # correct first
+    _speed("2.7", "reduce_v6_grid_stride_atomic on 2^28 floats", "yours",
+           lambda i: m.reduce_v6_grid_stride_atomic(xs[i], outs[i], n), outs, ok, "torch.sum",
+           lambda i: torch.sum(xs[i]), 4 * n,
+           "Hint: few blocks (a few per SM) with a grid-stride loop, 16-byte float4 loads, several independent "
+           "accumulators.")
 
 
 @pytest.mark.task("2.8")
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,cols", [(32768, 4096), (131072, 1024)])
 def test_speed_row_sum(rows: int, cols: int) -> None:
+    from cudacourse.speed import MIN_SETS
+
     m = _m()
-    x = torch.randn(rows, cols, device=m.device)
-    out = torch.empty(rows, device=m.device)
-    m.row_sum(x, out, rows, cols)
-    _assert_sum(out, x.double().sum(-1).cpu(), cols, 1.0, name=f"row sums {rows}x{cols}", task="2.8", hint=HINT_24)
-    ratio, yours, ref = _ratio(lambda: m.row_sum(x, out, rows, cols), lambda: torch.sum(x, dim=-1))
-    assert ratio >= 0.9, (f"row_sum {rows}x{cols}: {yours:.3f} ms, torch.sum(dim=-1) {ref:.3f} ms: {ratio:.2f}x, "
-                          "target >= 0.90x. Hint: float4 loads when cols % 4 == 0, two loads in flight per lane.")
+    xs = [torch.randn(rows, cols, device=m.device) for _ in range(MIN_SETS)]
+    outs = [torch.empty(rows, device=m.device) for _ in xs]
+    sums = [x.double().sum(-1).cpu() for x in xs]
+
+    def ok(i: int) -> None:
+        _assert_sum(outs[i], sums[i], cols, 1.0, name=f"row sums {rows}x{cols}", task="2.8", hint=HINT_24)
+
+    m.row_sum(xs[0], outs[0], rows, cols)
+    ok(0)
+    _speed("2.8", f"row_sum {rows}x{cols}", "yours", lambda i: m.row_sum(xs[i], outs[i], rows, cols), outs, ok,
+           "torch.sum(dim=-1)", lambda i: torch.sum(xs[i], dim=-1), 4 * rows * (cols + 1),
+           "Hint: float4 loads when cols % 4 == 0, two loads in flight per lane.")
 
 
 @pytest.mark.task("2.9")
 @pytest.mark.gpu
 def test_speed_argmax() -> None:
+    from cudacourse.speed import MIN_SETS
+
     m = _m()
     n = 2**28
-    x = torch.randn(n, device=m.device)
-    out = torch.empty(1, dtype=torch.int64, device=m.device)
-    m.argmax(x, out, n)
-    assert int(out.item()) == int(torch.argmax(x).item()), "argmax of 2^28 values is wrong (see task 2.6)"
-    ratio, yours, ref = _ratio(lambda: m.argmax(x, out, n), lambda: torch.argmax(x))
-    assert ratio >= 0.8, (f"argmax of 2^28: {yours:.3f} ms, torch.argmax {ref:.3f} ms: {ratio:.2f}x, target >= "
-                          "0.80x. Hint: one 64-bit key per element, float4 loads, one atomicMax per block.")
+    xs = [torch.randn(n, device=m.device) for _ in range(MIN_SETS)]
+    outs = [torch.empty(1, dtype=torch.int64, device=m.device) for _ in xs]
+    want = [int(torch.argmax(x).item()) for x in xs]
+
+    def ok(i: int) -> None:
+        got = int(outs[i].item())
+        assert got == want[i], f"argmax of 2^28 values: yours {got}, expected {want[i]} (see task 2.6)"
+
+    m.argmax(xs[0], outs[0], n)
+    ok(0)
+    _speed("2.9", "argmax of 2^28 floats", "yours", lambda i: m.argmax(xs[i], outs[i], n), outs, ok, "torch.argmax",
+           lambda i: torch.argmax(xs[i]), 4 * n,
+           "Hint: one 64-bit key per element, float4 loads, one atomicMax per block.")
 
 
 # ----------------------------------------------------------------------------------------------------

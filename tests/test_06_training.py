@@ -11,7 +11,7 @@ Tasks (ids match the TODOs in the kernel files; titles and points live in lesson
   6.7  capstone: train lesson 04's decoder on your kernels, loss curve matches PyTorch's
   6.8  speed: cross-entropy fwd+bwd at 8192 x 50257 reaches 1.5x PyTorch eager (GPU only)
   6.9  speed: LayerNorm backward at 32768 x 4096 reaches 1.0x PyTorch (GPU only)
-  6.10 speed: AdamW over 124M parameters reaches 0.95x torch fused=True (GPU only)
+  6.10 speed: AdamW over 124M parameters reaches 0.85x torch fused=True (GPU only; target in lesson.toml)
   6.11 chunked fused linear + cross-entropy: loss, dx, dw, db without the whole logits matrix
   6.12 speed and memory: the fused linear + cross-entropy at 8192 x 768 x 50257, peak memory <= 0.3x
        PyTorch's at >= 0.8x its speed (GPU only)
@@ -877,61 +877,111 @@ def _target(task_id: str) -> float:
 @pytest.mark.task("6.8")
 @pytest.mark.gpu
 def test_speed_cross_entropy() -> None:
+    from cudacourse.speed import MIN_SETS, Side, judge
+
     m = _m()
-    rows, vocab, target = 8192, 50257, _target("6.8")
-    logits = torch.randn(rows, vocab, device=m.device)
-    labels = torch.randint(0, vocab, (rows,), device=m.device)
-    lab = labels.to(torch.int32)
-    losses, dl, loss = torch.empty(rows, device=m.device), torch.empty_like(logits), torch.empty(1, device=m.device)
-    _ce(m, logits[:64].contiguous(), labels[:64].cpu(), "64 rows (checked before timing)")
-    ms = _time(lambda: m.cross_entropy(logits, lab, losses, dl, loss, rows, vocab, -100, 1.0 / rows))
-    x = logits.clone().requires_grad_(True)
+    rows, vocab = 8192, 50257
+    sets = []
+    for _ in range(MIN_SETS):
+        logits = torch.randn(rows, vocab, device=m.device)
+        labels = torch.randint(0, vocab, (rows,), device=m.device)
+        sets.append((logits, labels.to(torch.int32), torch.empty(rows, device=m.device), torch.empty_like(logits),
+                     torch.empty(1, device=m.device), labels, logits.clone().requires_grad_(True)))
+    _ce(m, sets[0][0][:64].contiguous(), sets[0][5][:64].cpu(), "64 rows (checked before timing)")
 
-    def torch_fwd_bwd() -> None:
+    def ok(i: int) -> None:
+        logits, _, losses, dl, loss, labels, _ = sets[i]
+        per_row = F.cross_entropy(logits, labels.long(), reduction="none")
+        check.assert_close(losses, per_row, name="cross_entropy per-row losses", rtol=1e-4, atol=1e-4, task="6.8")
+        check.assert_close(loss, per_row.mean().reshape(1), name="cross_entropy mean loss", rtol=1e-4, atol=1e-4,
+                           task="6.8")
+        want = torch.softmax(logits, dim=1)
+        want[torch.arange(rows, device=logits.device), labels.long()] -= 1.0
+        check.assert_close(dl, want / rows, name="cross_entropy dlogits", rtol=check.softmax_rtol(logits),
+                           atol=1e-6 / rows + 1e-9, task="6.8")
+
+    def torch_fwd_bwd(i: int) -> None:
+        x = sets[i][6]
         x.grad = None
-        F.cross_entropy(x, labels).backward()
+        F.cross_entropy(x, sets[i][5]).backward()
 
-    ref = _time(torch_fwd_bwd)
-    assert ref / ms >= target, (f"cross_entropy {rows}x{vocab}: {ms:.3f} ms, PyTorch eager forward+backward {ref:.3f} "
-                                f"ms: {ref / ms:.2f}x, target {target}x. Read the logits twice at most (online "
-                                "max/sum, then the gradient pass) and write the gradient once.")
+    judge(("06_training", "6.8"), f"cross_entropy {rows}x{vocab}",
+          Side("yours", lambda i: m.cross_entropy(*sets[i][:5], rows, vocab, -100, 1.0 / rows),
+               lambda i: sets[i][2:5], ok),
+          Side("PyTorch eager forward+backward", torch_fwd_bwd), sets=MIN_SETS, nbytes=2 * rows * vocab * 4,
+          hint="Read the logits twice at most (online max/sum, then the gradient pass) and write the gradient once.")
 
 
 @pytest.mark.task("6.9")
 @pytest.mark.gpu
 def test_speed_layernorm_backward() -> None:
+    from cudacourse.speed import MIN_SETS, Side, judge
+
     m = _m()
-    rows, cols, target = 32768, 4096, _target("6.9")
+    rows, cols = 32768, 4096
     (dx, dw, db), (rdx, _, _) = _layernorm_case(33, 100, m)
     check.assert_close(dx, rdx, name="layernorm_backward (checked before timing)", rtol=1e-4, atol=1e-5, task="6.9")
-    x, dy = torch.randn(rows, cols, device=m.device), torch.randn(rows, cols, device=m.device)
-    w, b = torch.randn(cols, device=m.device), torch.randn(cols, device=m.device)
-    mean, rstd = x.mean(1), torch.rsqrt(x.var(1, unbiased=False) + 1e-5)
-    dx, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(w)
-    part = torch.empty(2 * math.ceil(rows / 32) * cols, device=m.device)
-    ms = _time(lambda: m.layernorm_backward(dy, x, w, mean, rstd, dx, dw, db, part, rows, cols))
-    xr, wr, br = x.clone().requires_grad_(True), w.clone().requires_grad_(True), b.clone().requires_grad_(True)
-    y = F.layer_norm(xr, (cols,), wr, br, 1e-5)
-    ref = _time(lambda: torch.autograd.grad(y, (xr, wr, br), dy, retain_graph=True))
-    assert ref / ms >= target, (f"layernorm_backward {rows}x{cols}: {ms:.3f} ms, PyTorch {ref:.3f} ms: "
-                                f"{ref / ms:.2f}x, target {target}x.")
+    sets, refs, graphs = [], [], []
+    for _ in range(MIN_SETS):
+        x, dy = torch.randn(rows, cols, device=m.device), torch.randn(rows, cols, device=m.device)
+        w, b = torch.randn(cols, device=m.device), torch.randn(cols, device=m.device)
+        mean, rstd = x.mean(1), torch.rsqrt(x.var(1, unbiased=False) + 1e-5)
+        sets.append((dy, x, w, mean, rstd, torch.empty_like(x), torch.empty_like(w), torch.empty_like(w),
+                     torch.empty(2 * math.ceil(rows / 32) * cols, device=m.device)))
+        xr, wr, br = x.clone().requires_grad_(True), w.clone().requires_grad_(True), b.clone().requires_grad_(True)
+        y = F.layer_norm(xr, (cols,), wr, br, 1e-5)
+        graphs.append((y, (xr, wr, br), dy))
+        refs.append([t.detach().clone() for t in torch.autograd.grad(y, (xr, wr, br), dy, retain_graph=True)])
+
+    def ok(i: int) -> None:
+        for got, want, what in zip(sets[i][5:8], refs[i], ("dx", "dw", "db"), strict=True):
+            # (against torch's fp32 gradients: dw and db are sums over 32768 rows in two orders; task 6.2 grades
+            # the values, this checks that every timed call did the work)
+            rtol, atol = (1e-4, 1e-4) if what == "dx" else (1e-3, 1e-3 * float(want.abs().max()))
+            check.assert_close(got, want, name=f"layernorm_backward {what}", rtol=rtol, atol=atol, task="6.9")
+
+    judge(("06_training", "6.9"), f"layernorm_backward {rows}x{cols}",
+          Side("yours", lambda i: m.layernorm_backward(*sets[i], rows, cols), lambda i: sets[i][5:8], ok),
+          Side("PyTorch", lambda i: torch.autograd.grad(graphs[i][0], graphs[i][1], graphs[i][2], retain_graph=True)),
+          sets=MIN_SETS, nbytes=3 * rows * cols * 4)
 
 
 @pytest.mark.task("6.10")
 @pytest.mark.gpu
 def test_speed_adamw() -> None:
+    from cudacourse.speed import MIN_SETS, Side, judge, restore_
+
     m = _m()
-    n, target = 124_439_808, _target("6.10")
-    p, g = torch.randn(n, device=m.device), torch.randn(n, device=m.device)
-    m1, v1 = torch.zeros_like(p), torch.zeros_like(p)
-    ms = _time(lambda: m.adamw_flat(p, g, m1, v1, n, 1e-4, 0.9, 0.999, 1e-8, 0.1, 1))
-    ref_p = [torch.randn(n, device=m.device, requires_grad=True)]
-    ref_p[0].grad = g.clone()
-    opt = torch.optim.AdamW(ref_p, lr=1e-4, fused=True)
-    ref = _time(opt.step)
-    assert ref / ms >= target, (f"adamw_flat over {n} parameters: {ms:.3f} ms, torch AdamW(fused=True) {ref:.3f} "
-                                f"ms: {ref / ms:.2f}x, target {target}x. One pass: read p, g, m, v once, write p, "
-                                "m, v once.")
+    n = 124_439_808
+    lr, b1, b2, eps, wd = 1e-4, 0.9, 0.999, 1e-8, 0.1
+    sets, starts, refs = [], [], []
+    for _ in range(MIN_SETS):
+        p0, g = torch.randn(n, device=m.device), torch.randn(n, device=m.device)
+        m0, v0 = torch.randn(n, device=m.device) * 0.1, torch.rand(n, device=m.device) * 0.01
+        starts.append((p0, m0, v0))
+        sets.append((p0.clone(), g, m0.clone(), v0.clone()))
+        # one step (step count 2: the bias corrections are not 1) from the start, as torch's AdamW computes it
+        m1, v1 = b1 * m0 + (1 - b1) * g, b2 * v0 + (1 - b2) * g * g
+        p1 = p0 * (1 - lr * wd) - lr * (m1 / (1 - b1**2)) / ((v1 / (1 - b2**2)).sqrt() + eps)
+        refs.append((p1, m1, v1))
+    ref_ps = []
+    for p0, g, *_ in sets:
+        rp = p0.clone().requires_grad_(True)
+        rp.grad = g.clone()
+        ref_ps.append(torch.optim.AdamW([rp], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd, fused=True))
+
+    def reset(i: int) -> None:
+        for t, src in zip((sets[i][0], sets[i][2], sets[i][3]), starts[i], strict=True):
+            restore_(t, src)
+
+    def ok(i: int) -> None:
+        for got, want, what in zip((sets[i][0], sets[i][2], sets[i][3]), refs[i], ("p", "m", "v"), strict=True):
+            check.assert_close(got, want, name=f"adamw_flat {what} after one step", rtol=1e-5, atol=1e-6, task="6.10")
+
+    judge(("06_training", "6.10"), f"adamw_flat over {n} parameters",
+          Side("yours", lambda i: m.adamw_flat(*sets[i], n, lr, b1, b2, eps, wd, 2), check=ok, reset=reset),
+          Side("torch AdamW(fused=True)", lambda i: ref_ps[i].step()), sets=MIN_SETS, nbytes=7 * n * 4,
+          hint="One pass: read p, g, m, v once, write p, m, v once.")
 
 
 # Issue 18: the fused linear + cross-entropy must reach this fraction of PyTorch's peak memory, or less (the
@@ -985,10 +1035,16 @@ def test_speed_and_memory_fused_linear_cross_entropy() -> None:
     del got_all, want_all, got, want
     ref_peak = bench.peak_memory_bytes(ref_fn)
     ms, ref = _time(run), _time(ref_fn)
+    from cudacourse.speed import note, refuse_impossible
+
+    # (one set of inputs, made where train.py runs; a cached or skipped call shows as an impossible rate)
+    refuse_impossible(f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}", ms, flops=6 * rows * hidden * vocab)
     assert peak <= FLCE_MEMORY_TARGET * ref_peak, (
         f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}, chunk {chunk}: peak {peak / 2**20:.0f} MiB, PyTorch "
         f"{ref_peak / 2**20:.0f} MiB: {peak / ref_peak:.2f}x, target <= {FLCE_MEMORY_TARGET}x. Allocate the two "
         "(chunk, vocab) buffers once, outside the loop, and write into slices of them.")
+    if ref / ms >= target:
+        note(f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}: {ms:.3f} ms, PyTorch {ref:.3f} ms", ref / ms, target)
     assert ref / ms >= target, (f"fused_linear_cross_entropy {rows}x{hidden}x{vocab}: {ms:.3f} ms, PyTorch {ref:.3f} "
                                 f"ms: {ref / ms:.2f}x, target {target}x. Run the matmuls on cuBLAS (torch.matmul with "
                                 "out=, addmm_) and launch your cross_entropy kernel once per chunk.")

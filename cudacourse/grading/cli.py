@@ -297,6 +297,7 @@ def grade(args: argparse.Namespace) -> list[Report]:
                                f"({', '.join(lessons)}); tasks: {', '.join(tid for (_, tid) in declared)}")
     chosen = {k: t for k, t in declared.items() if not args.tasks or t.id in args.tasks}
     backend, device = resolve_backend(args.backend)
+    args.resolved_backend = backend  # (an interrupted grade's report names what its finished tasks ran on)
     # Tasks whose exercise files are all still the stubs (whole lessons, or a task's own file) are not built
     # or run: they cannot earn points.
     idle_lessons = {i: not_started(course, sub, lessons) for i, sub in enumerate(subs)}
@@ -332,7 +333,10 @@ def grade(args: argparse.Namespace) -> list[Report]:
         from cudacourse.sim import seed_runtime
 
         seed_runtime(build_dir)  # the runtime `make check` built: not 50 s of building it again
-    st = RunSettings(lessons, seed, None if args.backend == "auto" else args.backend, args.timeout,
+    # The backend resolved here (flag, CUDA_COURSE_BACKEND, else auto) is handed to every task process, build
+    # worker and report explicitly: a child that resolved "auto" again in its scrubbed environment picked the GPU
+    # in a grade whose report said sim (issue 36).
+    st = RunSettings(lessons, seed, backend, args.timeout,
                      args.build_timeout, build_dir, args.hidden_feedback, args.sanitize, backend,
                      progress=None if args.quiet else _progress_line, many=len(subs) > 1,
                      instructor=instructor_hashes(course),
@@ -618,6 +622,11 @@ def _on_stop_signal(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _ran_on(args: argparse.Namespace) -> str:
+    """The backend of a report written before the grade ended: the resolved one, once resolved."""
+    return str(getattr(args, "resolved_backend", None) or args.backend)
+
+
 def _interrupted_reports(args: argparse.Namespace, batch: bool) -> list[tuple[str, Report]]:
     """One report per submission when the grade was stopped: finished tasks keep their verdicts, the
     others are "interrupted"."""
@@ -629,7 +638,7 @@ def _interrupted_reports(args: argparse.Namespace, batch: bool) -> list[tuple[st
     sig = signal_name(_STOP_SIGNALS[0]) if _STOP_SIGNALS else "SIGINT"
     why = (f"interrupted: the grade was stopped ({sig}); tasks not finished by then are marked "
            "\"interrupted\" and earn nothing. Grade again to finish them.")
-    return [(n, Report(args.backend, "unknown", impl, runner.interrupted_results(n), name=n, seed=args.seed or 0,
+    return [(n, Report(_ran_on(args), "unknown", impl, runner.interrupted_results(n), name=n, seed=args.seed or 0,
                        errors=[why])) for n in names]
 
 
@@ -659,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         print("cudacourse grade: stopped; reports written with unfinished tasks marked interrupted", file=sys.stderr)
         return EXIT_GRADER_ERROR
     except GradingError as e:
-        rep = Report(args.backend, "unknown", "submission" if (args.submission or batch) else
+        rep = Report(_ran_on(args), "unknown", "submission" if (args.submission or batch) else
                      (args.impl or current().impl), [],
                      name=args.submission.name if args.submission else "", errors=[str(e)])
         names = ([p.name for p in sorted(args.batch.iterdir()) if p.is_dir()]
@@ -673,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
         import traceback
 
         err = f"internal grader error: {type(e).__name__}: {e}\n{traceback.format_exc()}"
-        rep = Report(args.backend, "unknown", "submission", [], errors=[err])
+        rep = Report(_ran_on(args), "unknown", "submission", [], errors=[err])
         _write_all(rep, _outputs(args, rep.name or "grade", False if not batch else True))
         print(err, file=sys.stderr)
         return EXIT_GRADER_ERROR

@@ -20,7 +20,7 @@ from typing import Any
 
 from cudacourse.buildcache import SEED_ENV, SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
-from cudacourse.errors import UNBUILDABLE_ENV
+from cudacourse.errors import BUILD_ERRORS_ENV, UNBUILDABLE_ENV
 from cudacourse.grading.confine import (
     Confinement,
     Limits,
@@ -129,11 +129,13 @@ def build_dir_of(sub: Submission, st: RunSettings) -> Path:
 
 
 def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
-              unbuildable: dict[str, float] | None = None, threads: int | None = None) -> dict[str, str]:
+              unbuildable: dict[str, float] | None = None, threads: int | None = None,
+              build_errors: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a worker: the run's settings (``settings.to_env``), nothing inherited of ours.
 
     ``unbuildable`` ("lesson/file" -> seconds): files whose build the warm-up stopped; the loader fails
-    them at once (``loader.UNBUILDABLE_ENV``) instead of building them again in every test process.
+    them at once (``loader.UNBUILDABLE_ENV``) instead of building them again in every test process; likewise
+    ``build_errors`` ("lesson/file" -> message): files whose warm-up build failed, with the compiler's message.
     ``threads``: the CPU threads each of torch's pools may use (unless the caller's environment sets them)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_COURSE_", "PYTEST_"))}
     if threads is not None:
@@ -156,6 +158,8 @@ def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
     env.update({"PYTHONPATH": str(slot), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
     if unbuildable:
         env[UNBUILDABLE_ENV] = ";".join(f"{k}={v:g}" for k, v in sorted(unbuildable.items()))
+    if build_errors:
+        env[BUILD_ERRORS_ENV] = json.dumps(build_errors)
     return env
 
 
@@ -342,6 +346,7 @@ class _Run:
     output: str
     tampered: list[str]
     limit: float
+    backend: str | None = None  # where the process's kernels ran, as it resolved it (its ``backend`` record)
 
 
 def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSettings, tag: str) -> _Run:
@@ -387,7 +392,7 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
 
     def launch() -> subprocess.Popen[Any]:
         env = child_env(slot, st.seed, st.backend, build_dir_of(sub, st), sub.unbuildable,
-                        st.timed_threads if alone else st.task_threads)
+                        st.timed_threads if alone else st.task_threads, sub.build_errors)
         if sub.build_dir is not None:
             env[SHARED_ENV] = str(st.build_dir)
         proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir_of(sub, st)],
@@ -398,15 +403,16 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
         return proc
 
     with contextlib.ExitStack() as turn, open(log, "w") as logf:
-        told = dict(sub.unbuildable)
+        told = (dict(sub.unbuildable), dict(sub.build_errors))
         if not (alone or builds):
             turn.enter_context(st.gpu_turn(exclusive=False))  # (runs its tests at once)
         proc = launch()
         if builds and not alone:
             for e in builds:
                 e.wait()
-            if sub.unbuildable != told:
-                # a build it waited for was stopped (its tests must fail at once, not build again): start afresh
+            if (sub.unbuildable, sub.build_errors) != told:
+                # a build it waited for was stopped or failed (its tests must fail at once with that build's
+                # message, not build again): start afresh
                 kill_group(proc)
                 proc.wait()
                 LIVE.discard(proc)
@@ -453,7 +459,8 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     started = [e["nodeid"] for e in events if e.get("event") == "start"]
     culprit = next((n for n in reversed(started) if n not in results), None)
     tampered = restore(slot, sub.pristine, sub.manifest)
-    return _Run(collected, results, culprit, timed_out, rc, log.read_text(errors="replace"), tampered, limit)
+    ran_on = next((str(e.get("backend")) for e in events if e.get("event") == "backend"), None)
+    return _Run(collected, results, culprit, timed_out, rc, log.read_text(errors="replace"), tampered, limit, ran_on)
 
 
 def _announce(sub: Submission, tasks: list[TaskSpec], events: list[dict[str, Any]], st: RunSettings) -> None:
@@ -484,6 +491,7 @@ def _task_line(lesson: str, tid: str, title: str, status: str, seconds: float) -
 
 
 _WARM_UP = """
+import json
 import os
 import sys
 import threading
@@ -533,6 +541,8 @@ def build(f):
             load(f, None, backend=backend)
         say("done", f.name, f"{time.monotonic() - t0:.1f}")
     except Exception as e:
+        if type(e).__name__ == "CompileError":  # the grade's one build of it: its tasks fail with this message
+            say("error", f.name, json.dumps(str(e)[:8000]))
         say("fail", f.name, f"{time.monotonic() - t0:.1f}", type(e).__name__)
 
 todo = [folder / n for n in info.kernel_files if (folder / n).is_file() and Path(n).suffix in (".cu", ".cuh")
@@ -653,6 +663,10 @@ def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list
         assert proc.stdout is not None
         for raw in proc.stdout:
             word = raw.split()
+            if len(word) >= 3 and word[0] == "error":
+                with contextlib.suppress(ValueError):
+                    sub.build_errors[f"{lesson}/{word[1]}"] = BUILT_ONCE + str(json.loads(raw.split(None, 2)[2]))
+                continue
             if len(word) >= 2 and word[0] == "start":
                 building.append(word[1])
                 st.say(sub, f"{lesson}: {word[1]} ...")
@@ -732,6 +746,15 @@ def _records(task: TaskSpec, run: _Run) -> list[TestRecord]:
 _OWN_VERDICTS = frozenset({"AssertionError", "CheckFailure", "CompileError", "OutOfBoundsError"})
 
 
+BUILT_ONCE = "(built once for the whole grade, before its tasks ran; every task that uses this file fails so) "
+
+
+def backend_mismatch(ran: str, graded: str) -> str:
+    """The message of a task whose process ran its kernels on ``ran`` in a grade on ``graded``."""
+    return (f"this task's process ran its kernels on backend {ran!r}, but this grade runs on {graded!r}: a fault "
+            "of the grader, not of your code (no verdict measured elsewhere is kept). Tell your instructor.")
+
+
 def _own_verdicts(recs: list[TestRecord]) -> bool:
     """True when every failed case of a task failed with a verdict of its own (:data:`_OWN_VERDICTS`)."""
     failed = [r for r in recs if r.outcome == "failed"]
@@ -794,6 +817,13 @@ def run_group(sub: Submission, tasks: list[TaskSpec], st: RunSettings) -> list[T
             continue
         if run.tampered and not alone:
             confirm += remaining
+            break
+        if run.backend is not None and run.backend != st.backend_name:
+            # Never a verdict measured elsewhere than the report says (a speed point earned on the GPU in a
+            # grade that reports the simulator).
+            for t in remaining:
+                final[t.id] = TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail", backend_mismatch(
+                    run.backend, st.backend_name))
             break
         note = _crash_note(run)
         progressed = False

@@ -180,6 +180,7 @@ class Submission:
     to_build: dict[str, list[str]] = field(default_factory=dict)  # lesson -> the kernel files its tasks use
     build_dir: Path | None = None  # its own build cache (None: the run's, for this checkout's own kernels)
     unbuildable: dict[str, float] = field(default_factory=dict)  # "lesson/file" -> build seconds when stopped
+    build_errors: dict[str, str] = field(default_factory=dict)  # "lesson/file" -> the warm-up build's compile error
 
 
 # The instructor's files of a lesson folder that the harness stages: the course model, and the benchmark,

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Issue 36's runs on the GPU machine (python3 3.12 with torch and pytest, no make, no venv), one device call each,
+# every one under 8 minutes. Set-up as in benchmarks/gpu_session.sh's header (.whl carried: landlockpy,
+# pytest-timeout).
+#   bash benchmarks/gpu_speed.sh speed          # the speed tests of lessons 01-07 in-process (CUDA events), as root
+#   bash benchmarks/gpu_speed.sh backend        # every backend route of the grader (tests/test_grader_backend.py)
+#   bash benchmarks/gpu_speed.sh exploits       # the timing-exploit corpus on cuda, as an ordinary user (ccuser)
+#   bash benchmarks/gpu_speed.sh dist N FIRST   # N solution grades of the speed tasks alone, numbered from FIRST,
+#                                               # added to results/<gpu>/speed_distribution.{md,json}
+# For the 20-grade table, in parts under the 8-minute limit (a grade of the speed tasks alone: one to two minutes on
+# the H200, to be measured by the first part): `dist 4 0`, then copy the part's speed_distribution.{md,json} from
+# $OUT into results/<gpu>/ of the working tree (the next call carries them) and run `dist 4 4`, `dist 4 8`, ...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${OUT:=/tmp/gpu-speed-out}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+
+setup() {
+  python3 -m pip install -q --no-index --no-deps --no-cache-dir .whl/*.whl 2>/dev/null \
+    || echo "gpu_speed: no wheels in .whl/ (see benchmarks/gpu_session.sh's header): confinement may be partial"
+  ln -sfn "$PWD/cudacourse" "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cudacourse"
+  git add -A >/dev/null 2>&1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+  git log --oneline -1 | tee -a "$OUT/gpu.txt"
+}
+
+as_ccuser() {  # (as benchmarks/gpu_session.sh: an ordinary user, so that the confinement applies in full)
+  id ccuser >/dev/null 2>&1 || useradd -m ccuser
+  chmod a+rx /work 2>/dev/null; chmod -R a+rX "$PWD"; chmod 1777 /tmp
+  pybin=$(dirname "$(command -v python3)")
+  chmod -R a+rX "$(dirname "$pybin")" 2>/dev/null
+  for m in pytest xdist filelock; do python3 -c "import $m, os; print(os.path.dirname(os.path.dirname($m.__file__)))"
+  done | sort -u > /tmp/sites
+  while read -r d; do p=$d; while [ "$p" != / ]; do chmod a+rx "$p" 2>/dev/null; p=$(dirname "$p"); done
+    chmod -R a+rX "$d"; done < /tmp/sites
+  cp /tmp/sites "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-root-site.pth"
+  su ccuser -c "git config --global --add safe.directory '*'"
+  keep=$(env | grep -E '^(CXX|CC|CUDAHOSTCXX|CUDA_HOME|TORCH_CUDA_ARCH_LIST|LD_LIBRARY_PATH)=' | sed 's/^/export /' | tr '\n' ';')
+  as_user() { su ccuser -s /bin/bash -c "cd '$PWD' && $keep export PYTHONUNBUFFERED=1 PATH=$pybin:$PATH CUDA_COURSE_BUILD=/tmp/ccb-user && $1"; }
+}
+
+case "${1:-}" in
+  speed)
+    setup
+    s=$SECONDS
+    timeout 460 python3 -m pytest tests/test_0*_*.py --impl=solution -q -n 0 -m gpu -rfE -p no:cacheprovider \
+        > "$OUT/speed_tests.log" 2>&1
+    echo "speed tests: rc $? in $((SECONDS - s)) s"; tail -8 "$OUT/speed_tests.log"
+    ;;
+  backend)
+    setup
+    s=$SECONDS
+    timeout 300 python3 -m pytest tests/test_grader_backend.py -v -p no:cacheprovider -rfs > "$OUT/backend.log" 2>&1
+    echo "backend routes: rc $? in $((SECONDS - s)) s"; tail -12 "$OUT/backend.log"
+    ;;
+  exploits)
+    setup
+    as_ccuser
+    s=$SECONDS
+    as_user "CUDA_COURSE_BACKEND=cuda timeout 460 python3 -m pytest -p no:cacheprovider tests/test_speed_exploits.py \
+        --impl=solution -v -n 0 -rfxX --tb=short --basetemp=/tmp/ccuser-pt5" > "$OUT/exploits_cuda_ccuser.log" 2>&1
+    echo "timing exploits on cuda as ccuser: rc $? in $((SECONDS - s)) s"; tail -20 "$OUT/exploits_cuda_ccuser.log"
+    ;;
+  dist)
+    setup
+    gpu=$(python3 -c "import torch; from cudacourse.bench import slug; print(slug(torch.cuda.get_device_name(0)))")
+    n=${2:-10}; first=${3:-0}
+    mkdir -p "results/$gpu"
+    [ "$first" -gt 0 ] && add=--append || add=
+    s=$SECONDS
+    timeout 470 python3 benchmarks/speed_distribution.py -n "$n" --first "$first" $add \
+        --out "results/$gpu/speed_distribution.md" > "$OUT/dist_$first.log" 2>&1
+    echo "speed distribution ($n grades from $first): rc $? in $((SECONDS - s)) s"; tail -30 "$OUT/dist_$first.log"
+    cp "results/$gpu/speed_distribution.md" "results/$gpu/speed_distribution.json" "$OUT/" 2>/dev/null
+    ;;
+  *)
+    echo "usage: bash benchmarks/gpu_speed.sh speed|backend|exploits|dist N FIRST   (on the GPU machine)"
+    exit 2
+    ;;
+esac

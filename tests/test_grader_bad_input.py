@@ -1,0 +1,85 @@
+"""Bad input costs one build per grade (issue 36, "Bad input").
+
+A kernel file that does not build, or whose build outlasts ``--build-timeout``, is built once, by the grade's
+warm-up; every task that needs it then fails at once with that build's message. Before, a template-recursion bomb in
+a kernel file timed out the warm-up build and then every task process compiled it again under its own limit (over
+10 minutes for one lesson on a 2-core machine).
+
+Both submissions here are graded in one ``--batch`` run on the simulator, with a short build time limit (a
+setting: nothing here measures wall-clock time). Their messages show the path: the stopped build's message names
+``--build-timeout`` (a task process compiling the bomb itself would have been stopped by the case timeout, "timed
+out"), and the compile error carries the note of the grade's one build.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cudacourse.course import course
+from cudacourse.grading import cli
+from cudacourse.grading.confine import available
+from cudacourse.grading.runner import BUILT_ONCE
+from cudacourse.settings import using
+from tests.attacks.corpus import build, load
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSON = "01_relu"
+BUILD_TIMEOUT = 40  # s: far beyond the few seconds a good relu.cu takes (and the bomb's build never ends)
+SYNTAX = "    relu_v1_scalar_kernel<<<ceil_div(n, kBlock), kBlock>>>(x, y, n)  // (the ';' is missing)"
+
+pytestmark = [pytest.mark.slow]
+
+
+def _submission(batch: Path, name: str, relu: str) -> None:
+    d = batch / name / "lessons" / LESSON
+    shutil.copytree(ROOT / "solutions" / LESSON, d, ignore=shutil.ignore_patterns("__pycache__"))
+    (d / "relu.cu").write_text(relu)
+
+
+def _uses(file: str) -> list[str]:
+    les = course().lesson(LESSON)
+    return [t.id for t in les.tasks if file in les.files_of(t) and t.track == "cuda" and not t.gpu]
+
+
+def test_a_file_that_does_not_build_is_built_once_and_fails_its_tasks(tmp_path: Path,
+                                                                       instructor_builds: Path) -> None:
+    if not available().confined:
+        pytest.skip(f"OS confinement unavailable here: {available().describe()}")
+    solution = (ROOT / "solutions" / LESSON / "relu.cu").read_text()
+    bomb = next(a for a in load() if a.id == "build-never-ends")
+    batch, out = tmp_path / "batch", tmp_path / "out"
+    _submission(batch, "bomb", build(bomb, course=ROOT, paths={})[f"lessons/{LESSON}/relu.cu"])
+    line = next(ln for ln in solution.splitlines() if ln.strip().startswith("relu_v1_scalar_kernel<<<"))
+    assert line.rstrip().endswith(";"), line
+    _submission(batch, "syntax", solution.replace(line, SYNTAX, 1))
+    with using(build_dir=instructor_builds):
+        rc = cli.main(["--backend", "sim", "--batch", str(batch), "--lessons", LESSON, "--json", str(out),
+                       "--build-timeout", str(BUILD_TIMEOUT), "--timeout", "120", "-q"])
+    assert rc == 0
+    relu_tasks = _uses("relu.cu")
+    assert relu_tasks, "lesson 01 has tasks of relu.cu"
+    for name in ("bomb", "syntax"):
+        rep = {t["id"]: t for t in json.loads((out / f"{name}.json").read_text())["tasks"]}
+        for tid in relu_tasks:
+            t = rep[tid]
+            assert t["status"] == "fail", (name, t)
+            if name == "bomb":  # stopped by --build-timeout, or stopped by the compiler's own memory limit first
+                msg = t["message"]
+                stopped = f"did not finish within {BUILD_TIMEOUT} s" in msg and "--build-timeout" in msg
+                failed = BUILT_ONCE.strip() in t["message"] or "does not compile" in t["message"]
+                assert stopped or failed, (name, t["message"])
+                assert "timed out" not in t["message"], t["message"]
+            else:
+                assert "CompileError" in t["message"] and "relu.cu" in t["message"], t["message"]
+                # the grade's one build said it, or the short repeat of it in a later case of the same process
+                assert BUILT_ONCE.strip() in t["message"] or "does not compile" in t["message"], t["message"]
+        if name == "syntax" or not any("did not finish" in rep[tid]["message"] for tid in relu_tasks):
+            # (the first case of each task process carries the whole message, with the note)
+            assert any(BUILT_ONCE.strip() in rep[tid]["message"] for tid in relu_tasks), [
+                rep[tid]["message"][-300:] for tid in relu_tasks]
+        # the other file of the lesson (the torch route, identical to the solution) is graded as usual
+        assert rep["1.6"]["status"] == "pass", (name, rep["1.6"])
