@@ -448,11 +448,6 @@ def test_command_check_catches_venv_only_commands() -> None:
 # Task tables state the graded threshold
 # ----------------------------------------------------------------------------------------------------
 
-# The speed tasks whose graded test does not read lesson.toml's `target` but holds its own number (what a learner
-# is graded against), with that number. lesson.toml's target for 3.6 and 4.10-4.12 is the bench's (`make bench`
-# marks it "met"/"MISSED"; for 3.6 on another kernel, sgemm_v8_warptile): two numbers for one task, reported to be
-# made one (see test_graded_thresholds_are_the_lesson_toml_targets). 3.7 has no target in lesson.toml.
-GRADED_IN_TEST = {"3.6": "0.30", "3.7": "2.0", "4.10": "0.8", "4.11": "0.8", "4.12": "1.0"}
 THRESHOLD_HEADER = "graded threshold"
 
 
@@ -486,17 +481,9 @@ def task_test_sources(test_file: str) -> tuple[dict[str, str], set[str]]:
 
 
 def graded_threshold(lesson: object, task: object) -> tuple[Decimal | None, str]:
-    """(the number a speed task is graded against, where it comes from): lesson.toml's target when the task's
-    test reads it, else the test's own number (GRADED_IN_TEST, checked against the test's text)."""
-    sources, readers = task_test_sources(lesson.test_file)
-    src = sources.get(task.id, "")
-    reads_toml = "_target(" in src or any(re.search(rf"\b{n}\(", src) for n in readers)
-    if task.id in GRADED_IN_TEST:
-        want = Decimal(GRADED_IN_TEST[task.id])
-        assert not reads_toml, f"task {task.id}'s test now reads lesson.toml: drop it from GRADED_IN_TEST"
-        assert any(Decimal(n) == want for n in NUMBER.findall(src)), (
-            f"task {task.id}'s test (tests/{lesson.test_file}) no longer holds {want}: update GRADED_IN_TEST")
-        return want, f"tests/{lesson.test_file}"
+    """(the number a speed task is graded against, where it comes from): lesson.toml's ``target``, the one place
+    that holds it (:func:`test_speed_tests_take_their_targets_from_lesson_toml` keeps the tests from holding
+    another)."""
     if task.target is None:
         return None, ""
     return Decimal(str(task.target)), f"lessons/{lesson.id}/lesson.toml"
@@ -568,16 +555,16 @@ def test_threshold_check_catches_an_aim_in_the_threshold_column() -> None:
     assert threshold_mismatches(old, {"5.8": Decimal("0.28")}) == want
 
 
-@pytest.mark.xfail(strict=True, reason="lesson.toml's target of 3.6 and 4.10-4.12 is the bench's, the graded test "
-                   "holds another number, and 3.7 has none: one number per task is for the lesson's owner to choose; "
-                   "when they agree this xfail turns into a failure, and GRADED_IN_TEST and this marker go")
-def test_graded_thresholds_are_the_lesson_toml_targets() -> None:
-    """One number per speed task, declared once (DESIGN: the course model holds the speed targets)."""
+def test_speed_tests_take_their_targets_from_lesson_toml() -> None:
+    """One number per speed task, declared once (DESIGN: the course model holds the speed targets): no graded
+    test passes a target of its own to ``speed.judge`` (3.6 and 4.10-4.12 graded 0.30, 0.8, 0.8, 1.0 while
+    lesson.toml held the bench's 0.8, 1.0, 1.0, 1.3), and every speed task declares its target and margin."""
     c = _course()
-    differ = []
-    for tid, literal in GRADED_IN_TEST.items():
-        lesson = next(les for les in c if any(t.id == tid for t in les.tasks))
-        target = lesson.task(tid).target
-        if target is None or Decimal(str(target)) != Decimal(literal):
-            differ.append(f"{tid}: lesson.toml {target}, graded {literal}")
-    assert not differ, "; ".join(differ)
+    for les in c:
+        sources, _ = task_test_sources(les.test_file)
+        for task in les.tasks:
+            src = sources.get(task.id, "")
+            assert not re.search(r"\bjudge\((?:[^()]|\([^()]*\))*\btarget\s*=", src, re.S), (
+                f"task {task.id}'s test passes its own target to judge(): put it in lessons/{les.id}/lesson.toml")
+            if task.gpu and ("judge(" in src or "_target(" in src):
+                assert task.target is not None and task.margin is not None, f"task {task.id} declares no target/margin"

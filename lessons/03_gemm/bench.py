@@ -2,7 +2,7 @@
 
 Groups (each compared with its cuBLAS row, timed in the same run; FP32 rows run with TF32 off):
   sgemm 2048^3 fp32          every version v1-v8 against torch.matmul: the versions table of the README.
-  sgemm 4096^3 fp32          v3-v8; sgemm_v8_warptile (the best version) is task 3.6 (target: lesson.toml).
+  sgemm 4096^3 fp32          v3-v8; sgemm_v5_2d is task 3.6 (target: lesson.toml); sgemm_v8_warptile (the best version) has the lesson's aim, 0.8x.
   sgemm 4092^3 fp32 ragged   not a multiple of any tile (still a multiple of 4, so the float4 paths run);
                              sgemm_v8_warptile has the target 0.75x.
   linear 4096x4096->4096     the linear layer of task 3.5 against torch.nn.functional.linear.
@@ -91,8 +91,9 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
     small, big, ragged = (1024, 2048, 2044) if quick else (2048, 4096, 4092)
     twin = triton_track.bench_twin(m)
     out = gemm_group(m, f"sgemm {small}^3 fp32", small, small, small, ALL_VERSIONS, twin=twin)
-    out += gemm_group(m, f"sgemm {big}^3 fp32", big, big, big, FAST_VERSIONS, tasks={"sgemm_v8_warptile": "3.6"},
-                      twin=twin)
+    # task 3.6 grades sgemm_v5_2d (the learner's 2-D register blocking); v8_warptile's 0.8x is the lesson's aim
+    out += gemm_group(m, f"sgemm {big}^3 fp32", big, big, big, FAST_VERSIONS, {"sgemm_v8_warptile": 0.8},
+                      tasks={"sgemm_v5_2d": "3.6"}, twin=twin)
     out += gemm_group(m, f"sgemm {ragged}^3 fp32 ragged", ragged, ragged, ragged,
                       ["sgemm_v6_vec", "sgemm_v7_tuned", "sgemm_v8_warptile"], {"sgemm_v8_warptile": 0.75}, twin=twin)
 
