@@ -2,7 +2,7 @@
 
 Groups (each compared with its cuBLAS row, timed in the same run; FP32 rows run with TF32 off):
   sgemm 2048^3 fp32          every version v1-v8 against torch.matmul: the versions table of the README.
-  sgemm 4096^3 fp32          v3-v8; sgemm_v5_2d is task 3.6 (target: lesson.toml); sgemm_v8_warptile (the best version) has the lesson's aim, 0.8x.
+  sgemm 4096^3 fp32          v3-v8; sgemm_v5_2d is task 3.6 (target: lesson.toml); v8_warptile has the aim, 0.8x.
   sgemm 4092^3 fp32 ragged   not a multiple of any tile (still a multiple of 4, so the float4 paths run);
                              sgemm_v8_warptile has the target 0.75x.
   linear 4096x4096->4096     the linear layer of task 3.5 against torch.nn.functional.linear.
