@@ -145,5 +145,8 @@ def test_a_task_process_on_another_backend_fails_its_tasks(tmp_path: Path) -> No
             os.environ["CUDA_COURSE_BUILD"] = old
     assert rep["backend"] == "sim"
     for t in rep["tasks"]:
+        if t["id"] == "1.3":  # a GPU task: on the simulator it is not graded, and never run (issue 34)
+            assert t["status"] == "not-graded" and t["earned"] == 0, t
+            continue
         assert t["status"] == "fail" and t["earned"] == 0, t
         assert "ran its kernels on backend 'cuda', but this grade runs on 'sim'" in t["message"], t
