@@ -161,7 +161,7 @@ def diagnose() -> Report:
         r.problems.append((str(e), "unset CUDA_COURSE_BACKEND  (or set it to auto, cuda or sim)"))
     r.facts.append(("build folder", str(buildcache.build_root())))
     r.facts.append(("Triton track", triton_fact()))
-    from cudacourse.grading.confine import available, describe_for_grading
+    from cudacourse.sandbox import available, describe_for_grading
 
     conf = available()
     r.instructors.append(("grading confinement", describe_for_grading()))

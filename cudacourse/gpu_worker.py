@@ -2,7 +2,7 @@
 
 While grading (``settings.confine`` set) the process that compares outputs and records verdicts never
 loads learner code. On the simulator the learner's library runs in the simulator's worker; on a GPU it
-runs here, in a separate process started by :func:`cudacourse.grading.confine.confined_popen` that owns
+runs here, in a separate process started by :func:`cudacourse.sandbox.confined_popen` that owns
 its own CUDA context (DESIGN.md "Trust boundary"; docs/CONFINEMENT.md).
 
 How a call runs: the checking process copies each tensor argument into a buffer of its own (one
@@ -258,7 +258,7 @@ class GpuWorker:
     def _start(self) -> None:
         import torch
 
-        from cudacourse.grading.confine import Limits, confined_popen
+        from cudacourse.sandbox import Limits, confined_popen
         from cudacourse.source import SCALAR_CTYPES
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -285,7 +285,7 @@ class GpuWorker:
             raise KernelError(f"the GPU worker could not start: {r.get('what')}", kernel="")
 
     def _kill(self) -> None:
-        from cudacourse.grading.confine import stop_group
+        from cudacourse.sandbox import stop_group
 
         if self._proc is not None:
             stop_group(self._proc)

@@ -19,9 +19,17 @@ Environment variables only carry them across a process boundary (a notebook kern
                              (``CUDA_COURSE_BUILD``, else the checkout's), whose builds of them are copied instead
                              of built again
 ``CUDA_COURSE_CONFINE``      set by the grader for its task processes: ``strict`` (learner code runs only in
-                             OS-confined workers, ``grading/confine.py``) or ``best-effort`` (as confined as
+                             OS-confined workers, ``cudacourse/sandbox/``) or ``best-effort`` (as confined as
                              this machine allows; the report says "unconfined"); unset: no confinement
 ===========================  ======================================================================
+
+Knobs that are not run settings (they do not travel to child processes as settings do), also read only here:
+
+===============================  ==================================================================
+``CUDA_COURSE_CONFINE_OFF``      rule sandbox mechanisms out (comma-separated: ``landlock``,
+                                 ``namespaces``, ``cgroup``), for tests and instructors: reported exactly
+                                 like a kernel that lacks them (:func:`confine_off`)
+===============================  ==================================================================
 """
 
 from __future__ import annotations
@@ -131,3 +139,12 @@ def using(**changes: object) -> Iterator[Settings]:
     finally:
         _OVERRIDES.clear()
         _OVERRIDES.update(saved)
+
+
+CONFINE_OFF_ENV = "CUDA_COURSE_CONFINE_OFF"
+
+
+def confine_off(environ: Mapping[str, str] | None = None) -> set[str]:
+    """The sandbox mechanisms ruled out by ``CUDA_COURSE_CONFINE_OFF`` (read at each call: tests set it)."""
+    env = os.environ if environ is None else environ
+    return {w.strip() for w in env.get(CONFINE_OFF_ENV, "").split(",") if w.strip()}

@@ -24,7 +24,7 @@ the two kinds of learner code that need torch itself:
   worker (``custom_op.py`` calls ``cc.lesson``) runs unconfined by settings, inside the worker's sandbox.
 
 :class:`TorchWorker` starts ``python -I torch_worker.py SOCKET_FD`` through
-:func:`cudacourse.grading.confine.confined_popen` (nested inside the task process when that is confined
+:func:`cudacourse.sandbox.confined_popen` (nested inside the task process when that is confined
 itself). The worker reads the Python installation, the course package, the file's own folder and the build
 caches; it writes only its scratch folder and the build cache (``buildcache.build_root()``). It builds and
 loads the file there (``sim.build_torch_extension`` for a torch-route file), then serves calls.
@@ -673,7 +673,7 @@ class TorchWorker:
 
     def _start(self) -> None:
         from cudacourse import buildcache, settings
-        from cudacourse.grading.confine import Limits, confined_popen, learner_memory
+        from cudacourse.sandbox import Limits, confined_popen, learner_memory
 
         st = settings.current()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -716,7 +716,7 @@ class TorchWorker:
             raise
 
     def _kill(self) -> None:
-        from cudacourse.grading.confine import stop_group
+        from cudacourse.sandbox import stop_group
 
         if self._proc is not None:
             stop_group(self._proc)

@@ -19,7 +19,7 @@ import torch
 
 import cudacourse as cc
 from cudacourse.errors import KernelError, KernelTimeout, OutOfBoundsError
-from cudacourse.grading.confine import available, learner_memory
+from cudacourse.sandbox import available, learner_memory
 from cudacourse.settings import using
 from cudacourse.torch_worker import Decoder, Encoder, ProtocolError, TorchWorker, backward, recv_message, send_message
 

@@ -21,7 +21,9 @@ from typing import Any
 from cudacourse.buildcache import SEED_ENV, SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
 from cudacourse.errors import UNBUILDABLE_ENV
-from cudacourse.grading.confine import (
+from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
+from cudacourse.grading.staging import GpuGate, Once, Submission, restore
+from cudacourse.sandbox import (
     Confinement,
     Limits,
     available,
@@ -30,8 +32,6 @@ from cudacourse.grading.confine import (
     learner_memory,
     stop_group,
 )
-from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
-from cudacourse.grading.staging import GpuGate, Once, Submission, restore
 from cudacourse.settings import Settings, to_env
 
 # ----------------------------------------------------------------------------------------------------
