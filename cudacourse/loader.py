@@ -472,6 +472,8 @@ def _wait_gpu(name: str, timeout_s: float) -> None:
 class Module:
     """A loaded kernel file. Attributes are its launchers; ``backend`` and ``device`` say where it runs."""
 
+    _cc_local_only = True  # never handed to a worker's code (workers/exports.py): wrap its launchers instead
+
     def __init__(self, source: str, path: str, functions: list[str], *, backend: str = "auto",
                  check: bool | None = None, timeout_s: float = 10.0, profile: bool | str = False) -> None:
         self.backend = backend_name(backend)
@@ -497,7 +499,7 @@ class Module:
         las = list(self.launchers.values())
         t0 = time.perf_counter()
         if self.backend == "cuda" and uses_gpu_worker(self.backend):
-            from cudacourse.gpu_worker import GpuWorker
+            from cudacourse.workers.gpu import GpuWorker
 
             self._lib = GpuWorker(build_cuda(source, path, las), las, timeout_s, settings.current().confine or "")
             _GPU_WORKERS.add(self._lib)
@@ -513,7 +515,7 @@ class Module:
         t0 = time.perf_counter()
         confine = settings.current().confine
         if confine is not None:  # grading: built and loaded in a confined worker, never in this process
-            from cudacourse.torch_worker import TorchWorker
+            from cudacourse.workers.torch import TorchWorker
 
             self._lib = TorchWorker.extension(source, path, functions, checked=self.check, timeout_s=self.timeout_s,
                                               confine=confine, backend=self.backend)
@@ -715,6 +717,8 @@ class Lesson:
     costs only the functions in it) and rebuilds it after an edit, which makes the notebook loop
     edit -> re-run cell.
     """
+
+    _cc_local_only = True  # never handed to a worker's code: its module(path) would read any file (workers/exports.py)
 
     def __init__(self, name: str, *, impl: str | None = None, backend: str = "auto", check: bool | None = None,
                  timeout_s: float = 10.0) -> None:

@@ -220,7 +220,7 @@ def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
         os.environ.setdefault("TRITON_PRINT_AUTOTUNING", "1")
     confine = settings.current().confine
     if confine is not None:
-        from cudacourse.torch_worker import hosted
+        from cudacourse.workers.torch import hosted
 
         return hosted(p, confine=confine, gpu=backend == "cuda", timeout_s=120.0)
     # One module per file and mode: an edited file is imported again (its name carries the modification time).

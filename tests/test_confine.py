@@ -746,7 +746,7 @@ void forks(const float* x, float* y, float a, int n, int how) {
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU (/dev/nvidiactl absent): run on the GPU machine")
 def test_grading_on_a_gpu_runs_learner_libraries_in_a_gpu_worker(tmp_path: Path) -> None:
-    """While grading (settings.confine set) a cuda module runs in cudacourse/gpu_worker.py, not in this
+    """While grading (settings.confine set) a cuda module runs in the GPU worker (workers/gpu.py), not in this
     process: results arrive through CUDA IPC; a kernel writing out of bounds cannot reach this process's
     tensors, and one writing past a tensor's end or before its start is an OutOfBoundsError (guards around each
     staged copy); a trapping kernel costs only its call; a bad launch is a LaunchError; timing works; a misaligned
@@ -756,7 +756,7 @@ def test_grading_on_a_gpu_runs_learner_libraries_in_a_gpu_worker(tmp_path: Path)
     from cudacourse import loader, settings
     from cudacourse.bench import time_kernel
     from cudacourse.errors import KernelError, LaunchError, OutOfBoundsError
-    from cudacourse.gpu_worker import GpuWorker
+    from cudacourse.workers.gpu import GpuWorker
 
     src = tmp_path / "k.cu"
     src.write_text(GPU_KERNELS)
@@ -773,10 +773,10 @@ def test_grading_on_a_gpu_runs_learner_libraries_in_a_gpu_worker(tmp_path: Path)
         for k in (0, 1, 3):  # a view k floats into x keeps its misalignment in the worker (task 1.3's fallback)
             m.where(x[k:], out)
             assert out.tolist() == [float((x.data_ptr() + 4 * k) % 256), x[k].item()], (k, out.tolist())
-        pid = m._lib._proc.pid
+        pid = m._lib._chan.proc.pid
         for how in (0, 1):  # a forked child that exits, or returns into the worker's loop: the worker goes on
             m.forks(x, y, 5.0 + how, n, how)
-            assert torch.equal(y, (5.0 + how) * x) and m._lib._proc.pid == pid, how
+            assert torch.equal(y, (5.0 + how) * x) and m._lib._chan.proc.pid == pid, how
         guard = torch.zeros(1 << 20, device="cuda")  # allocated next to y by the caching allocator
         with pytest.raises(OutOfBoundsError, match=rf"overrun\(\): .* past the end of y \(from element {n},"):
             m.overrun(y, n)

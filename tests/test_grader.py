@@ -1368,7 +1368,7 @@ def test_train_py_runs_outside_the_checking_process_while_grading(tmp_path: Path
     import cudacourse as cc
     from cudacourse import check
     from cudacourse.sandbox import available
-    from cudacourse.torch_worker import RemoteModule, WorkerObject
+    from cudacourse.workers.torch import RemoteModule, WorkerObject
 
     t06, forged = _test_06_with_a_forged_train_py(tmp_path, monkeypatch, "sim")
     monkeypatch.setattr(check, "assert_close", check.assert_close)  # restored after the in-process half
@@ -1395,7 +1395,7 @@ def test_train_py_of_the_timed_task_runs_outside_the_checking_process_while_grad
     train.py (it disarms check.assert_close where it runs and answers zeros) fails 6.12's value check, made in the
     checking process, and is never imported into it."""
     from cudacourse.sandbox import available
-    from cudacourse.torch_worker import RemoteModule
+    from cudacourse.workers.torch import RemoteModule
 
     t06, forged = _test_06_with_a_forged_train_py(tmp_path, monkeypatch, "cuda")
     with using(confine="strict" if available().confined else "best-effort"):
@@ -1417,7 +1417,7 @@ def test_custom_op_py_runs_outside_the_checking_process_while_grading(tmp_path: 
     import cudacourse as cc
     from cudacourse.loader import import_file
     from cudacourse.sandbox import available
-    from cudacourse.torch_worker import RemoteModule
+    from cudacourse.workers.torch import RemoteModule
 
     t07 = import_file(ROOT / "tests" / "test_07_host_side.py")
     forged = tmp_path / "custom_op.py"
