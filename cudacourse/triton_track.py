@@ -25,8 +25,8 @@ Where a twin runs:
   *not graded*, with the command that installs it (:data:`INSTALL`), never failed or silently skipped.
 
 While grading (settings ``confine``), the learner's file is imported in the confined torch worker, as lesson
-04's decoder.py is (``cudacourse/torch_worker.py``; on a GPU a worker with a CUDA context of its own, CUDA
-tensors crossing through host memory); every call runs there under ``screens.torch_answer_guard``, which
+04's decoder.py is (``cudacourse/workers/torch.py``; on a GPU a worker with a CUDA context of its own, CUDA
+tensors crossing through host memory); every call runs there under ``answer_guard.torch_answer_guard``, which
 refuses torch arithmetic called from the learner's file.
 """
 
@@ -199,10 +199,10 @@ def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
 
     Raises ``RuntimeError`` with :func:`not_graded_reason` when Triton cannot run here, ``FileNotFoundError``
     naming the file when it is missing. While grading the file is imported in the confined torch worker
-    (``torch_worker.hosted``) and the returned module's functions run there.
+    (``workers.torch.hosted``) and the returned module's functions run there.
     """
     from cudacourse import settings
-    from cudacourse.loader import import_file
+    from cudacourse.lessons import import_file
 
     st = status(gpu=backend == "cuda")
     if not st.available:
@@ -277,7 +277,7 @@ def twin(lesson: str, file: str | None = None, *, impl: str | None = None, backe
     """
     from cudacourse import settings
     from cudacourse.course import course as course_model
-    from cudacourse.loader import Lesson
+    from cudacourse.lessons import Lesson
 
     info = course_model(settings.current().root).lesson(lesson)
     if not info.triton_files:
@@ -299,8 +299,9 @@ def load_mutant(lesson: str, file: str, edit: tuple[str, str], into: str | os.Pa
     says so (the solution changed and the mutant no longer tests anything).
     """
     from cudacourse import settings
+    from cudacourse.course import course as course_model
 
-    src = settings.current().root / "solutions" / lesson / file
+    src = course_model(settings.current().root).kernel_dir(lesson, "solution") / file
     old, new = edit
     text = src.read_text()
     if text.count(old) != 1:
@@ -316,7 +317,7 @@ def twin_or_not_graded(lesson: str, file: str | None = None) -> ModuleType:
     with "not graded" and says how to install it (the points table then counts the task as not graded)."""
     import pytest
 
-    from cudacourse.loader import backend_name
+    from cudacourse.backends import backend_name
 
     st = status(gpu=backend_name() == "cuda")
     if not st.available:

@@ -2,7 +2,7 @@
 
 Started by ``workers/torch.py`` (:class:`TorchWorker`) through the worker channel, in the sandbox, as
 ``python -I -B torch_serve.py SOCKET_FD [--gpu]``. It builds and loads the file (``sim.build_torch_extension``
-for a torch-route file on the simulator, ``nvcc.build_torch_cuda`` on a GPU, ``import_file`` for a Python
+for a torch-route file on the simulator, ``cuda_backend.build_torch_cuda`` on a GPU, ``import_file`` for a Python
 file), then answers requests (``wire.py`` frames) until the checking process closes the socket:
 
 - ``call``: run a function of a loaded module or of an object held here (under ``answer_guard`` for a lesson's
@@ -120,7 +120,7 @@ def _serve(sock: socket.socket) -> None:
         try:
             op = header.get("op")
             if op == "load-torch" and header.get("backend") == "cuda":
-                from cudacourse.loader import build_torch_cuda
+                from cudacourse.cuda_backend import build_torch_cuda
 
                 held.hold(build_torch_cuda(header["source"], header["path"], header["functions"]))
                 reply: dict = {"ok": True}
@@ -131,7 +131,7 @@ def _serve(sock: socket.socket) -> None:
                                                 checked=header["checked"]))
                 reply = {"ok": True}
             elif op == "load-python":
-                from cudacourse.loader import import_file
+                from cudacourse.lessons import import_file
 
                 for path in header["paths"]:
                     held.hold(import_file(path))
