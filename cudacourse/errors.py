@@ -11,6 +11,8 @@ import os
 import re
 import sys
 
+from cudacourse import settings as _settings
+
 
 class CourseError(Exception):
     """Base class of every error the course raises on purpose."""
@@ -113,8 +115,9 @@ def compile_error(output: str, path: str, *, hide: str = "", limit: int = 6000,
 
 
 # Set by the grader for a test process: "lesson/file=seconds;..." of files whose build it stopped after its
-# --build-timeout; the loader fails them at once instead of building them again (loader.Lesson.module).
-UNBUILDABLE_ENV = "CUDA_COURSE_UNBUILDABLE"
+# --build-timeout; the loader fails them at once instead of building them again (lessons.Lesson.module). The
+# name is the settings' (read there, settings.stopped_builds); kept here for the grader that imports it.
+UNBUILDABLE_ENV = _settings.UNBUILDABLE_ENV
 
 
 def build_stopped(path: str, seconds: float) -> CompileError:

@@ -6,7 +6,6 @@ settings (:func:`lesson_dir`): a submission being graded, else ``lessons/`` or `
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import sys
@@ -17,7 +16,7 @@ from typing import Any
 from cudacourse import settings
 from cudacourse.backends import backend_name, device_for
 from cudacourse.course import course as course_model
-from cudacourse.errors import UNBUILDABLE_ENV, CompileError, CourseError, build_stopped, repeated
+from cudacourse.errors import CompileError, CourseError, build_stopped, repeated
 from cudacourse.module import Module, exposed_functions, load
 
 
@@ -114,7 +113,7 @@ class Lesson:
         if failed is not None and failed[0] == text:
             # Shown in full once per process; under pytest every later case it blocks says one line.
             raise (repeated(failed[1]) if "PYTEST_CURRENT_TEST" in os.environ else failed[1]) from None
-        stopped = _stopped_builds().get(f"{self.name}/{f.name}")
+        stopped = settings.stopped_builds().get(f"{self.name}/{f.name}")
         try:
             if stopped is not None:
                 raise build_stopped(str(f), stopped)
@@ -154,17 +153,6 @@ class Lesson:
 
 
 _FAILED_BUILDS: dict[str, tuple[str, CompileError]] = {}  # path -> (text, error) of files that did not build
-
-
-def _stopped_builds() -> dict[str, float]:
-    """"lesson/file" -> seconds, of the files whose build the grader stopped (``UNBUILDABLE_ENV``)."""
-    out = {}
-    for item in os.environ.get(UNBUILDABLE_ENV, "").split(";"):
-        name, _, secs = item.partition("=")
-        if name and secs:
-            with contextlib.suppress(ValueError):
-                out[name] = float(secs)
-    return out
 
 
 def _stamp(f: Path) -> tuple[int, int] | None:

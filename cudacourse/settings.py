@@ -25,11 +25,20 @@ Environment variables only carry them across a process boundary (a notebook kern
 
 Knobs that are not run settings (they do not travel to child processes as settings do), also read only here:
 
-===============================  ==================================================================
-``CUDA_COURSE_CONFINE_OFF``      rule sandbox mechanisms out (comma-separated: ``landlock``,
-                                 ``namespaces``, ``cgroup``), for tests and instructors: reported exactly
-                                 like a kernel that lacks them (:func:`confine_off`)
-===============================  ==================================================================
+=================================  ================================================================
+``CUDA_COURSE_CONFINE_OFF``        rule sandbox mechanisms out (comma-separated: ``landlock``,
+                                   ``namespaces``, ``cgroup``), for tests and instructors: reported
+                                   exactly like a kernel that lacks them (:func:`confine_off`)
+``CUDA_COURSE_UNBUILDABLE``        set by the grader for a test process: ``lesson/file=seconds;...``
+                                   of files whose build it stopped (:func:`stopped_builds`)
+``CUDA_COURSE_TRITON_ONE_CONFIG``  ``1``: a Triton twin keeps one config per kernel instead of
+                                   autotuning them all (set by the plugin while grading on a GPU;
+                                   :func:`triton_one_config`)
+``CUDA_COURSE_SIM_ORDER``          the simulator's thread order (``forward``, ``reverse``,
+                                   ``shuffle[:SEED]``); still read in ``sim/__init__.py``
+=================================  ================================================================
+
+A worker keeps the last two (:data:`WORKER_KNOBS`): they change how its learner code runs.
 """
 
 from __future__ import annotations
@@ -148,3 +157,27 @@ def confine_off(environ: Mapping[str, str] | None = None) -> set[str]:
     """The sandbox mechanisms ruled out by ``CUDA_COURSE_CONFINE_OFF`` (read at each call: tests set it)."""
     env = os.environ if environ is None else environ
     return {w.strip() for w in env.get(CONFINE_OFF_ENV, "").split(",") if w.strip()}
+
+
+UNBUILDABLE_ENV = "CUDA_COURSE_UNBUILDABLE"
+TRITON_ONE_CONFIG_ENV = "CUDA_COURSE_TRITON_ONE_CONFIG"
+SIM_ORDER_ENV = "CUDA_COURSE_SIM_ORDER"
+WORKER_KNOBS = (SIM_ORDER_ENV, TRITON_ONE_CONFIG_ENV)
+
+
+def stopped_builds(environ: Mapping[str, str] | None = None) -> dict[str, float]:
+    """"lesson/file" -> seconds, of the files whose build the grader stopped (``CUDA_COURSE_UNBUILDABLE``)."""
+    env = os.environ if environ is None else environ
+    out = {}
+    for item in env.get(UNBUILDABLE_ENV, "").split(";"):
+        name, _, secs = item.partition("=")
+        if name and secs:
+            with contextlib.suppress(ValueError):
+                out[name] = float(secs)
+    return out
+
+
+def triton_one_config(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether Triton twins keep one config per kernel (``CUDA_COURSE_TRITON_ONE_CONFIG=1``)."""
+    env = os.environ if environ is None else environ
+    return env.get(TRITON_ONE_CONFIG_ENV) == "1"

@@ -129,13 +129,12 @@ class TorchWorker:
 
         st = settings.current()
         # TRITON_INTERPRET: a Triton twin hosted here runs on Triton's CPU interpreter (cudacourse/triton_track.py)
+        # settings.WORKER_KNOBS: the simulator's thread order, and (set by the plugin while grading on a GPU) one
+        # config per kernel for a Triton twin hosted here instead of autotuning them all (which cost a solution
+        # grade 30 s on the H100 while it was left out)
         env = keep_env(("PATH", "LANG", "LC_ALL", "CXX", "CC", "CUDAHOSTCXX", "CUDA_HOME", "MAX_JOBS",
-                        "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "CUDA_COURSE_SIM_ORDER", "TRITON_INTERPRET",
-                        "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TORCH_CUDA_ARCH_LIST",
-                        # set by the plugin while grading on a GPU: a Triton twin hosted here keeps one config per
-                        # kernel instead of autotuning them all (which cost a solution grade 30 s on the H100 while
-                        # it was left out)
-                        "CUDA_COURSE_TRITON_ONE_CONFIG"))
+                        "OMP_NUM_THREADS", "LD_LIBRARY_PATH", "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES",
+                        "CUDA_DEVICE_ORDER", "TORCH_CUDA_ARCH_LIST", *settings.WORKER_KNOBS))
         env.update(settings.to_env(st))
         # Inside, the worker's own sandbox is the confinement: what the learner's code starts there (lesson 07's
         # custom_op.py calls cc.lesson, which loads the kernels) inherits its Landlock domain, namespaces and
