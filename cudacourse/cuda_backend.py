@@ -35,11 +35,7 @@ def _cuda_trampolines(launchers: list[Launcher]) -> str:
                    f"    (void)cudaGetLastError();\n    {la.name}({call});\n"
                    f"    return (int)cudaGetLastError();\n}}")
     out.append('extern "C" const char* cc_error_string(int e) { return cudaGetErrorString((cudaError_t)e); }')
-    # for the GPU worker (cudacourse/gpu_worker.py): buffers of the checking process through CUDA IPC
-    out.append('extern "C" int cc_ipc_open(const char* h, void** p) { cudaIpcMemHandle_t m; '
-               'for (int i = 0; i < 64; ++i) m.reserved[i] = h[i]; '
-               'return (int)cudaIpcOpenMemHandle(p, m, cudaIpcMemLazyEnablePeerAccess); }')
-    out.append('extern "C" int cc_ipc_close(void* p) { return (int)cudaIpcCloseMemHandle(p); }')
+    # for the GPU worker (workers/gpu_serve.py): start the context, wait for the launches
     out.append('extern "C" int cc_sync() { return (int)cudaDeviceSynchronize(); }')
     return "\n".join(out) + "\n"
 
