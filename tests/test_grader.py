@@ -849,7 +849,7 @@ def test_a_gpu_failure_with_its_own_verdict_is_not_graded_again_alone() -> None:
 
 def test_a_sandbox_that_could_not_start_is_tried_again_and_never_blamed_on_the_code(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """CI once failed a task with "the test process died (exit code 126): a crash": confine.py's launcher had
+    """CI once failed a task with "the test process died (exit code 126): a crash": the sandbox's launcher had
     found a second launcher's new cgroup still empty and removed it. Such a cgroup is now kept while its
     launcher lives; a worker that still cannot start (exit 126 and a "confine:" line, nothing collected) is
     started once more, and a second failure names the machine, not the learner's code."""

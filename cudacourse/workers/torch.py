@@ -33,7 +33,7 @@ scratch folder and the build cache (``buildcache.build_root()``). It builds and 
 Outside grading nothing changes: the loader builds the file in-process, as before (fast, no worker).
 
 On the cuda backend (``gpu=True``; ``TorchWorker.extension(..., backend="cuda")`` builds the file with nvcc,
-``loader.build_torch_cuda``) the worker opens the GPU and owns a CUDA context of its own, and CUDA tensors
+``cuda_backend.build_torch_cuda``) the worker opens the GPU and owns a CUDA context of its own, and CUDA tensors
 cross the same channel through host memory: the sender copies the storage span to the host, the receiver
 copies it onto its device (``"device": "cuda:0"`` in the description), so the learner's function sees a CUDA
 tensor with the argument's dtype, shape and strides, and the checking process gets results on its own device.
@@ -91,7 +91,7 @@ class TorchWorker:
     def extension(cls, source: str, path: str, functions: list[str], *, checked: bool = True,
                   timeout_s: float = 10.0, confine: str = "strict", backend: str = "sim") -> TorchWorker:
         """A torch-route file built and loaded in the worker: for the simulator (``sim.build_torch_extension``)
-        or, ``backend="cuda"``, with nvcc (``loader.build_torch_cuda``) in a worker that owns a CUDA context."""
+        or, ``backend="cuda"``, with nvcc (``cuda_backend.build_torch_cuda``) in a worker that owns a CUDA context."""
         if backend not in ("sim", "cuda"):
             raise ValueError(f"backend must be 'sim' or 'cuda', not {backend!r}")
         load = {"op": "load-torch", "source": source, "path": path, "functions": list(functions),
