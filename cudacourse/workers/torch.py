@@ -144,8 +144,8 @@ class TorchWorker:
         if self.gpu:
             env.update(triton_cache_env())
         # (build_seed: only in the grader's worker for files identical to the instructor's, which builds them here)
-        package = _PROGRAM.parents[1]  # cudacourse/ (the grader's staged copy while grading)
-        reads = [*self._reads, package, *(p for p in (st.build_shared, st.build_seed) if p)]
+        root = _PROGRAM.parents[2]  # the checkout (while grading, the staged harness): course model and package
+        reads = [*self._reads, root, *(p for p in (st.build_shared, st.build_seed) if p)]
         self._chan.start(
             # -B: -I ignores PYTHONDONTWRITEBYTECODE, and a .pyc written into the staged harness fails the task
             lambda fd: [sys.executable, "-I", "-B", str(_PROGRAM), str(fd), *(["--gpu"] if self.gpu else [])],
