@@ -11,8 +11,6 @@ import os
 import re
 import sys
 
-from cudacourse import settings as _settings
-
 
 class CourseError(Exception):
     """Base class of every error the course raises on purpose."""
@@ -112,12 +110,6 @@ def compile_error(output: str, path: str, *, hide: str = "", limit: int = 6000,
     line = int(d.group("line") or d.group("pline"))
     return CompileError(f"{path}:{line}: error: {d.group('msg')}\n\n{out}", file=path, line=line,
                         compiler_output=out)
-
-
-# Set by the grader for a test process: "lesson/file=seconds;..." of files whose build it stopped after its
-# --build-timeout; the loader fails them at once instead of building them again (lessons.Lesson.module). The
-# name is the settings' (read there, settings.stopped_builds); kept here for the grader that imports it.
-UNBUILDABLE_ENV = _settings.UNBUILDABLE_ENV
 
 
 def build_stopped(path: str, seconds: float) -> CompileError:

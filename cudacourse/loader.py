@@ -38,9 +38,9 @@ from cudacourse import buildcache
 from cudacourse.arguments import arg_plan, check_args, fast_check_args
 from cudacourse.backends import BACKENDS, backend_name, device_for, gpu_usable, nvcc_path, uses_gpu_worker
 from cudacourse.cuda_backend import build_cuda, build_torch_cuda, cuda_arch
-from cudacourse.errors import UNBUILDABLE_ENV
 from cudacourse.lessons import Lesson, import_file, lesson, lesson_dir
 from cudacourse.module import Module, exposed_functions, load, no_sync, synchronize_workers, syncing
+from cudacourse.settings import UNBUILDABLE_ENV
 
 REPO_ROOT = buildcache.REPO_ROOT
 

@@ -159,6 +159,8 @@ def confine_off(environ: Mapping[str, str] | None = None) -> set[str]:
     return {w.strip() for w in env.get(CONFINE_OFF_ENV, "").split(",") if w.strip()}
 
 
+# Set by the grader for a test process: "lesson/file=seconds;..." of files whose build it stopped after its
+# --build-timeout; cc.lesson fails them at once instead of building them again (lessons.Lesson.module).
 UNBUILDABLE_ENV = "CUDA_COURSE_UNBUILDABLE"
 TRITON_ONE_CONFIG_ENV = "CUDA_COURSE_TRITON_ONE_CONFIG"
 SIM_ORDER_ENV = "CUDA_COURSE_SIM_ORDER"

@@ -30,3 +30,22 @@ def test_lesson_dir_asks_the_course_model_with_the_settings(tmp_path: Path) -> N
         lesson_dir("nope")
     with pytest.raises(ValueError, match="impl must be"):
         lesson_dir("01_relu", "teacher")
+
+
+def test_the_knobs_are_read_in_settings() -> None:
+    """The CUDA_COURSE_* knobs that are not run settings are read by settings.py's functions, from any mapping."""
+    env = {settings.UNBUILDABLE_ENV: "01_relu/relu.cu=12;02_reduce/reduce.cu=bad;=3;x", settings.CONFINE_OFF_ENV:
+           " landlock, cgroup ,", settings.TRITON_ONE_CONFIG_ENV: "1"}
+    assert settings.stopped_builds(env) == {"01_relu/relu.cu": 12.0}
+    assert settings.confine_off(env) == {"landlock", "cgroup"}
+    assert settings.triton_one_config(env) and not settings.triton_one_config({})
+    assert settings.UNBUILDABLE_ENV in settings.__doc__ and settings.CONFINE_OFF_ENV in settings.__doc__
+
+
+def test_a_build_the_grader_stopped_fails_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cudacourse.errors import CompileError
+    from cudacourse.lessons import Lesson
+
+    monkeypatch.setenv(settings.UNBUILDABLE_ENV, "01_relu/relu.cu=7")
+    with settings.using(impl="solution"), pytest.raises(CompileError, match="did not finish within 7 s"):
+        Lesson("01_relu", backend="sim").module("relu.cu")

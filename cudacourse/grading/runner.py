@@ -20,7 +20,6 @@ from typing import Any
 
 from cudacourse.buildcache import SEED_ENV, SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
-from cudacourse.errors import UNBUILDABLE_ENV
 from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
 from cudacourse.grading.staging import GpuGate, Once, Submission, restore
 from cudacourse.sandbox import (
@@ -32,7 +31,7 @@ from cudacourse.sandbox import (
     learner_memory,
     stop_group,
 )
-from cudacourse.settings import Settings, to_env
+from cudacourse.settings import UNBUILDABLE_ENV, Settings, to_env
 
 # ----------------------------------------------------------------------------------------------------
 # Worker processes: the one place where the grader starts learner code
