@@ -17,7 +17,7 @@ import sys
 import time
 
 CATEGORIES = (("cicc", "nvcc"), ("ptxas", "nvcc"), ("cudafe", "nvcc"), ("nvcc", "nvcc"), ("cc1plus", "g++"),
-              ("/g++", "g++"), ("gpu_worker", "gpu_worker"), ("torch_worker", "torch_worker"),
+              ("/g++", "g++"), ("workers/gpu_serve", "gpu_worker"), ("workers/torch_serve", "torch_worker"),
               ("-m pytest", "pytest"), ("_WARM_UP", "warmup"), ("cudacourse grade", "grader"),
               ("triton", "triton"), ("ld ", "ld"), ("python", "python-other"))
 

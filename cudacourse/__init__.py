@@ -13,6 +13,7 @@ between kernel files, tests and this package.
 
 from __future__ import annotations
 
+from cudacourse.backends import backend_name, device_for
 from cudacourse.errors import (
     BarrierError,
     CompileError,
@@ -26,7 +27,8 @@ from cudacourse.errors import (
     UninitializedReadError,
     UnsupportedError,
 )
-from cudacourse.loader import Lesson, Module, backend_name, device_for, lesson, load
+from cudacourse.lessons import Lesson, lesson
+from cudacourse.module import Module, load
 from cudacourse.triton_track import twin as triton_twin
 
 __all__ = [

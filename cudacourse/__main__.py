@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     elif cmd == "bench":
         from cudacourse.bench import main as run
     elif cmd == "profile":
-        from cudacourse.profile import main as run
+        from cudacourse.profile_cli import main as run
     elif cmd == "stubs":
         return _stubs(rest)
     elif cmd == "templates":

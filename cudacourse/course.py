@@ -289,6 +289,16 @@ class Course:
         """Where this checkout keeps ``lesson``'s files for ``impl`` (``student``: lessons/, else solutions/)."""
         return (self.solutions_dir if impl == "solution" else self.lessons_dir) / lesson
 
+    def files_dir(self, lesson: str, impl: str = "student", submission: Path | None = None) -> Path:
+        """Which folder holds ``lesson``'s files for a run: a submission's copy (``submission/lessons/ID``) when
+        one is graded, else this checkout's for ``impl`` (:meth:`kernel_dir`). ``lesson`` is an id or a number.
+        The one answer to that question: ``cc.lesson`` asks it with the process's settings (``lessons.lesson_dir``),
+        the grader with the submission it stages."""
+        lid = self.lesson(lesson).id
+        if submission is not None:
+            return Path(submission) / "lessons" / lid
+        return self.kernel_dir(lid, impl)
+
     def lesson_of_test(self, path: str | Path) -> str | None:
         """The lesson a test file belongs to (``test_01_relu.py``, ``test_01_relu_hidden.py`` -> ``01_relu``)."""
         m = re.match(r"test_(\d\d)", Path(path).name)

@@ -170,7 +170,7 @@ def diagnose() -> Report:
         r.fatal = True
     r.facts.append(("build folder", str(buildcache.build_root())))
     r.facts.append(("Triton track", triton_fact()))
-    from cudacourse.grading.confine import available, describe_for_grading
+    from cudacourse.sandbox import available, describe_for_grading
 
     conf = available()
     r.instructors.append(("grading confinement", describe_for_grading()))

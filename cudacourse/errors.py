@@ -112,12 +112,6 @@ def compile_error(output: str, path: str, *, hide: str = "", limit: int = 6000,
                         compiler_output=out)
 
 
-# Set by the grader for a test process: "lesson/file=seconds;..." of files whose build it stopped after its
-# --build-timeout; the loader fails them at once instead of building them again (loader.Lesson.module).
-UNBUILDABLE_ENV = "CUDA_COURSE_UNBUILDABLE"
-BUILD_ERRORS_ENV = "CUDA_COURSE_BUILD_ERRORS"  # (grader) JSON: "lesson/file" -> its compile error, built once
-
-
 def build_stopped(path: str, seconds: float) -> CompileError:
     """The error of a file whose build the grader stopped (a build that does not end: template recursion,
     a huge file)."""

@@ -19,9 +19,28 @@ Environment variables only carry them across a process boundary (a notebook kern
                              (``CUDA_COURSE_BUILD``, else the checkout's), whose builds of them are copied instead
                              of built again
 ``CUDA_COURSE_CONFINE``      set by the grader for its task processes: ``strict`` (learner code runs only in
-                             OS-confined workers, ``grading/confine.py``) or ``best-effort`` (as confined as
+                             OS-confined workers, ``cudacourse/sandbox/``) or ``best-effort`` (as confined as
                              this machine allows; the report says "unconfined"); unset: no confinement
 ===========================  ======================================================================
+
+Knobs that are not run settings (they do not travel to child processes as settings do), also read only here:
+
+=================================  ================================================================
+``CUDA_COURSE_CONFINE_OFF``        rule sandbox mechanisms out (comma-separated: ``landlock``,
+                                   ``namespaces``, ``cgroup``), for tests and instructors: reported
+                                   exactly like a kernel that lacks them (:func:`confine_off`)
+``CUDA_COURSE_UNBUILDABLE``        set by the grader for a test process: ``lesson/file=seconds;...``
+                                   of files whose build it stopped (:func:`stopped_builds`)
+``CUDA_COURSE_BUILD_ERRORS``       set by the grader for a test process: JSON ``{"lesson/file": error}`` of
+                                   files whose one build of the grade failed (:func:`grade_build_errors`)
+``CUDA_COURSE_TRITON_ONE_CONFIG``  ``1``: a Triton twin keeps one config per kernel instead of
+                                   autotuning them all (set by the plugin while grading on a GPU;
+                                   :func:`triton_one_config`)
+``CUDA_COURSE_SIM_ORDER``          the simulator's thread order (``forward``, ``reverse``,
+                                   ``shuffle[:SEED]``); still read in ``sim/__init__.py``
+=================================  ================================================================
+
+A worker keeps the last two (:data:`WORKER_KNOBS`): they change how its learner code runs.
 """
 
 from __future__ import annotations
@@ -131,3 +150,52 @@ def using(**changes: object) -> Iterator[Settings]:
     finally:
         _OVERRIDES.clear()
         _OVERRIDES.update(saved)
+
+
+CONFINE_OFF_ENV = "CUDA_COURSE_CONFINE_OFF"
+
+
+def confine_off(environ: Mapping[str, str] | None = None) -> set[str]:
+    """The sandbox mechanisms ruled out by ``CUDA_COURSE_CONFINE_OFF`` (read at each call: tests set it)."""
+    env = os.environ if environ is None else environ
+    return {w.strip() for w in env.get(CONFINE_OFF_ENV, "").split(",") if w.strip()}
+
+
+# Set by the grader for a test process: "lesson/file=seconds;..." of files whose build it stopped after its
+# --build-timeout; cc.lesson fails them at once instead of building them again (lessons.Lesson.module).
+UNBUILDABLE_ENV = "CUDA_COURSE_UNBUILDABLE"
+BUILD_ERRORS_ENV = "CUDA_COURSE_BUILD_ERRORS"
+TRITON_ONE_CONFIG_ENV = "CUDA_COURSE_TRITON_ONE_CONFIG"
+SIM_ORDER_ENV = "CUDA_COURSE_SIM_ORDER"
+WORKER_KNOBS = (SIM_ORDER_ENV, TRITON_ONE_CONFIG_ENV)
+
+
+def grade_build_errors(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """"lesson/file" -> compile error, of the files the grade's warm-up built once and saw fail
+    (``CUDA_COURSE_BUILD_ERRORS``, JSON): a task process reports that error instead of building the file again."""
+    import json
+
+    env = os.environ if environ is None else environ
+    try:
+        data = json.loads(env.get(BUILD_ERRORS_ENV) or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def stopped_builds(environ: Mapping[str, str] | None = None) -> dict[str, float]:
+    """"lesson/file" -> seconds, of the files whose build the grader stopped (``CUDA_COURSE_UNBUILDABLE``)."""
+    env = os.environ if environ is None else environ
+    out = {}
+    for item in env.get(UNBUILDABLE_ENV, "").split(";"):
+        name, _, secs = item.partition("=")
+        if name and secs:
+            with contextlib.suppress(ValueError):
+                out[name] = float(secs)
+    return out
+
+
+def triton_one_config(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether Triton twins keep one config per kernel (``CUDA_COURSE_TRITON_ONE_CONFIG=1``)."""
+    env = os.environ if environ is None else environ
+    return env.get(TRITON_ONE_CONFIG_ENV) == "1"

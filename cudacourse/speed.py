@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudacourse.check import CheckFailure
+from cudacourse.module import staged_copies
 
 TOO_FAST = "faster than this GPU can run it: does the launcher skip work on repeated calls?"
 MIN_SETS = 3
@@ -116,16 +117,6 @@ def peak_tflops(kind: str) -> float:
     return p.multi_processor_count * ghz * 1e9 * per_sm / 1e12
 
 
-def _staged_copies(t: Any) -> list[Any]:
-    """The uint8 views of the copies GPU workers staged of tensor ``t`` (while grading the learner's launches run
-    in a worker, on copies that this process's tensors reach only when a timed block ends)."""
-    from cudacourse import loader
-
-    key = (t.data_ptr(), t.numel() * t.element_size())
-    tables = [getattr(w, "_staged", {}) for w in list(getattr(loader, "_GPU_WORKERS", ()))]
-    return [c.view for table in tables if (c := table.get(key)) is not None]
-
-
 def poison_(tensors: Sequence[Any]) -> None:
     """Fill contiguous ``tensors`` with 0xFF bytes (NaN, or -1 for integers), and their staged copies."""
     import torch
@@ -133,7 +124,7 @@ def poison_(tensors: Sequence[Any]) -> None:
     for t in tensors:
         if isinstance(t, torch.Tensor) and t.numel():
             t.view(-1).view(torch.uint8).fill_(0xFF)
-            for c in _staged_copies(t):
+            for c in staged_copies(t):
                 c.fill_(0xFF)
 
 
@@ -142,7 +133,7 @@ def restore_(t: Any, src: Any) -> None:
     import torch
 
     t.copy_(src)
-    for c in _staged_copies(t):
+    for c in staged_copies(t):
         c.copy_(src.reshape(-1).view(torch.uint8))
 
 

@@ -25,8 +25,8 @@ Where a twin runs:
   *not graded*, with the command that installs it (:data:`INSTALL`), never failed or silently skipped.
 
 While grading (settings ``confine``), the learner's file is imported in the confined torch worker, as lesson
-04's decoder.py is (``cudacourse/torch_worker.py``; on a GPU a worker with a CUDA context of its own, CUDA
-tensors crossing through host memory); every call runs there under ``screens.torch_answer_guard``, which
+04's decoder.py is (``cudacourse/workers/torch.py``; on a GPU a worker with a CUDA context of its own, CUDA
+tensors crossing through host memory); every call runs there under ``answer_guard.torch_answer_guard``, which
 refuses torch arithmetic called from the learner's file.
 """
 
@@ -44,13 +44,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from cudacourse import settings
+
 INSTALL = "make setup EXTRAS=triton"
 TESTED_VERSION = "3.6.0"  # the interpreter was checked with this triton and torch 2.13.0 (CPU build)
 _INTERPRET = "TRITON_INTERPRET"
 _TUNING_KEYS = ("num_warps", "num_stages")  # keys of a config that are launch options, not constexpr arguments
 # Set by the course's pytest plugin in a grading task process (``--cc-report``): every autotuned kernel keeps its
 # first config, so a graded correctness test compiles one config instead of timing them all.
-ONE_CONFIG_ENV = "CUDA_COURSE_TRITON_ONE_CONFIG"
+ONE_CONFIG_ENV = settings.TRITON_ONE_CONFIG_ENV
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,7 @@ def configs(interpreter: dict[str, Any], keep: Callable[[dict[str, Any]], bool] 
     kept = [make(c) for c in combos if keep is None or keep(c)]
     if not kept:
         raise ValueError("configs(): keep() refused every combination; keep at least one")
-    return kept[:1] if os.environ.get(ONE_CONFIG_ENV) == "1" else kept
+    return kept[:1] if settings.triton_one_config() else kept
 
 
 def size_class(n: int, floor: int = 2**20) -> int:
@@ -199,10 +201,9 @@ def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
 
     Raises ``RuntimeError`` with :func:`not_graded_reason` when Triton cannot run here, ``FileNotFoundError``
     naming the file when it is missing. While grading the file is imported in the confined torch worker
-    (``torch_worker.hosted``) and the returned module's functions run there.
+    (``workers.torch.hosted``) and the returned module's functions run there.
     """
-    from cudacourse import settings
-    from cudacourse.loader import import_file
+    from cudacourse.lessons import import_file
 
     st = status(gpu=backend == "cuda")
     if not st.available:
@@ -220,7 +221,7 @@ def load(path: str | os.PathLike[str], *, backend: str) -> ModuleType:
         os.environ.setdefault("TRITON_PRINT_AUTOTUNING", "1")
     confine = settings.current().confine
     if confine is not None:
-        from cudacourse.torch_worker import hosted
+        from cudacourse.workers.torch import hosted
 
         return hosted(p, confine=confine, gpu=backend == "cuda", timeout_s=120.0)
     # One module per file and mode: an edited file is imported again (its name carries the modification time).
@@ -275,9 +276,8 @@ def twin(lesson: str, file: str | None = None, *, impl: str | None = None, backe
     ``file`` picks one of the lesson's ``triton_files`` (default: its first). Raises ``RuntimeError`` saying how
     to install Triton when it cannot run here, ``ValueError`` for a lesson without a twin.
     """
-    from cudacourse import settings
     from cudacourse.course import course as course_model
-    from cudacourse.loader import Lesson
+    from cudacourse.lessons import Lesson
 
     info = course_model(settings.current().root).lesson(lesson)
     if not info.triton_files:
@@ -298,9 +298,9 @@ def load_mutant(lesson: str, file: str, edit: tuple[str, str], into: str | os.Pa
     ``edit`` is (old text, new text); the old text must occur exactly once in the solution, else ``ValueError``
     says so (the solution changed and the mutant no longer tests anything).
     """
-    from cudacourse import settings
+    from cudacourse.course import course as course_model
 
-    src = settings.current().root / "solutions" / lesson / file
+    src = course_model(settings.current().root).kernel_dir(lesson, "solution") / file
     old, new = edit
     text = src.read_text()
     if text.count(old) != 1:
@@ -316,7 +316,7 @@ def twin_or_not_graded(lesson: str, file: str | None = None) -> ModuleType:
     with "not graded" and says how to install it (the points table then counts the task as not graded)."""
     import pytest
 
-    from cudacourse.loader import backend_name
+    from cudacourse.backends import backend_name
 
     st = status(gpu=backend_name() == "cuda")
     if not st.available:
@@ -334,7 +334,6 @@ def bench_twin(m: Any, file: str | None = None) -> tuple[ModuleType | None, str]
 
     The twin comes from the folder ``m`` was loaded from (``solutions/`` for ``make bench``); ``file`` picks one
     of the lesson's ``triton_files`` (default: its first)."""
-    from cudacourse import settings
     from cudacourse.course import course as course_model
 
     info = course_model(settings.current().root).lesson(m.name)

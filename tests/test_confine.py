@@ -1,4 +1,4 @@
-"""The operating-system confinement of learner code (cudacourse/grading/confine.py, issue 14).
+"""The operating-system confinement of learner code (cudacourse/sandbox/, issue 14).
 
 Each test runs a small hostile program (C built with g++ here, or Python) under ``confined_popen`` and
 checks that its effect did not happen (files checksummed before and after, the victim processes still
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from cudacourse.grading import confine
-from cudacourse.grading.confine import ConfinementUnavailable, Limits, confined_popen
+from cudacourse import sandbox
+from cudacourse.sandbox import ConfinementUnavailable, Limits, confined_popen
 
 HOSTILE_C = r"""
 #include <errno.h>
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
 }
 """
 
-CONF = confine.available()
+CONF = sandbox.available()
 # Where some mechanism is missing (a container, an old kernel), the tests still check every promise whose
 # mechanism exists (the others skip, naming it); confined_popen then needs leave to start the worker.
 ALLOW = not CONF.confined
@@ -226,7 +226,7 @@ def run(argv: list[str], scratch: Path, read_only: list[Path] = (), limits: Limi
                            read_only=list(read_only), limits=limits or Limits(), stdout=log, stderr=subprocess.STDOUT,
                            **kw)
         p.wait()
-        confine.stop_group(p)  # what it left behind, as the grader does
+        sandbox.stop_group(p)  # what it left behind, as the grader does
         log.seek(0)
         return subprocess.CompletedProcess(argv, p.returncode, log.read(), "")
 
@@ -250,7 +250,7 @@ def survivors(marker: str) -> list[int]:
 
 
 def test_describe_names_the_mechanisms_or_says_unconfined() -> None:
-    text = confine.describe()
+    text = sandbox.describe()
     if CONF.confined:
         assert "landlock ABI" in text and "namespaces" in text and "rlimits" in text, text
     else:
@@ -262,7 +262,7 @@ def test_describe_names_the_mechanisms_or_says_unconfined() -> None:
 def test_a_missing_mechanism_is_reported_and_refused(monkeypatch: pytest.MonkeyPatch, fence, hostile) -> None:
     monkeypatch.setenv("CUDA_COURSE_CONFINE_OFF", "landlock")
     try:
-        conf = confine.available(refresh=True)
+        conf = sandbox.available(refresh=True)
         assert not conf.confined
         assert conf.describe().startswith("unconfined: ") and "Landlock" in conf.describe()
         with pytest.raises(ConfinementUnavailable, match="Landlock"):
@@ -272,7 +272,7 @@ def test_a_missing_mechanism_is_reported_and_refused(monkeypatch: pytest.MonkeyP
         assert r.returncode == 0 and "ran" in r.stdout
     finally:
         monkeypatch.undo()  # the knob as it was before this test, then what is available with it
-        confine.available(refresh=True)
+        sandbox.available(refresh=True)
 
 
 def test_bad_arguments_are_refused_clearly(fence) -> None:
@@ -291,9 +291,9 @@ def test_source_size_limit(tmp_path: Path) -> None:
     small, big = tmp_path / "ok.cu", tmp_path / "padded.cu"
     small.write_text("__global__ void k() {}\n")
     big.write_bytes(b"// pad\n" * 200_000)
-    confine.check_source_size([small], max_bytes=1 << 20)
-    with pytest.raises(confine.SourceTooLarge, match=r"padded\.cu is too large \(1\.4 MB\).*at most 1\.0 MB"):
-        confine.check_source_size([small, big], max_bytes=1 << 20)
+    sandbox.check_source_size([small], max_bytes=1 << 20)
+    with pytest.raises(sandbox.SourceTooLarge, match=r"padded\.cu is too large \(1\.4 MB\).*at most 1\.0 MB"):
+        sandbox.check_source_size([small, big], max_bytes=1 << 20)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -351,12 +351,12 @@ def test_nested_build_and_python_work_inside(fence, tmp_path: Path) -> None:
     # the package as the grader stages it (staging.stage_harness): a copy in the readable staged folder, on
     # PYTHONPATH. (Not the checkout's root: workers may read its cudacourse/ but not list the root, so an import
     # through a root on sys.path, as a .pth or PYTHONPATH gives an uninstalled checkout, finds nothing.)
-    shutil.copytree(Path(confine.__file__).parents[1], src / "cudacourse",
+    shutil.copytree(Path(sandbox.__file__).parents[1], src / "cudacourse",
                     ignore=shutil.ignore_patterns("__pycache__"))
     out = fence["scratch"] / "build"
     script = (f"mkdir -p {out} && g++ -O1 -o {out}/k {src}/k.cpp && {out}/k && "
               f"PYTHONPATH={src} {python_for_workers()} -c "
-              f"'import cudacourse.grading.confine as c, sys; print(\"python ok\", c.__file__)'")
+              f"'import cudacourse.sandbox as c, sys; print(\"python ok\", c.__file__)'")
     r = run(["/bin/sh", "-c", script], fence["scratch"], [src])
     assert r.returncode == 0, r.stdout
     assert "built and ran" in r.stdout and "python ok" in r.stdout, r.stdout
@@ -414,7 +414,7 @@ def test_cannot_signal_the_parent_or_siblings(fence, hostile, tmp_path: Path) ->
     finally:
         victim.kill()
         victim.wait()
-        assert confine.stop_group(sibling) == -signal.SIGKILL
+        assert sandbox.stop_group(sibling) == -signal.SIGKILL
 
 
 def test_sees_no_grader_process(fence) -> None:
@@ -444,7 +444,7 @@ def test_stop_group_stops_everything(fence, hostile, tmp_path: Path) -> None:
                        read_only=[hostile.parent], stdout=subprocess.PIPE, text=True, allow_unconfined=ALLOW)
     assert p.stdout.readline().strip() == "daemon spawned"
     assert survivors(str(hostile))  # the daemon runs
-    assert confine.stop_group(p) == -signal.SIGKILL
+    assert sandbox.stop_group(p) == -signal.SIGKILL
     assert survivors(str(hostile)) == []
     size = diary.stat().st_size if diary.exists() else 0
     time.sleep(2.5)
@@ -479,7 +479,7 @@ void reserve_gib(int* out) {
 
 def test_the_simulators_worker_has_a_memory_limit_while_grading(tmp_path: Path) -> None:
     """While grading, a launcher's host code runs in the simulator's worker under an address-space limit
-    (confine.learner_memory): a host allocation of many GB fails there instead of filling the machine (the attack
+    (sandbox.learner_memory): a host allocation of many GB fails there instead of filling the machine (the attack
     host-alloc-many-gb grades it). Reservations only, so a missing limit costs no memory."""
     import torch
 
@@ -492,7 +492,7 @@ def test_the_simulators_worker_has_a_memory_limit_while_grading(tmp_path: Path) 
         m = loader.load(src, backend="sim", check=False)
         m.reserve_gib(out)
         m.close()
-    limit = confine.learner_memory()
+    limit = sandbox.learner_memory()
     assert limit is not None and 0 < out.item() < limit / (1 << 30), out.item()
 
 
@@ -537,7 +537,7 @@ def test_signals_reach_the_worker(fence) -> None:
         p.send_signal(signal.SIGTERM)
         assert p.wait() == -signal.SIGTERM
     finally:
-        confine.stop_group(p)
+        sandbox.stop_group(p)
 
 
 def test_worker_exit_status_is_passed_through(fence) -> None:
@@ -624,10 +624,10 @@ def test_nested_confinement(fence, tmp_path: Path) -> None:
     """)
     outer = textwrap.dedent(f"""
         import pathlib, subprocess, sys
-        from cudacourse.grading import confine
+        from cudacourse import sandbox
         print('outer read', open({str(outer_only)!r}).read().strip())
-        print('inner confinement:', confine.describe())
-        p = confine.confined_popen([sys.executable, '-c', {inner!r}], scratch=pathlib.Path('inner'),
+        print('inner confinement:', sandbox.describe())
+        p = sandbox.confined_popen([sys.executable, '-c', {inner!r}], scratch=pathlib.Path('inner'),
                                    env={{'PATH': '/usr/bin:/bin'}}, stdout=subprocess.PIPE, text=True)
         print(p.communicate()[0], 'inner exit', p.returncode)
     """)
@@ -641,7 +641,7 @@ def test_nested_confinement(fence, tmp_path: Path) -> None:
 # The GPU worker (runs only where an NVIDIA GPU is present: the lead's GPU machine)
 # ----------------------------------------------------------------------------------------------------
 
-HAS_GPU = confine.has_gpu_devices()
+HAS_GPU = sandbox.has_gpu_devices()
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU (/dev/nvidiactl absent): run on the GPU machine")
@@ -746,7 +746,7 @@ void forks(const float* x, float* y, float a, int n, int how) {
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs an NVIDIA GPU (/dev/nvidiactl absent): run on the GPU machine")
 def test_grading_on_a_gpu_runs_learner_libraries_in_a_gpu_worker(tmp_path: Path) -> None:
-    """While grading (settings.confine set) a cuda module runs in cudacourse/gpu_worker.py, not in this
+    """While grading (settings.confine set) a cuda module runs in the GPU worker (workers/gpu.py), not in this
     process: results arrive through CUDA IPC; a kernel writing out of bounds cannot reach this process's
     tensors, and one writing past a tensor's end or before its start is an OutOfBoundsError (guards around each
     staged copy); a trapping kernel costs only its call; a bad launch is a LaunchError; timing works; a misaligned
@@ -756,7 +756,7 @@ def test_grading_on_a_gpu_runs_learner_libraries_in_a_gpu_worker(tmp_path: Path)
     from cudacourse import loader, settings
     from cudacourse.bench import time_kernel
     from cudacourse.errors import KernelError, LaunchError, OutOfBoundsError
-    from cudacourse.gpu_worker import GpuWorker
+    from cudacourse.workers.gpu import GpuWorker
 
     src = tmp_path / "k.cu"
     src.write_text(GPU_KERNELS)
@@ -773,10 +773,10 @@ def test_grading_on_a_gpu_runs_learner_libraries_in_a_gpu_worker(tmp_path: Path)
         for k in (0, 1, 3):  # a view k floats into x keeps its misalignment in the worker (task 1.3's fallback)
             m.where(x[k:], out)
             assert out.tolist() == [float((x.data_ptr() + 4 * k) % 256), x[k].item()], (k, out.tolist())
-        pid = m._lib._proc.pid
+        pid = m._lib._chan.proc.pid
         for how in (0, 1):  # a forked child that exits, or returns into the worker's loop: the worker goes on
             m.forks(x, y, 5.0 + how, n, how)
-            assert torch.equal(y, (5.0 + how) * x) and m._lib._proc.pid == pid, how
+            assert torch.equal(y, (5.0 + how) * x) and m._lib._chan.proc.pid == pid, how
         guard = torch.zeros(1 << 20, device="cuda")  # allocated next to y by the caching allocator
         with pytest.raises(OutOfBoundsError, match=rf"overrun\(\): .* past the end of y \(from element {n},"):
             m.overrun(y, n)
@@ -809,7 +809,7 @@ def test_root_without_namespaces_runs_the_worker_as_nobody(monkeypatch: pytest.M
     monkeypatch.setenv("CUDA_COURSE_CONFINE_OFF", "namespaces")
     scratch = Path(tempfile.mkdtemp(prefix="cc-confine-nobody-", dir="/tmp"))  # reachable by uid 65534
     try:
-        conf = confine.available(refresh=True)
+        conf = sandbox.available(refresh=True)
         assert conf.worker_uid == 65534 and conf.describe().startswith("unconfined: ") and "uid 65534" in \
             conf.describe()
         r = run(["/bin/sh", "-c", 'id -u; echo mine > "$TMPDIR/f" && cat "$TMPDIR/f"; cat /etc/passwd'], scratch,
@@ -818,7 +818,7 @@ def test_root_without_namespaces_runs_the_worker_as_nobody(monkeypatch: pytest.M
         assert "Permission denied" in r.stdout and "root:" not in r.stdout, r.stdout
     finally:
         monkeypatch.undo()  # the knob as it was before this test, then what is available with it
-        confine.available(refresh=True)
+        sandbox.available(refresh=True)
         shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cudacourse.grading import confine, runner
+from cudacourse import sandbox
+from cudacourse.grading import runner
 from cudacourse.grading.results import TaskResult, TaskSpec, TestRecord
 from cudacourse.grading.staging import Submission
 
@@ -101,11 +102,11 @@ def test_task_processes_get_a_memory_limit_where_no_cuda_context_needs_the_addre
     GPU it runs under an address-space limit sized for torch and its simulator workers' threads; with one, the CUDA
     context's reservations rule any such limit out."""
     env = runner.child_env(tmp_path, 1, "sim", tmp_path, threads=3)
-    monkeypatch.setattr(confine, "has_gpu_devices", lambda: False)
+    monkeypatch.setattr(sandbox, "has_gpu_devices", lambda: False)
     lim = runner._task_limits(env)
-    assert lim.memory == confine.learner_memory(env, torch=True) == (3 << 30) + 3 * (256 << 20) + (2 << 30)
+    assert lim.memory == sandbox.learner_memory(env, torch=True) == (3 << 30) + 3 * (256 << 20) + (2 << 30)
     assert lim.cpu_s == runner.GRADER_CPU_S
-    monkeypatch.setattr(confine, "has_gpu_devices", lambda: True)
+    monkeypatch.setattr(sandbox, "has_gpu_devices", lambda: True)
     assert runner._task_limits(env).memory is None
 
 

@@ -850,15 +850,15 @@ def test_a_gpu_failure_with_its_own_verdict_is_not_graded_again_alone() -> None:
 
 def test_a_sandbox_that_could_not_start_is_tried_again_and_never_blamed_on_the_code(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """CI once failed a task with "the test process died (exit code 126): a crash": confine.py's launcher had
+    """CI once failed a task with "the test process died (exit code 126): a crash": the sandbox's launcher had
     found a second launcher's new cgroup still empty and removed it. Such a cgroup is now kept while its
     launcher lives; a worker that still cannot start (exit 126 and a "confine:" line, nothing collected) is
     started once more, and a second failure names the machine, not the learner's code."""
     import queue
 
     from cudacourse.grading import runner
-    from cudacourse.grading.confine import _launcher_alive
     from cudacourse.grading.results import TaskSpec
+    from cudacourse.sandbox.launcher import _launcher_alive
 
     assert _launcher_alive(f"cudacourse-{os.getpid()}-0a1b")
     child = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -1369,8 +1369,8 @@ def test_train_py_runs_outside_the_checking_process_while_grading(tmp_path: Path
     shows that it is a forgery the worker stops."""
     import cudacourse as cc
     from cudacourse import check
-    from cudacourse.grading.confine import available
-    from cudacourse.torch_worker import RemoteModule, WorkerObject
+    from cudacourse.sandbox import available
+    from cudacourse.workers.torch import RemoteModule, WorkerObject
 
     t06, forged = _test_06_with_a_forged_train_py(tmp_path, monkeypatch, "sim")
     monkeypatch.setattr(check, "assert_close", check.assert_close)  # restored after the in-process half
@@ -1396,8 +1396,8 @@ def test_train_py_of_the_timed_task_runs_outside_the_checking_process_while_grad
     """Task 6.12 (GPU, timed) runs train.py in its torch worker too, its kernels loaded there: the same forged
     train.py (it disarms check.assert_close where it runs and answers zeros) fails 6.12's value check, made in the
     checking process, and is never imported into it."""
-    from cudacourse.grading.confine import available
-    from cudacourse.torch_worker import RemoteModule
+    from cudacourse.sandbox import available
+    from cudacourse.workers.torch import RemoteModule
 
     t06, forged = _test_06_with_a_forged_train_py(tmp_path, monkeypatch, "cuda")
     with using(confine="strict" if available().confined else "best-effort"):
@@ -1417,9 +1417,9 @@ def test_custom_op_py_runs_outside_the_checking_process_while_grading(tmp_path: 
     (tests/test_07_host_side.py ``_op``): one that disarms check.assert_close where it runs and answers zeros
     fails task 7.3's value check, and is never imported into the checking process."""
     import cudacourse as cc
-    from cudacourse.grading.confine import available
     from cudacourse.loader import import_file
-    from cudacourse.torch_worker import RemoteModule
+    from cudacourse.sandbox import available
+    from cudacourse.workers.torch import RemoteModule
 
     t07 = import_file(ROOT / "tests" / "test_07_host_side.py")
     forged = tmp_path / "custom_op.py"

@@ -8,7 +8,7 @@ fixture grades once; each test then checks one promise: each attack's verdict an
 effects, checksums of every file outside the grader's scratch, and that no process of the grade is left.
 Runs on the simulator (``--backend sim``) on every machine, so the verdicts are the same on a GPU machine: the
 attacks are native launcher code, which runs in the simulator's confined worker there and, on the cuda backend,
-in the GPU worker (``cudacourse/gpu_worker.py``), whose confinement ``tests/test_confine.py`` checks on a GPU.
+in the GPU worker (``cudacourse/workers/gpu.py``), whose confinement ``tests/test_confine.py`` checks on a GPU.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import pytest
 
 from cudacourse.course import course
 from cudacourse.grading import cli
-from cudacourse.grading.confine import available, describe_for_grading
 from cudacourse.grading.results import STATUSES
+from cudacourse.sandbox import available, describe_for_grading
 from cudacourse.settings import using
 from tests.attacks.corpus import Attack, build, forgeries, load
 
@@ -48,7 +48,7 @@ NOT_GRADED = {
 # ::test_the_capstone_test_refuses_a_torch_answer with this corpus's forgery). Grading them here
 # would build lesson 04's kernels (and lessons 02 and 03 for the capstone) once per submission: minutes each
 # on this machine, for a verdict the screen has already decided.
-# While grading, decoder.py runs in a torch worker (cudacourse/torch_worker.py), where the guard and the confinement
+# While grading, decoder.py runs in a torch worker (cudacourse/workers/torch.py), where the guard and the confinement
 # hold as well: tests/test_torch_worker.py::test_decoder_runs_in_the_worker_and_its_attacks_stay_there runs the
 # torch answer and python-sys-modules-monkeypatch there, without building lesson 04's kernels.
 NOT_GRADED.update({a.id: "a Python attack: refused by the Python screen or the torch guard (see above)"

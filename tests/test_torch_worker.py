@@ -1,4 +1,4 @@
-"""The torch worker (cudacourse/torch_worker.py): learner code that needs torch, run outside the checking process.
+"""The torch worker (cudacourse/workers/torch*.py): learner code that needs torch, run outside the checking process.
 
 Most tests host a small Python module in the worker (it starts in about a second, no build); the torch-route
 tests reuse builds other tests make anyway (tests/sim/test_torch_route.py's extension, lesson 01's
@@ -19,9 +19,10 @@ import torch
 
 import cudacourse as cc
 from cudacourse.errors import KernelError, KernelTimeout, OutOfBoundsError
-from cudacourse.grading.confine import available, learner_memory
+from cudacourse.sandbox import available, learner_memory
 from cudacourse.settings import using
-from cudacourse.torch_worker import Decoder, Encoder, ProtocolError, TorchWorker, backward, recv_message, send_message
+from cudacourse.workers.torch import TorchWorker, backward
+from cudacourse.workers.wire import Decoder, Encoder, ProtocolError, recv_message, send_message
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFINE = "strict" if available().confined else "best-effort"
@@ -490,7 +491,7 @@ def test_static_constructor_cannot_write_outside_and_a_crash_costs_one_call() ->
         pytest.skip(f"OS confinement unavailable here: {available().describe()}")
     with using(confine=CONFINE, backend="sim"):
         m = cc.load(CTOR_SRC, ["ctor_ran", "crash"])
-    outside = m._lib._private / "escaped.txt"
+    outside = m._lib._chan.private / "escaped.txt"
     try:
         assert m.ctor_ran().item() == 1.0  # the constructor ran, in the worker, and wrote its own scratch
         assert not outside.exists(), "a static constructor wrote outside the worker's scratch"
@@ -586,7 +587,7 @@ def test_call_backs_copy_changed_arguments_back_and_closures_cross(py_worker: An
 
 
 def test_objects_made_in_the_worker_stay_there(py_worker: Any) -> None:
-    from cudacourse.torch_worker import WorkerObject
+    from cudacourse.workers.torch import WorkerObject
 
     acc = py_worker.call("make_accumulator", 2.0)
     assert isinstance(acc, WorkerObject)
@@ -617,7 +618,7 @@ def _helper_beside(mod: Any, x: torch.Tensor) -> Any:
 
 
 def test_helpers_of_the_test_file_run_beside_the_module(py_worker: Any) -> None:
-    from cudacourse.torch_worker import RemoteFunction, run_beside
+    from cudacourse.workers.torch import RemoteFunction, run_beside
 
     mod = py_worker.module()
     loaded, fresh, doubled = run_beside(mod, _helper_beside, torch.ones(3))

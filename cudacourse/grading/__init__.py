@@ -43,11 +43,16 @@ JSON schema (fixed)::
 ``--junit`` and ``--markdown`` then name folders that receive ``<name>.json`` etc., and the JSON folder
 also gets ``gradebook.csv``.
 
-This isolates against accidents and naive cheating, not against hostile native code: a kernel runs as
-the grading user. Grade in a throwaway container or CI runner (docs/INSTRUCTORS.md).
+Learner code is untrusted native code: it runs only in worker processes confined by the operating system
+(``cudacourse/sandbox/``: Landlock, user/PID/network/mount namespaces, a pids cgroup or RLIMIT_NPROC, rlimits),
+and the process that compares outputs and writes reports never loads it. Where a mechanism is missing the grade
+still runs, as confined as the machine allows, and every report says "unconfined" and why (docs/CONFINEMENT.md).
+
+Processes are started in four places: the grader's task processes (``runner.start_worker``), the GPU and torch
+workers (``cudacourse/workers/channel.py``), and the simulator's worker and its confined compiles
+(``cudacourse/sim/``); all of them through ``sandbox.confined_popen``. docs/ARCHITECTURE.md draws them.
 
 Modules: :mod:`~cudacourse.grading.results` (the task/result model), :mod:`~cudacourse.grading.screens`,
-:mod:`~cudacourse.grading.staging`, :mod:`~cudacourse.grading.runner` (workers, watchdog, verdicts; the
-one place workers start: ``start_worker``), :mod:`~cudacourse.grading.feedback`,
-:mod:`~cudacourse.grading.reports`, :mod:`~cudacourse.grading.cli`.
+:mod:`~cudacourse.grading.staging`, :mod:`~cudacourse.grading.runner` (task processes, watchdog, verdicts),
+:mod:`~cudacourse.grading.feedback`, :mod:`~cudacourse.grading.reports`, :mod:`~cudacourse.grading.cli`.
 """

@@ -24,7 +24,6 @@ from cudacourse.checkcmd import file_states, lesson_started, untouched_reason
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
 from cudacourse.grading import runner
-from cudacourse.grading.confine import SourceTooLarge, check_source_size
 from cudacourse.grading.feedback import complete_compile_errors, feedback, scrub, secret_lines
 from cudacourse.grading.reports import (
     NOT_STARTED,
@@ -47,6 +46,7 @@ from cudacourse.grading.runner import (
     signal_name,
 )
 from cudacourse.grading.staging import MAX_SOURCE_BYTES, Submission, manifest, stage_harness, stage_kernels
+from cudacourse.sandbox import SourceTooLarge, check_source_size
 from cudacourse.settings import current
 
 EXIT_OK, EXIT_GRADER_ERROR = 0, 2

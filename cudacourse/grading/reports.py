@@ -28,7 +28,7 @@ from cudacourse.grading.results import (
 
 def _confinement() -> str:
     """Which confinement the grader's workers ran under (``confine.describe``; "unconfined: ..." if not)."""
-    from cudacourse.grading.confine import describe_for_grading
+    from cudacourse.sandbox import describe_for_grading
 
     return describe_for_grading()
 

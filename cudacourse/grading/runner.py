@@ -20,8 +20,10 @@ from typing import Any
 
 from cudacourse.buildcache import SEED_ENV, SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
-from cudacourse.errors import BUILD_ERRORS_ENV, UNBUILDABLE_ENV
-from cudacourse.grading.confine import (
+from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
+from cudacourse.grading.staging import GpuGate, Once, Submission, restore
+from cudacourse.progress import heartbeat
+from cudacourse.sandbox import (
     Confinement,
     Limits,
     available,
@@ -30,10 +32,7 @@ from cudacourse.grading.confine import (
     learner_memory,
     stop_group,
 )
-from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
-from cudacourse.grading.staging import GpuGate, Once, Submission, restore
-from cudacourse.progress import heartbeat
-from cudacourse.settings import Settings, to_env
+from cudacourse.settings import BUILD_ERRORS_ENV, UNBUILDABLE_ENV, Settings, to_env
 
 # ----------------------------------------------------------------------------------------------------
 # Worker processes: the one place where the grader starts learner code

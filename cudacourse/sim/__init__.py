@@ -118,7 +118,7 @@ def _compile(cmd: list[str], d: Path, reads: list[Path], path: str) -> subproces
     mode = _confine_mode()
     if mode is None:
         return subprocess.run(cmd, cwd=d, capture_output=True, text=True)
-    from cudacourse.grading.confine import Limits, confined_popen, stop_group
+    from cudacourse.sandbox import Limits, confined_popen, stop_group
 
     scratch = d / ".confine"
     proc = confined_popen(cmd, scratch=scratch, cwd=str(d), env={"PATH": os.environ.get("PATH", os.defpath)},
@@ -415,7 +415,7 @@ class SimLibrary:
                                               pass_fds=(req_r, resp_w), env=env, close_fds=True)
             else:
                 # Grading: the worker reads its library and _worker.py, writes only its private shm folder.
-                from cudacourse.grading.confine import Limits, confined_popen, learner_memory
+                from cudacourse.sandbox import Limits, confined_popen, learner_memory
 
                 private = self._private_dir()
                 # The learner's host code runs here: a host allocation of many GB fails here, not on the machine.
@@ -448,7 +448,7 @@ class SimLibrary:
     def _kill(self) -> None:
         if self._proc is not None:
             if self._private is not None:  # confined: the worker and whatever it started (setsid or not)
-                from cudacourse.grading.confine import stop_group
+                from cudacourse.sandbox import stop_group
 
                 stop_group(self._proc)
             else:

@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from cudacourse.grading.confine import available
+from cudacourse.sandbox import available
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SOL = ROOT / "solutions" / "01_relu"

@@ -1,9 +1,9 @@
-"""The GPU worker: where a learner's kernel library runs on the cuda backend while grading.
+"""The GPU worker's client: a learner's kernel library, run on the cuda backend in a worker while grading.
 
 While grading (``settings.confine`` set) the process that compares outputs and records verdicts never
 loads learner code. On the simulator the learner's library runs in the simulator's worker; on a GPU it
-runs here, in a separate process started by :func:`cudacourse.grading.confine.confined_popen` that owns
-its own CUDA context (DESIGN.md "Trust boundary"; docs/CONFINEMENT.md).
+runs in a separate process that owns its own CUDA context (``workers/gpu_serve.py``, started through the
+worker channel, ``workers/channel.py``) (DESIGN.md "Trust boundary"; docs/CONFINEMENT.md).
 
 How a call runs: the checking process copies each tensor argument into a buffer of its own (one
 ``cuMemCreate`` allocation per argument, so a kernel writing out of bounds cannot reach the checker's
@@ -18,176 +18,28 @@ dies, hangs or corrupts its context costs only that call: the next call starts a
 
 Inside ``loader.no_sync()`` (benchmarks) buffers are staged once per tensor and launches return without
 waiting; everything is synchronised and copied back when the block ends.
-
-This file is also the worker's program (``python -I -S gpu_worker.py LIB SOCKET_FD``): standard
-library and ctypes only, so it starts in a fraction of a second and reads nothing of the course.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_THIS = Path(__file__).resolve()
+from cudacourse.workers.channel import Channel, ProtocolError, WorkerDied, WorkerTimeout, keep_env
+from cudacourse.workers.gpu_serve import Vmm
 
-# ----------------------------------------------------------------------------------------------------
-# The worker's side (runs in the confined process)
-# ----------------------------------------------------------------------------------------------------
-
-_CTYPES = {"p": ctypes.c_void_p, "c_float": ctypes.c_float, "c_double": ctypes.c_double,
-           "c_bool": ctypes.c_bool}
-_FD_HANDLE = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+_PROGRAM = Path(__file__).resolve().parent / "gpu_serve.py"
 
 
-class _Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 
-
-class _AllocFlags(ctypes.Structure):
-    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
-                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
-
-
-class _AllocProp(ctypes.Structure):  # CUmemAllocationProp
-    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", _Location),
-                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", _AllocFlags)]
-
-
-class _AccessDesc(ctypes.Structure):  # CUmemAccessDesc
-    _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
-
-
-class _Vmm:
-    """The CUDA driver's virtual-memory calls, the same in both processes: create or import an allocation,
-    map it read-write for ``device``, export it as a file descriptor, and undo all of it."""
-
-    def __init__(self, device: int) -> None:
-        self.cu = ctypes.CDLL("libcuda.so.1")
-        self.access = _AccessDesc(_Location(1, device), 3)  # CU_MEM_LOCATION_TYPE_DEVICE, PROT_READWRITE
-        self.prop = _AllocProp(type=1, requestedHandleTypes=_FD_HANDLE, location=_Location(1, device))
-        gran = ctypes.c_size_t()
-        self._ok(self.cu.cuMemGetAllocationGranularity(ctypes.byref(gran), ctypes.byref(self.prop), 0), "granularity")
-        self.granularity = gran.value
-
-    @staticmethod
-    def _ok(rc: int, what: str) -> None:
-        if rc:
-            raise RuntimeError(f"CUDA driver error {rc} in {what}")
-
-    def size(self, nbytes: int) -> int:
-        return max(1, -(-nbytes // self.granularity)) * self.granularity
-
-    def _map(self, handle: int, size: int) -> int:
-        ptr = ctypes.c_uint64()
-        self._ok(self.cu.cuMemAddressReserve(ctypes.byref(ptr), ctypes.c_size_t(size), ctypes.c_size_t(0),
-                                             ctypes.c_uint64(0), ctypes.c_uint64(0)), "cuMemAddressReserve")
-        self._ok(self.cu.cuMemMap(ptr, ctypes.c_size_t(size), ctypes.c_size_t(0), ctypes.c_uint64(handle),
-                                  ctypes.c_uint64(0)), "cuMemMap")
-        self._ok(self.cu.cuMemSetAccess(ptr, ctypes.c_size_t(size), ctypes.byref(self.access), ctypes.c_size_t(1)),
-                 "cuMemSetAccess")
-        return ptr.value
-
-    def create(self, size: int) -> tuple[int, int, int]:
-        """A new allocation of ``size`` bytes (a multiple of the granularity): (pointer, handle, fd)."""
-        h = ctypes.c_uint64()
-        self._ok(self.cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(size), ctypes.byref(self.prop),
-                                     ctypes.c_uint64(0)), "cuMemCreate")
-        fd = ctypes.c_int()
-        self._ok(self.cu.cuMemExportToShareableHandle(ctypes.byref(fd), h, _FD_HANDLE, ctypes.c_uint64(0)),
-                 "cuMemExportToShareableHandle")
-        return self._map(h.value, size), h.value, fd.value
-
-    def open(self, fd: int, size: int) -> tuple[int, int]:
-        """Map an allocation another process exported: (pointer, handle)."""
-        h = ctypes.c_uint64()
-        self._ok(self.cu.cuMemImportFromShareableHandle(ctypes.byref(h), ctypes.c_void_p(fd), _FD_HANDLE),
-                 "cuMemImportFromShareableHandle")
-        return self._map(h.value, size), h.value
-
-    def free(self, ptr: int, handle: int, size: int) -> None:
-        self.cu.cuMemUnmap(ctypes.c_uint64(ptr), ctypes.c_size_t(size))
-        self.cu.cuMemAddressFree(ctypes.c_uint64(ptr), ctypes.c_size_t(size))
-        self.cu.cuMemRelease(ctypes.c_uint64(handle))
-
-
-def _serve(lib_path: str, sock_fd: int) -> None:
-    lib = ctypes.CDLL(lib_path)
-    lib.cc_error_string.restype = ctypes.c_char_p
-    sock = socket.socket(fileno=sock_fd)
-    entries: dict[str, Any] = {}
-    buffers: dict[int, tuple[int, int, int]] = {}  # id -> pointer, handle, size
-    vmm: _Vmm | None = None
-    pending, fds = b"", []
-    me = os.getpid()
-
-    def error(code: int) -> str:
-        return lib.cc_error_string(code).decode(errors="replace")
-
-    while True:
-        data, got, _flags, _addr = socket.recv_fds(sock, 1 << 16, 64)
-        if not data:
-            return
-        pending += data
-        fds += got
-        while b"\n" in pending:
-            line, _, pending = pending.partition(b"\n")
-            msg = json.loads(line)
-            op, reply = msg["op"], {"ok": True}
-            try:
-                if op == "declare":
-                    err = lib.cc_sync()  # creates the context, current on this thread from here on
-                    if err:
-                        raise RuntimeError(f"the GPU did not start: {error(err)}")
-                    vmm = _Vmm(msg["device"])
-                    for name, kinds in msg["launchers"].items():
-                        fn = getattr(lib, f"cc_entry_{name}")
-                        fn.restype = ctypes.c_int
-                        fn.argtypes = [_CTYPES.get(k) or getattr(ctypes, k) for k in kinds]
-                        entries[name] = fn
-                elif op == "call":
-                    for bid, size in msg["new"]:
-                        fd = fds.pop(0)
-                        ptr, handle = vmm.open(fd, size)  # type: ignore[union-attr]
-                        os.close(fd)
-                        buffers[bid] = (ptr, handle, size)
-                    cargs = [(buffers[a["b"]][0] + a["o"] if a["b"] else None) if isinstance(a, dict) else a
-                             for a in msg["args"]]
-                    err, stage = entries[msg["name"]](*cargs), "launch"
-                    if os.getpid() != me:  # a process the launcher forked returned here: not a worker
-                        os._exit(0)
-                    if not err and msg["sync"]:
-                        err, stage = lib.cc_sync(), "run"
-                    if err:
-                        reply = {"ok": False, "error": err, "what": error(err), "stage": stage}
-                elif op == "sync":
-                    err = lib.cc_sync()
-                    if err:
-                        reply = {"ok": False, "error": err, "what": error(err), "stage": "run"}
-                elif op == "release":
-                    for bid in msg["ids"]:
-                        if bid in buffers:
-                            vmm.free(*buffers.pop(bid))  # type: ignore[union-attr]
-            except (RuntimeError, KeyError, AttributeError) as e:
-                reply = {"ok": False, "error": -1, "what": str(e), "stage": "worker"}
-            sock.sendall((json.dumps(reply) + "\n").encode())
-
-
-# ----------------------------------------------------------------------------------------------------
-# The checking process's side
-# ----------------------------------------------------------------------------------------------------
-
-
-_VMM: _Vmm | None = None
+_VMM: Vmm | None = None
 _ALIGN = 256  # a staged copy keeps its tensor's address modulo this (cudaMalloc's own alignment)
 # Guards: bytes before (_FRONT plus the offset modulo _ALIGN) and after (at least _BACK, and the allocation's slack)
 # each staged copy, filled with a byte of the buffer's own and compared after the call. A GPU does not fault on a
@@ -210,14 +62,14 @@ class _Staged:
     name: str
 
 
-def _vmm() -> _Vmm:
+def _vmm() -> Vmm:
     """This (checking) process's driver calls, on the current torch device's primary context."""
     global _VMM
     if _VMM is None:
         import torch
 
         torch.zeros(1, device="cuda")  # the primary context is current on this thread from here on
-        _VMM = _Vmm(torch.cuda.current_device())
+        _VMM = Vmm(torch.cuda.current_device())
     return _VMM
 
 
@@ -240,10 +92,8 @@ class GpuWorker:
         self.launchers = {la.name: la for la in launchers}
         self.timeout_s = timeout_s
         self.confine = confine
-        self._proc: subprocess.Popen | None = None
-        self._sock: socket.socket | None = None
-        self._private = Path(tempfile.mkdtemp(prefix="ccgpu-"))
-        self._log = self._private / "output.log"
+        self._chan = Channel("ccgpu-")
+        self._rbuf = b""
         self._next_id = 1
         # (tensor pointer, bytes) -> its staged copy; sent: the buffer ids the worker has mapped
         self._staged: dict[tuple[int, int], _Staged] = {}
@@ -253,27 +103,25 @@ class GpuWorker:
         self._pool: dict[int, list[tuple[int, tuple[int, int, int, int]]]] = {}
         self._last = "your launcher"  # the last launcher called (named by a stray write found at synchronize)
 
+    def staged_view(self, ptr: int, nbytes: int) -> Any:
+        """The uint8 view of this worker's staged copy of the tensor at ``ptr`` (``nbytes`` long), or None: what
+        the learner's launches in this worker read and write (``cudacourse.speed`` poisons and restores it)."""
+        staged = self._staged.get((ptr, nbytes))
+        return None if staged is None else staged.view
+
     # ---- the process ------------------------------------------------------------------------------
 
     def _start(self) -> None:
         import torch
 
-        from cudacourse.grading.confine import Limits, confined_popen
+        from cudacourse.sandbox import Limits
         from cudacourse.source import SCALAR_CTYPES
 
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = [sys.executable, "-I", "-B", "-S", str(_THIS), str(self.so), str(theirs.fileno())]
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
-                                                              "CUDA_DEVICE_ORDER", "LANG")}
-        with open(self._log, "ab") as log:
-            try:
-                self._proc = confined_popen(
-                    argv, scratch=self._private / "scratch", env=env, read_only=[self.so.parent, _THIS],
-                    limits=Limits(memory=None, cpu_s=None), gpu=True, allow_unconfined=self.confine != "strict",
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),))
-            finally:
-                theirs.close()
-        self._sock, self._rbuf = ours, b""
+        env = keep_env(("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "LANG"))
+        self._chan.start(lambda fd: [sys.executable, "-I", "-B", "-S", str(_PROGRAM), str(self.so), str(fd)],
+                         env=env, read_only=[self.so.parent, _PROGRAM], limits=Limits(memory=None, cpu_s=None),
+                         gpu=True, confine=self.confine)
+        self._rbuf = b""
         kinds = {n: ["p" if p.pointer else SCALAR_CTYPES[p.base] for p in la.params]
                  for n, la in self.launchers.items()}
         r = self._ask({"op": "declare", "launchers": kinds, "device": torch.cuda.current_device()},
@@ -285,51 +133,45 @@ class GpuWorker:
             raise KernelError(f"the GPU worker could not start: {r.get('what')}", kernel="")
 
     def _kill(self) -> None:
-        from cudacourse.grading.confine import stop_group
-
-        if self._proc is not None:
-            stop_group(self._proc)
-        if self._sock is not None:
-            self._sock.close()
-        self._proc = self._sock = None
+        self._chan.kill()
         self._sent.clear()
         self._release_all(copy_back=False)
-
-    def _output(self) -> str:
-        try:
-            return self._log.read_text(errors="replace")[-2000:].strip()
-        except OSError:
-            return ""
 
     def _ask(self, msg: dict, name: str, timeout: float, fds: list[int] = ()) -> dict:  # type: ignore[assignment]
         """Send one request (with ``fds``) and wait for its answer; a dead or silent worker is a course error."""
         from cudacourse.errors import KernelError, KernelTimeout
 
-        assert self._sock is not None
+        def receive(sock: socket.socket, timeout: float) -> dict:
+            """One JSON line (the worker answers each request with one)."""
+            deadline = time.monotonic() + timeout
+            while b"\n" not in self._rbuf:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([sock], [], [], left)[0]:
+                    raise TimeoutError
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise EOFError
+                self._rbuf += chunk
+            line, _, self._rbuf = self._rbuf.partition(b"\n")
+            try:
+                return json.loads(line)
+            except ValueError:
+                raise ProtocolError("not a JSON line") from None
+
         try:
-            socket.send_fds(self._sock, [(json.dumps(msg) + "\n").encode()], list(fds))
-        except OSError:
-            pass  # a dead worker: the read below says so
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._rbuf:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._sock], [], [], left)[0]:
-                self._kill()
-                raise KernelTimeout(f"{name}(): the GPU worker was still running after {timeout:g} s (an endless "
-                                    "loop, or a spin-wait on another block?); it was stopped. Run the call with "
-                                    "backend='sim' to see where it hangs.", kernel=name)
-            chunk = self._sock.recv(65536)
-            if not chunk:
-                rc = self._proc.wait() if self._proc else None
-                out = self._output()
-                self._kill()
-                raise KernelError(f"{name}(): the process running your kernel library ended (exit status {rc}) "
-                                  "before answering" + (f"; its output:\n{out}" if out else "."), kernel=name)
-            self._rbuf += chunk
-        line, _, self._rbuf = self._rbuf.partition(b"\n")
-        try:
-            return json.loads(line)
-        except ValueError:
+            return self._chan.ask(lambda sock: socket.send_fds(sock, [(json.dumps(msg) + "\n").encode()], list(fds)),
+                                  receive, timeout)
+        except WorkerTimeout:
+            self._kill()
+            raise KernelTimeout(f"{name}(): the GPU worker was still running after {timeout:g} s (an endless "
+                                "loop, or a spin-wait on another block?); it was stopped. Run the call with "
+                                "backend='sim' to see where it hangs.", kernel=name) from None
+        except WorkerDied as e:
+            out = self._chan.output()
+            self._kill()
+            raise KernelError(f"{name}(): the process running your kernel library ended (exit status {e.status}) "
+                              "before answering" + (f"; its output:\n{out}" if out else "."), kernel=name) from None
+        except ProtocolError:
             self._kill()
             raise KernelError(f"{name}(): the GPU worker answered nonsense; it was stopped.", kernel=name) from None
 
@@ -417,7 +259,7 @@ class GpuWorker:
 
     def _free(self, bufs: list[tuple[int, tuple[int, int, int, int]]]) -> None:
         ids = [bid for bid, _m in bufs if bid in self._sent]
-        if self._proc is not None and ids:
+        if self._chan.proc is not None and ids:
             try:
                 self._ask({"op": "release", "ids": ids}, "release", 30.0)
             except Exception:  # noqa: BLE001 - a dead worker released everything by dying
@@ -435,7 +277,7 @@ class GpuWorker:
 
         from cudacourse.errors import KernelError, LaunchError
 
-        if self._proc is None or self._proc.poll() is not None:
+        if not self._chan.running:
             self._kill()
             self._start()
         if len(self._staged) >= 64:  # a timed loop that allocates its output on every call: recycle, do not grow
@@ -468,7 +310,7 @@ class GpuWorker:
     def synchronize(self, release: bool = True) -> None:
         """Wait for every launch; with ``release`` copy the staged buffers back into their tensors and free
         them (the end of ``no_sync``), else keep them staged (between timed repetitions)."""
-        if self._proc is not None and self._staged:
+        if self._chan.proc is not None and self._staged:
             r = self._ask({"op": "sync"}, "synchronize", self.timeout_s)
             if not r.get("ok"):
                 from cudacourse.errors import KernelError
@@ -486,6 +328,3 @@ class GpuWorker:
         """Stop the worker and free its buffers."""
         self._kill()
 
-
-if __name__ == "__main__":
-    _serve(sys.argv[1], int(sys.argv[2]))

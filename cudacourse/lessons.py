@@ -1,0 +1,182 @@
+"""A lesson's kernels: ``cc.lesson("02_reduce")``, built lazily, rebuilt when a file changes; and ``import_file``.
+
+Which folder the files come from is the course model's answer (``Course.files_dir``), asked with this process's
+settings (:func:`lesson_dir`): a submission being graded, else ``lessons/`` or ``solutions/``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from cudacourse import settings
+from cudacourse.backends import backend_name, device_for
+from cudacourse.course import course as course_model
+from cudacourse.errors import CompileError, CourseError, build_stopped, repeated
+from cudacourse.module import Module, exposed_functions, load
+
+
+def import_file(path: str | os.PathLike, name: str | None = None) -> types.ModuleType:
+    """Import a Python file by its path, once per process (a lesson's ``decoder.py``, ``bench.py``, ...).
+
+    The module is kept in ``sys.modules`` under ``name`` (default: from the file's name and path) and put
+    there before it runs, since dataclasses look their module up while the class is built. A file that
+    raises while importing is not kept.
+    """
+    path = Path(path)
+    name = name or f"cc_{path.stem}_{abs(hash(str(path)))}"
+    mod = sys.modules.get(name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path} (not a Python file?)")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+    return mod
+
+
+def lesson_dir(name: str, impl: str | None = None) -> Path:
+    """Folder whose kernel files ``lesson(name)`` loads: the course model's ``files_dir`` for this process's
+    settings.
+
+    The lesson must be declared in the course model (``lessons/NAME/lesson.toml``). A submission being
+    graded (settings ``submission``, set by the grader) wins: DIR/lessons/NAME. Otherwise ``impl``
+    (default: the settings' impl, ``student`` unless changed) picks ``lessons/`` or ``solutions/``.
+    """
+    st = settings.current()
+    try:
+        info = course_model(st.root).lesson(name)
+    except CourseError as e:
+        raise ValueError(str(e)) from None
+    impl = impl or st.impl
+    if st.submission is None and impl not in settings.IMPLS:
+        raise ValueError(f"impl must be 'student' or 'solution', got {impl!r}")
+    return course_model(st.root).files_dir(info.id, impl, st.submission)
+
+
+class Lesson:
+    """The launchers of every kernel file of a lesson, built lazily, rebuilt when a file changes.
+
+    ``m.relu_v1_scalar(...)`` finds the file that defines it, builds it on first use (so a broken file
+    costs only the functions in it) and rebuilds it after an edit, which makes the notebook loop
+    edit -> re-run cell.
+    """
+
+    _cc_local_only = True  # never handed to a worker's code: its module(path) would read any file (workers/exports.py)
+
+    def __init__(self, name: str, *, impl: str | None = None, backend: str = "auto", check: bool | None = None,
+                 timeout_s: float = 10.0) -> None:
+        self.name = name
+        self.dir = lesson_dir(name, impl)
+        self.backend = backend_name(backend)
+        self.device = device_for(self.backend)
+        self._opts = dict(backend=self.backend, check=check, timeout_s=timeout_s)
+        self._modules: dict[Path, tuple[str, Module]] = {}
+        self._bound: dict[str, tuple[Path, tuple[int, int] | None, Any]] = {}
+        self._names: dict[Path, tuple[tuple[int, int] | None, list[str]]] = {}
+
+    def files(self) -> list[Path]:
+        """The lesson's kernel files (``files`` and ``torch_files`` of its lesson.toml) that exist."""
+        info = course_model(settings.current().root).lesson(self.name)
+        return [self.dir / f for f in info.kernel_files if (self.dir / f).is_file()]
+
+    def _index(self) -> dict[str, Path]:
+        idx: dict[str, Path] = {}
+        for f in self.files():
+            stamp = _stamp(f)
+            cached = self._names.get(f)
+            if cached is None or cached[0] != stamp:
+                self._names[f] = cached = (stamp, exposed_functions(f.read_text()))
+            for n in cached[1]:
+                idx.setdefault(n, f)
+        return idx
+
+    def module(self, file: str | Path) -> Module:
+        """The built module of one kernel file (rebuilt if its content changed)."""
+        f = self.dir / file if not Path(file).is_absolute() else Path(file)
+        text = f.read_text()
+        cached = self._modules.get(f)
+        if cached and cached[0] == text:
+            return cached[1]
+        if cached:
+            cached[1].close()
+        failed = _FAILED_BUILDS.get(str(f))
+        if failed is not None and failed[0] == text:
+            # Shown in full once per process; under pytest every later case it blocks says one line.
+            raise (repeated(failed[1]) if "PYTEST_CURRENT_TEST" in os.environ else failed[1]) from None
+        stopped = settings.stopped_builds().get(f"{self.name}/{f.name}")
+        try:
+            if stopped is not None:
+                raise build_stopped(str(f), stopped)
+            if failed_once := settings.grade_build_errors().get(f"{self.name}/{f.name}"):
+                raise CompileError(failed_once, file=str(f))  # the grade built it once: its error, not a rebuild
+            mod = load(f, None, **self._opts)
+        except CompileError as e:
+            _FAILED_BUILDS[str(f)] = (text, e)
+            raise
+        self._modules[f] = (text, mod)
+        return mod
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        # Fast path: the bound function, still valid while its file is unchanged (one stat per call, so a
+        # benchmark loop pays microseconds, and an edit in the notebook is picked up on the next call).
+        hit = self._bound.get(name)
+        if hit is not None:
+            f, stamp, fn = hit
+            if _stamp(f) == stamp:
+                return fn
+        idx = self._index()
+        if name not in idx:
+            raise AttributeError(f"lesson {self.name} ({self.dir}) has no launcher '{name}' "
+                                 f"(found: {', '.join(sorted(idx)) or 'none'})")
+        f = idx[name]
+        stamp = _stamp(f)
+        fn = getattr(self.module(f), name)
+        self._bound[name] = (f, stamp, fn)
+        return fn
+
+    def functions(self) -> list[str]:
+        """Every launcher of the lesson."""
+        return sorted(self._index())
+
+    def __repr__(self) -> str:
+        return f"<cudacourse.Lesson {self.name} from {self.dir} backend={self.backend}>"
+
+
+_FAILED_BUILDS: dict[str, tuple[str, CompileError]] = {}  # path -> (text, error) of files that did not build
+
+
+def _stamp(f: Path) -> tuple[int, int] | None:
+    try:
+        st = f.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+_LESSONS: dict[tuple, Lesson] = {}
+
+
+def lesson(name: str, *, impl: str | None = None, backend: str = "auto", check: bool | None = None,
+           timeout_s: float = 10.0) -> Lesson:
+    """The lesson's kernels: ``cc.lesson("02_reduce").reduce_v1_interleaved(x, out, n)``.
+
+    Files come from ``lessons/`` or ``solutions/`` (``impl`` or ``$CUDA_COURSE_IMPL``), or from a
+    submission being graded (``$CUDA_COURSE_SUBMISSION``). Instances are shared per settings, so built
+    modules are reused across calls in one process.
+    """
+    key = (name, str(lesson_dir(name, impl)), backend_name(backend), check, timeout_s)
+    if key not in _LESSONS:
+        _LESSONS[key] = Lesson(name, impl=impl, backend=backend, check=check, timeout_s=timeout_s)
+    return _LESSONS[key]

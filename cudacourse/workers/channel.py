@@ -1,0 +1,135 @@
+"""The one channel to a worker process: start it in the sandbox, ask with a deadline, see it die, stop it.
+
+Every worker that runs learner code for the checking process (the GPU worker, ``gpu.py``; the torch worker,
+``torch.py``) holds one :class:`Channel`. The channel owns what is the same for all of them:
+
+- a private folder (``tempfile.mkdtemp``) holding the worker's scratch folder and its output log
+  (``output.log``: the worker's stdout and stderr, kernel ``printf`` included);
+- the process, started by :func:`cudacourse.sandbox.confined_popen` with one end of a UNIX socket pair
+  passed to it (the worker's program gets the descriptor's number on its command line);
+- :meth:`Channel.ask`: send a request and wait for the answer, at most a deadline; a worker that stays
+  silent raises :class:`WorkerTimeout`, one that died (or closed its end) :class:`WorkerDied` with its exit
+  status, and an answer that breaks the protocol :class:`ProtocolError`;
+- :meth:`Channel.kill`: the worker and everything it started, stopped as a whole (``sandbox.stop_group``).
+
+What travels over the socket is each worker's own business (its *payload transport*: JSON lines and file
+descriptors for the GPU worker, framed JSON headers and raw tensor bytes for the torch worker, ``wire.py``).
+So is what a failure means to the learner: the worker's client turns the three exceptions into the course's
+``KernelTimeout`` and ``KernelError``, with words that fit it, after stopping the worker; its next call
+starts a fresh one (:attr:`Channel.running` says whether one runs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from cudacourse.sandbox import Limits, confined_popen, stop_group
+
+T = TypeVar("T")
+
+
+class ProtocolError(Exception):
+    """A message that does not follow the protocol (from a broken or hostile worker)."""
+
+
+class WorkerTimeout(Exception):
+    """The worker did not answer before the deadline."""
+
+
+class WorkerDied(Exception):
+    """The worker ended (or closed its end of the socket) before answering; ``status`` is its exit status."""
+
+    def __init__(self, status: int | None) -> None:
+        super().__init__(f"the worker ended (exit status {status})")
+        self.status = status
+
+
+class Channel:
+    """One worker process at a time, in the sandbox, and the socket to it (see the module docstring)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.private = Path(tempfile.mkdtemp(prefix=prefix))
+        self.log = self.private / "output.log"
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self._log_pos = 0
+
+    def start(self, argv: Callable[[int], list[str]], *, env: Mapping[str, str], confine: str, limits: Limits,
+              read_only: Iterable[Path] = (), read_write: Iterable[Path] = (), gpu: bool = False) -> None:
+        """Start the worker ``argv(fd)`` (``fd``: the number of its end of the socket) confined, its output
+        appended to the log. ``confine`` is the grader's mode: ``strict`` refuses to start an unconfined
+        worker, anything else runs it as confined as this machine allows (the report says so)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with open(self.log, "ab") as log:
+            try:
+                self.proc = confined_popen(
+                    argv(theirs.fileno()), scratch=self.private / "scratch", env=env, read_only=read_only,
+                    read_write=read_write, limits=limits, gpu=gpu, allow_unconfined=confine != "strict",
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),))
+            except BaseException:
+                ours.close()
+                raise
+            finally:
+                theirs.close()
+        self.sock = ours
+
+    @property
+    def running(self) -> bool:
+        """A worker was started and has not ended (a crash, an exit, a kill)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def ask(self, send: Callable[[socket.socket], None], receive: Callable[[socket.socket, float], T],
+            timeout: float) -> T:
+        """``send(sock)`` a request, then return ``receive(sock, timeout)``, its answer. Raises
+        :class:`WorkerTimeout` when either passes ``timeout`` seconds, :class:`WorkerDied` when the worker is
+        gone; ``receive`` raises :class:`ProtocolError` for an answer that breaks the protocol. The caller
+        decides what each means and stops the worker (:meth:`kill`)."""
+        assert self.sock is not None, "the worker is not running"
+        try:
+            self.sock.settimeout(timeout)
+            send(self.sock)
+            return receive(self.sock, timeout)
+        except TimeoutError:
+            raise WorkerTimeout from None
+        except (EOFError, OSError):
+            raise WorkerDied(self.proc.wait() if self.proc is not None else None) from None
+
+    def kill(self) -> None:
+        """Stop the worker and everything it started; close the socket. The folder and its log stay."""
+        if self.proc is not None:
+            stop_group(self.proc)
+        if self.sock is not None:
+            self.sock.close()
+        self.proc = self.sock = None
+
+    def output(self, chars: int = 2000) -> str:
+        """The end of what the worker printed (for an error message about its death)."""
+        try:
+            return self.log.read_text(errors="replace")[-chars:].strip()
+        except OSError:
+            return ""
+
+    def forward_output(self) -> None:
+        """Copy what the worker printed since the last call (kernel printf included) to this process's stdout."""
+        from cudacourse.sim import forward_output
+
+        self._log_pos = forward_output(self.log, self._log_pos)
+
+    def close(self) -> None:
+        """Stop the worker and remove its folder."""
+        self.kill()
+        shutil.rmtree(self.private, ignore_errors=True)
+
+
+def keep_env(names: Iterable[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables ``names`` of ``environ`` (default: this process's) that are set: a worker's environment
+    is what its client names, nothing else."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if k in set(names)}
