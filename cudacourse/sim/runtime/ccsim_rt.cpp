@@ -52,7 +52,9 @@ constexpr size_t ARENA_CAP = OPTIN_LIMIT + STATIC_LIMIT + 64 * 1024;
 constexpr int MAX_SITES = 4096;
 constexpr int MAX_THREADS = 1024;
 
-enum FState { F_READY, F_BARRIER, F_WARP, F_EXITED, F_ABORTED };
+// F_PARKED: stopped before a shared-memory read of bytes no thread has written yet, until the barrier
+// interval resolves (another thread writes them: a race; nobody can: an uninitialised read). Never resumed.
+enum FState { F_READY, F_BARRIER, F_WARP, F_EXITED, F_ABORTED, F_PARKED };
 
 struct Worker;
 struct PSlot;
@@ -73,6 +75,8 @@ struct Fiber {
     uint32_t lcs; unsigned lcm;
     uint32_t exit_seq;         // warp collective sequence when the thread exited (for __activemask)
     void* last_pc;             // last checked access (checked mode): where a hung thread was
+    // F_PARKED: the read it waits to make (address, bytes, 0 read / 2 atomic, pc relative to the module)
+    uintptr_t park_a, park_pc; unsigned park_size; int park_kind;
     // profile mode: up to 4 adjacent accesses of this thread not yet counted (g++ splits a float2/float4
     // copy into scalar accesses at consecutive pcs; they are counted as one vector access, as nvcc emits one)
     uintptr_t ppc[4], paddr[4]; uint8_t psz[4]; uint8_t pn, pop, pspace; int16_t pbuf;
@@ -84,7 +88,7 @@ struct Fiber {
 struct Site { uintptr_t base; size_t bytes, elem, d0, d1, d2; int line; const char* name; };
 
 // Shadow of one 4-byte shared-memory word (checked mode).
-enum { SH_INIT = 1, SH_RED = 2, SH_ATOMIC = 4, SH_PEND = 8 };
+enum { SH_INIT = 1, SH_RED = 2, SH_ATOMIC = 4, SH_PEND = 8, SH_WAIT = 16 };   // SH_WAIT: a parked reader waits
 // Byte masks (init, wm, r1m, r2m) keep char/short/__half arrays, whose neighbouring elements share a
 // word, free of false races: two accesses conflict only if they touch a common byte.
 struct Shadow {
@@ -140,6 +144,7 @@ struct Worker {
     std::vector<int> site_idx;
     std::vector<Site> sites;         // arrays allocated in the current block; index 0 is the dynamic part
     std::vector<Pending> pend;       // conflicting writes whose values are not compared yet (checked mode)
+    std::vector<Fiber*> parked;      // threads stopped before an unwritten shared read (F_PARKED), this interval
     // The global words of this worker's last plain store, locked until the store has landed (the hook runs
     // before the store): released at the worker's next access hook or when its fiber hands back control.
     static constexpr unsigned GHELD = 5;   // an unaligned 16-byte store spans 5 words; more go to gheld_more
@@ -473,6 +478,7 @@ void block_reset_shared(Worker* w, Launch* L) {
     w->gen++;
     w->sites.clear();
     w->pend.clear();
+    w->parked.clear();
     w->epoch = 1;
     std::memset(w->wseq, 0, sizeof w->wseq);
     // dynamic part first: [RZ][dyn][RZ] then static arrays, each followed by a red zone
@@ -632,6 +638,64 @@ bool resolve_all_pending(Worker* w) {
     return false;
 }
 
+// The bytes of word i that [a, a + size) covers.
+inline uint8_t word_bytes(const Worker* w, size_t i, uintptr_t a, unsigned size) {
+    uintptr_t wa = (uintptr_t)w->arena + i * 4;
+    uintptr_t lo = std::max(wa, a), hi = std::min(wa + 4, a + size);
+    return lo < hi ? (uint8_t)(((1u << (hi - lo)) - 1u) << (lo - wa)) : 0;
+}
+
+// A read (or atomic) of shared bytes no thread of the block has written. Reporting it at once would make the
+// diagnosis depend on thread order: in a kernel missing the __syncthreads() between filling a tile and reading
+// it, the thread that runs first finds its neighbour's element unwritten, while in another order it finds it
+// written (a race). Shared memory has no defined value until a thread of the block writes it (CUDA Programming
+// Guide, "Shared Memory"; only __syncthreads() orders one thread's write before another's read, "Synchronization
+// Functions"). So the thread is stopped before the access and parked until the barrier interval resolves:
+// - another thread writes those bytes in the same interval: the read was unordered with that write, a race,
+//   reported by the writer's hook (parked_race) before its store, naming both lines;
+// - every thread that could still write them has reached the barrier, exited, or parked too: the scheduler
+//   reports the uninitialised read of the lowest-numbered parked thread (run_block), independent of order.
+// A parked thread never resumes (its block ends with a report), so no bad value is ever read.
+[[noreturn]] void park_unwritten(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc, size_t w0, size_t w1) {
+    Worker* w = f->w;
+    for (size_t i = w0; i <= w1; ++i) {
+        uint8_t bm = word_bytes(w, i, a, size);
+        if ((w->shadow[i].init & bm) != bm) w->shadow[i].flags |= SH_WAIT;
+    }
+    f->park_a = a; f->park_size = size; f->park_kind = kind; f->park_pc = pc;
+    f->state = F_PARKED;
+    w->parked.push_back(f);
+    t_in_rt = 0;     // this fiber's hook never returns: drop its guard so the other fibers are checked
+    yield_next(f);
+    __builtin_trap();
+}
+
+// A write into bytes that a parked thread waits to read, in the same barrier interval: report the race
+// (reader's and writer's lines) and stop the writer before its store.
+void parked_race(Fiber* f, size_t i, uint8_t bm, uintptr_t pc) {
+    Worker* w = f->w;
+    Shadow& s = w->shadow[i];
+    uint8_t fresh = (uint8_t)(bm & ~s.init);
+    if (!fresh) return;
+    for (Fiber* r : w->parked) {
+        if (!(word_bytes(w, i, r->park_a, r->park_size) & fresh)) continue;
+        const Site* st = (s.arr >= 0 && s.arr < (int)w->sites.size()) ? &w->sites[s.arr] : nullptr;
+        uintptr_t wa = (uintptr_t)w->arena + i * 4;
+        std::string en = st ? elem_name(*st, std::max(wa, r->park_a)) : "shared memory";
+        std::string msg =
+            "RaceError " + where(w->L, w->bidx) + ": missing __syncthreads(). " + thr(r) +
+            (r->park_kind == 2 ? " atomically updates " : " reads ") + en + " at " + pctok(r->park_pc) + " and " + thr(f) +
+            " writes it at " + pctok(pc) + " in the same barrier interval, with no __syncthreads() between them, so "
+            "the read may see the element before or after the write. Put a __syncthreads() between the code that "
+            "writes shared memory and the code that reads what other threads wrote (after filling a tile, before "
+            "using it; in a loop, also before the next iteration overwrites it). (In the simulator's thread order "
+            "the read came first and found the element not yet written.)" + GUIDE_NOTE;
+        t_in_rt++;
+        set_error("race", msg, w->L, &w->bidx, &r->v.ti, nullptr, 0, r->park_pc);
+        fiber_fail(f);
+    }
+}
+
 void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
     RtGuard guard;
     Worker* w = f->w;
@@ -670,6 +734,16 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
             fail_here("out-of-bounds", msg, nullptr, 0, pc);
         }
     }
+    if (kind != 1) {  // a read of bytes nobody wrote: decided when the barrier interval resolves (park_unwritten)
+        for (size_t i = w0; i <= w1; ++i) {
+            uint8_t bm = word_bytes(w, i, a, size);
+            if ((w->shadow[i].init & bm) != bm) park_unwritten(f, a, size, kind, pc, w0, w1);
+        }
+    }
+    if (!w->parked.empty()) {   // a write into bytes a parked thread waits to read
+        for (size_t i = w0; i <= w1; ++i)
+            if (w->shadow[i].flags & SH_WAIT) parked_race(f, i, word_bytes(w, i, a, size), pc);
+    }
     for (size_t i = w0; i <= w1; ++i) {
         Shadow& s = w->shadow[i];
         const Site* st = (s.arr >= 0 && s.arr < (int)w->sites.size()) ? &w->sites[s.arr] : nullptr;
@@ -680,15 +754,7 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
         uint32_t E = w->epoch, seq = w->wseq[f->tid / 32];
         uintptr_t lo = std::max(wa, a), hi = std::min(wa + 4, a + size);
         uint8_t bm = (uint8_t)(((1u << (hi - lo)) - 1u) << (lo - wa));
-        if (kind != 1) {  // read (or atomic read-modify-write)
-            if ((s.init & bm) != bm) {
-                fail_here("uninitialized-read",
-                          "UninitializedReadError " + where(w->L, w->bidx) + ": " + thr(f) + " " + verb + " " + ename +
-                          " at " + pctok(pc) + ", but no thread of this block has written it yet (shared memory starts "
-                          "undefined each block; the simulator fills it with NaN/-1). Make sure every slot that is read "
-                          "was written first, by enough threads (check the loop bounds and the condition guarding the "
-                          "write), with a __syncthreads() in between.", nullptr, 0, pc);
-            }
+        if (kind != 1) {  // read (or atomic read-modify-write); its bytes are initialised (checked above)
             for (int k = 0; k < 2 && kind == 0; ++k) {
                 uint16_t wt = k ? s.w2t : s.wt; uint32_t we = k ? s.w2e : s.we, ws = k ? s.w2s : s.ws;
                 uint8_t wm = k ? s.w2m : s.wm; uintptr_t wpc = k ? s.w2pc : s.wpc;
@@ -1454,6 +1520,26 @@ int complete_warp_ops(Worker* w, unsigned n) {
     return progressed;
 }
 
+// Every thread of the block is blocked or exited and some are parked before a read of unwritten shared memory
+// (park_unwritten): no thread can write those bytes in this barrier interval any more, so the read is of
+// memory nobody wrote. The lowest-numbered parked thread is named, whatever the thread order.
+void report_unwritten(Worker* w) {
+    Fiber* f = w->parked[0];
+    for (Fiber* g : w->parked) if (g->tid < f->tid) f = g;
+    Shadow& s = w->shadow[(f->park_a - (uintptr_t)w->arena) / 4];
+    const Site* st = (s.arr >= 0 && s.arr < (int)w->sites.size()) ? &w->sites[s.arr] : nullptr;
+    std::string en = st ? elem_name(*st, f->park_a) : "shared memory";
+    std::string others = w->parked.size() > 1 ? " (" + std::to_string(w->parked.size() - 1) +
+                         " other thread(s) of the block also read unwritten elements)" : "";
+    set_error("uninitialized-read",
+              "UninitializedReadError " + where(w->L, w->bidx) + ": " + thr(f) +
+              (f->park_kind == 2 ? " atomically updates " : " reads ") + en + " at " + pctok(f->park_pc) +
+              ", but no thread of this block writes it before the read, nor later in the same barrier interval" + others +
+              " (shared memory starts undefined each block; the simulator fills it with NaN/-1). Make sure every slot "
+              "that is read was written first, by enough threads (check the loop bounds and the condition guarding the "
+              "write), with a __syncthreads() in between.", w->L, &w->bidx, &f->v.ti, nullptr, 0, f->park_pc);
+}
+
 bool run_block(Worker* w, Launch* L, unsigned long long bl) {
     unsigned n = L->nthreads;
     while (w->fibers.size() < n) w->fibers.push_back(fiber_new(w, (int)w->fibers.size()));
@@ -1490,6 +1576,12 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
         int r = complete_warp_ops(w, n);
         if (r < 0) { for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true; L->abort.store(true); return false; }
         if (r > 0) continue;
+        if (!w->parked.empty()) {   // nothing can move, and no thread wrote what the parked threads wait to read
+            report_unwritten(w);
+            for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
+            L->abort.store(true);
+            return false;
+        }
         unsigned exited = 0, atbar = 0, atwarp = 0;
         Fiber *fe = nullptr, *fb = nullptr, *fw = nullptr;
         for (unsigned i = 0; i < n; ++i) {
