@@ -26,8 +26,13 @@
 // ---------------------------------------------------------------------------------------------------
 // Qualifiers: CUDA's execution-space and memory-space keywords mean nothing on the CPU.
 // ---------------------------------------------------------------------------------------------------
+#ifdef CCSIM_CALLCHECK  // the build's device-call check (devcheck.py): marks device functions by alignment
+#define __global__ __attribute__((aligned(8192)))
+#define __device__ __attribute__((aligned(8192)))
+#else
 #define __global__
 #define __device__
+#endif
 #define __host__
 #define __constant__
 #define __managed__
