@@ -2234,6 +2234,7 @@ struct Op {
     ccsim_event* ev = nullptr;
     std::shared_ptr<GraphRec> graph;
     cudaHostFn_t hfn = nullptr; void* ud = nullptr;
+    void* ra = nullptr;                        // the call that issued it (copies: for the host-work check)
     ~Op() { if (drop && clo) drop(clo); }
 };
 enum { OP_LAUNCH, OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_GRAPH, OP_HOST };
@@ -2378,11 +2379,80 @@ void run_graph(GraphRec* g) {
         done[pick] = 1;
     }
 }
+// ---- host work (issue 36): results are computed by kernels, not by the launcher's host code --------------
+// On a GPU the host code of a launcher can read the tensors it is given only by copying them into host memory
+// (cudaMemcpy D2H and its async, 2-D and symbol forms); on the simulator the arguments are out of the host code's
+// reach (PROT_NONE) outside those calls too. So once such a copy has brought argument data (or a device copy of
+// it) into host-readable memory, whatever changes an argument afterwards may have been computed by the host: a
+// host-to-device copy of its answer, or a kernel launched with it as a scalar. The arguments are snapshotted at
+// that moment and compared when the launcher returns (check_host_work); a changed byte is reported.
+// Not seen: a kernel that first copies the input into scratch or pinned memory, which the host then reads.
+struct ArgSnap { uintptr_t base; size_t bytes, elem; std::string name; std::vector<unsigned char> data; };
+std::vector<ArgSnap> g_snap;                // the arguments when their data first reached host memory (this call)
+std::vector<Range> g_arg_copies;            // device ranges that hold copies of argument data (D2D copies)
+bool g_host_read = false;
+bool g_allow_host_reads = false;            // CUDA_COURSE_SIM_ALLOW_HOST_READS=1: the check is off (API tests)
+uintptr_t g_host_read_pc = 0;
+const char* g_host_read_call = "";
+char g_launcher[128] = "";
+
+bool in_args(uintptr_t a, size_t n) {      // the worker's mapping holds the launcher's arguments, nothing else
+    return g_dev_hi > g_dev_lo && n && a < g_dev_hi && a + n > g_dev_lo;
+}
+bool host_readable(const void* p) {         // pageable, pinned or managed memory (and __device__ symbols)
+    if (mem_kind(p) != MEM_DEVICE) return true;
+    int nb = g_nbufs.load();
+    for (int i = 0; i < nb; ++i) {
+        const Buffer& b = g_bufs[i];
+        if (b.base && (uintptr_t)p - b.base < (b.bytes ? b.bytes : 1))
+            return !strncmp(b.name, "cudaMalloc buffer (line 0)", 26);   // cudaMallocManaged's
+    }
+    return false;
+}
+void note_copy(void* dst, const void* src, size_t n, void* ra, const char* call) {
+    uintptr_t s = (uintptr_t)src, d = (uintptr_t)dst;
+    bool from_args = in_args(s, n);
+    for (const Range& r : g_arg_copies) from_args = from_args || (n && s < r.hi && s + n > r.lo);
+    if (!from_args || in_args(d, n)) return;
+    if (!host_readable(dst)) { g_arg_copies.push_back({d, d + n}); return; }
+    if (g_host_read) return;
+    g_host_read = true; g_host_read_pc = rel(ra); g_host_read_call = call;
+    DevOpen open;
+    int nb = g_nbufs.load();
+    for (int i = 0; i < nb; ++i) {
+        const Buffer& b = g_bufs[i];
+        if (!b.base || !in_args(b.base, b.bytes)) continue;
+        g_snap.push_back({b.base, b.bytes, b.elem ? b.elem : 1, b.name,
+                          std::vector<unsigned char>((const unsigned char*)b.base, (const unsigned char*)b.base + b.bytes)});
+    }
+}
+// The launcher returned and its queued work ran: did an argument change after its data reached host memory?
+void check_host_work() {
+    if (!g_host_read || g_has_err.load() || g_allow_host_reads) return;
+    DevOpen open;
+    for (const ArgSnap& a : g_snap) {
+        const unsigned char* now = (const unsigned char*)a.base;
+        for (size_t k = 0; k < a.bytes; ++k) {
+            if (now[k] == a.data[k]) continue;
+            std::string msg = std::string("KernelError: launcher ") + (g_launcher[0] ? g_launcher : "(unknown)") +
+                " changed its argument " + a.name + " (element " + std::to_string(k / a.elem) + ") after its host code "
+                "copied input data into host memory (" + g_host_read_call + " at " + pctok(g_host_read_pc) + "): the "
+                "result was computed on the host, not by a kernel (whatever changes an argument after that point, a "
+                "host-to-device copy of the host's answer or a kernel launched with it, counts as host work). Compute "
+                "the result in a kernel that reads the input on the device; a launcher must not copy its inputs to "
+                "the host to work on them.";
+            set_error("host-work", msg, nullptr, nullptr, nullptr, nullptr, 0, g_host_read_pc);
+            return;
+        }
+    }
+}
+
 void exec_op(Op* op) {
     DevOpen dev_open(op->kind == OP_COPY || op->kind == OP_SET);  // (a host function runs as host code)
     switch (op->kind) {
         case OP_LAUNCH: if (!g_has_err.load()) op->run(op->clo); break;
         case OP_COPY:
+            note_copy(op->dst, op->src, op->n, op->ra, "cudaMemcpyAsync");
             if (!op->staged.empty()) std::memcpy(op->dst, op->staged.data(), op->n);
             else if (op->n) std::memmove(op->dst, op->src, op->n);
             mark_initialised(op->dst, op->n);
@@ -2445,12 +2515,13 @@ cudaError_t copy_op(void* d, const void* src, size_t n, cudaMemcpyKind, cudaStre
         if (is_default(s)) run_needed(all_queued(true));
         else if (known_stream(s) && !s->q.empty()) run_needed({s->q.back().get()});
         DevOpen dev_open;  // the copy touches device memory
+        note_copy(d, src, n, ra, call);
         if (n) std::memmove(d, src, n);
         mark_initialised(d, n);
         return g_has_err.load() ? cudaErrorLaunchFailure : cudaSuccess;
     }
     auto op = std::make_shared<Op>();
-    op->kind = OP_COPY; op->dst = d; op->src = src; op->n = n;
+    op->kind = OP_COPY; op->dst = d; op->src = src; op->n = n; op->ra = ra;
     if (sk == MEM_PAGEABLE) {          // staged: the pageable source is consumed before the call returns
         if (cap) return capture_violation(cap, call, "a copy from pageable host memory is staged through a driver "
                                           "buffer at the call, which a graph cannot replay (use pinned memory)",
@@ -2711,6 +2782,7 @@ API void ccsim_rt_end_call(void) {
                       "after its last operation) before returning.", nullptr, nullptr, nullptr, nullptr, 0, 0);
         }
     run_needed(all_queued(false));
+    check_host_work();
 }
 
 API cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
@@ -2863,6 +2935,8 @@ API void ccsim_api_init(int checked, int order, unsigned seed, int report_fd) {
     g_order = order; g_seed = seed;
     if (report_fd >= 0) g_report_fd = report_fd;
     g_worker_pid = getpid();
+    const char* ahr = getenv("CUDA_COURSE_SIM_ALLOW_HOST_READS");
+    g_allow_host_reads = ahr && *ahr && strcmp(ahr, "0") != 0;
     Dl_info di;
     if (dladdr((void*)&ccsim_api_init, &di)) g_base = (uintptr_t)di.dli_fbase;
     g_nimage = 0;
@@ -2896,7 +2970,12 @@ API void ccsim_api_begin_call(void) {
     g_has_err.store(false);
     g_err[0] = 0;
     g_last_cuda_error = 0;
+    g_host_read = false; g_snap.clear(); g_arg_copies.clear(); g_launcher[0] = 0;
 }
+// The generated entry point names the launcher it calls (for the host-work report).
+API void ccsim_rt_launcher_name(const char* name) { snprintf(g_launcher, sizeof g_launcher, "%s", name ? name : ""); }
+// cudaMemcpyToSymbol/FromSymbol (ccsim.h): __device__ symbols are host globals on the simulator.
+API void ccsim_rt_note_symbol_copy(void* dst, const void* src, size_t n) { note_copy(dst, src, n, __builtin_return_address(0), "cudaMemcpyToSymbol"); }
 
 API void ccsim_api_clear_buffers(void) {
     std::lock_guard<std::mutex> lk(g_buf_mu);
