@@ -31,6 +31,7 @@ from cudacourse.buildcache import cached, content_key, local_headers
 from cudacourse.errors import KERNEL_ERROR_CLASSES, CompileError, KernelError, KernelTimeout, compile_error
 from cudacourse.source import SCALAR_CTYPES, Launcher
 
+from . import devcheck
 from .rewrite import rewrite
 
 __all__ = ["SimLibrary", "build_torch_extension", "rewrite"]
@@ -376,16 +377,14 @@ class SimLibrary:
         # a learner file may include its own headers next to it: their contents are in the key, their folder
         # is not (so that copies of the folder share the build; see SRC_DIR)
         incs = ["-I", os.path.dirname(os.path.abspath(path))] if os.path.isfile(path) else []
-        key = content_key(text, " ".join(flags), _runtime_text(), _gxx_version(), local_headers(path))
+        key = content_key(text, " ".join(flags), _runtime_text(), _gxx_version(), local_headers(path), devcheck.RULES)
 
         def build(d: Path) -> None:
             (d / "src.cpp").write_text(text)
             _copy_for_compiler(d, source, path)
             reads = [RUNTIME_DIR, rt, *([Path(incs[1])] if incs else [])]
-            r = _compile(["g++", *flags, "-I", str(RUNTIME_DIR), *incs, "-c", "src.cpp", "-o", "src.o"], d, reads,
-                         path)
-            if r.returncode:
-                raise _compile_error(r.stderr, path)
+            devcheck.compile_and_check(_compile, ["g++", "-I", str(RUNTIME_DIR), *incs], flags, d, reads, path,
+                                       RUNTIME_DIR, incs[1:])  # + device code calling host functions refused
             r = _compile(["g++", "-shared", "-Wl,-Bsymbolic", "-o", "lib.so", "src.o", str(rt), "-pthread", "-ldl"], d,
                          reads, path)
             if r.returncode:

@@ -209,6 +209,15 @@ void host_func(float* x, int n) {
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _host_reads_allowed():
+    """These launchers copy their inputs through host memory to test the copy and stream API itself: the
+    host-work check (test_host_work.py) is off for this module's workers."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_COURSE_SIM_ALLOW_HOST_READS", "1")
+        yield
+
+
 @pytest.fixture(scope="module")
 def lib():
     lb = build(SRC, "streams.cu")

@@ -78,6 +78,15 @@ void stack_overflow(float* y) { deep<<<1, 2>>>(y); }
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _host_reads_allowed():
+    """These launchers copy their inputs through host memory to test the copy and stream API itself: the
+    host-work check (test_host_work.py) is off for this module's workers."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_COURSE_SIM_ALLOW_HOST_READS", "1")
+        yield
+
+
 @pytest.fixture(scope="module")
 def lib():
     lib = build(HOST_SRC, "host.cu", timeout_s=2.0)

@@ -95,6 +95,15 @@ void scratch_pipeline(const float* x, float* y, int n) {
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _host_reads_allowed():
+    """These launchers copy their inputs through host memory to test the copy and stream API itself: the
+    host-work check (test_host_work.py) is off for this module's workers."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_COURSE_SIM_ALLOW_HOST_READS", "1")
+        yield
+
+
 @pytest.fixture(scope="module", params=[True, False], ids=["checked", "fast"])
 def lib(request):
     m = build(SRC, "hostmem.cu", checked=request.param)

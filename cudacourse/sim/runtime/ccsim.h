@@ -26,8 +26,13 @@
 // ---------------------------------------------------------------------------------------------------
 // Qualifiers: CUDA's execution-space and memory-space keywords mean nothing on the CPU.
 // ---------------------------------------------------------------------------------------------------
+#ifdef CCSIM_CALLCHECK  // the build's device-call check (devcheck.py): marks device functions by alignment
+#define __global__ __attribute__((aligned(8192)))
+#define __device__ __attribute__((aligned(8192)))
+#else
 #define __global__
 #define __device__
+#endif
 #define __host__
 #define __constant__
 #define __managed__
@@ -75,6 +80,7 @@ unsigned long long ccsim_rt_warp(int op, unsigned mask, unsigned long long value
 void ccsim_rt_threadfence(void);
 void ccsim_rt_trap(const char* file, int line);
 void ccsim_rt_register(const void* p, size_t bytes, const char* name, size_t elem);
+void ccsim_rt_note_symbol_copy(void* dst, const void* src, size_t n);
 // atomics (out of line: they check their address in checked mode, then perform the real atomic)
 int ccsim_atomic_i32(int op, int* p, int v, int cmp);
 unsigned ccsim_atomic_u32(int op, unsigned* p, unsigned v, unsigned cmp);
@@ -455,7 +461,8 @@ struct DevAccess {
 };
 }  // namespace ccsim
 template <class T, class S> static inline cudaError_t cudaMemcpyToSymbol(T& sym, const S* src, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyHostToDevice) {
-    ::ccsim::DevAccess open;  // (the source may be device memory)
+    ::ccsim::DevAccess open;  // (the source may be device memory: then its data reaches a host-readable global)
+    ccsim_rt_note_symbol_copy((char*)&sym + off, (const void*)src, n);
     std::memcpy((char*)&sym + off, (const void*)src, n); return cudaSuccess;
 }
 template <class T, class D> static inline cudaError_t cudaMemcpyFromSymbol(D* dst, const T& sym, size_t n, size_t off = 0, cudaMemcpyKind = cudaMemcpyDeviceToHost) {

@@ -52,7 +52,9 @@ constexpr size_t ARENA_CAP = OPTIN_LIMIT + STATIC_LIMIT + 64 * 1024;
 constexpr int MAX_SITES = 4096;
 constexpr int MAX_THREADS = 1024;
 
-enum FState { F_READY, F_BARRIER, F_WARP, F_EXITED, F_ABORTED };
+// F_PARKED: stopped before a shared-memory read of bytes no thread has written yet, until the barrier
+// interval resolves (another thread writes them: a race; nobody can: an uninitialised read). Never resumed.
+enum FState { F_READY, F_BARRIER, F_WARP, F_EXITED, F_ABORTED, F_PARKED };
 
 struct Worker;
 struct PSlot;
@@ -73,6 +75,8 @@ struct Fiber {
     uint32_t lcs; unsigned lcm;
     uint32_t exit_seq;         // warp collective sequence when the thread exited (for __activemask)
     void* last_pc;             // last checked access (checked mode): where a hung thread was
+    // F_PARKED: the read it waits to make (address, bytes, 0 read / 2 atomic, pc relative to the module)
+    uintptr_t park_a, park_pc; unsigned park_size; int park_kind;
     // profile mode: up to 4 adjacent accesses of this thread not yet counted (g++ splits a float2/float4
     // copy into scalar accesses at consecutive pcs; they are counted as one vector access, as nvcc emits one)
     uintptr_t ppc[4], paddr[4]; uint8_t psz[4]; uint8_t pn, pop, pspace; int16_t pbuf;
@@ -84,7 +88,7 @@ struct Fiber {
 struct Site { uintptr_t base; size_t bytes, elem, d0, d1, d2; int line; const char* name; };
 
 // Shadow of one 4-byte shared-memory word (checked mode).
-enum { SH_INIT = 1, SH_RED = 2, SH_ATOMIC = 4, SH_PEND = 8 };
+enum { SH_INIT = 1, SH_RED = 2, SH_ATOMIC = 4, SH_PEND = 8, SH_WAIT = 16 };   // SH_WAIT: a parked reader waits
 // Byte masks (init, wm, r1m, r2m) keep char/short/__half arrays, whose neighbouring elements share a
 // word, free of false races: two accesses conflict only if they touch a common byte.
 struct Shadow {
@@ -140,6 +144,7 @@ struct Worker {
     std::vector<int> site_idx;
     std::vector<Site> sites;         // arrays allocated in the current block; index 0 is the dynamic part
     std::vector<Pending> pend;       // conflicting writes whose values are not compared yet (checked mode)
+    std::vector<Fiber*> parked;      // threads stopped before an unwritten shared read (F_PARKED), this interval
     // The global words of this worker's last plain store, locked until the store has landed (the hook runs
     // before the store): released at the worker's next access hook or when its fiber hands back control.
     static constexpr unsigned GHELD = 5;   // an unaligned 16-byte store spans 5 words; more go to gheld_more
@@ -473,6 +478,7 @@ void block_reset_shared(Worker* w, Launch* L) {
     w->gen++;
     w->sites.clear();
     w->pend.clear();
+    w->parked.clear();
     w->epoch = 1;
     std::memset(w->wseq, 0, sizeof w->wseq);
     // dynamic part first: [RZ][dyn][RZ] then static arrays, each followed by a red zone
@@ -632,6 +638,64 @@ bool resolve_all_pending(Worker* w) {
     return false;
 }
 
+// The bytes of word i that [a, a + size) covers.
+inline uint8_t word_bytes(const Worker* w, size_t i, uintptr_t a, unsigned size) {
+    uintptr_t wa = (uintptr_t)w->arena + i * 4;
+    uintptr_t lo = std::max(wa, a), hi = std::min(wa + 4, a + size);
+    return lo < hi ? (uint8_t)(((1u << (hi - lo)) - 1u) << (lo - wa)) : 0;
+}
+
+// A read (or atomic) of shared bytes no thread of the block has written. Reporting it at once would make the
+// diagnosis depend on thread order: in a kernel missing the __syncthreads() between filling a tile and reading
+// it, the thread that runs first finds its neighbour's element unwritten, while in another order it finds it
+// written (a race). Shared memory has no defined value until a thread of the block writes it (CUDA Programming
+// Guide, "Shared Memory"; only __syncthreads() orders one thread's write before another's read, "Synchronization
+// Functions"). So the thread is stopped before the access and parked until the barrier interval resolves:
+// - another thread writes those bytes in the same interval: the read was unordered with that write, a race,
+//   reported by the writer's hook (parked_race) before its store, naming both lines;
+// - every thread that could still write them has reached the barrier, exited, or parked too: the scheduler
+//   reports the uninitialised read of the lowest-numbered parked thread (run_block), independent of order.
+// A parked thread never resumes (its block ends with a report), so no bad value is ever read.
+[[noreturn]] void park_unwritten(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc, size_t w0, size_t w1) {
+    Worker* w = f->w;
+    for (size_t i = w0; i <= w1; ++i) {
+        uint8_t bm = word_bytes(w, i, a, size);
+        if ((w->shadow[i].init & bm) != bm) w->shadow[i].flags |= SH_WAIT;
+    }
+    f->park_a = a; f->park_size = size; f->park_kind = kind; f->park_pc = pc;
+    f->state = F_PARKED;
+    w->parked.push_back(f);
+    t_in_rt = 0;     // this fiber's hook never returns: drop its guard so the other fibers are checked
+    yield_next(f);
+    __builtin_trap();
+}
+
+// A write into bytes that a parked thread waits to read, in the same barrier interval: report the race
+// (reader's and writer's lines) and stop the writer before its store.
+void parked_race(Fiber* f, size_t i, uint8_t bm, uintptr_t pc) {
+    Worker* w = f->w;
+    Shadow& s = w->shadow[i];
+    uint8_t fresh = (uint8_t)(bm & ~s.init);
+    if (!fresh) return;
+    for (Fiber* r : w->parked) {
+        if (!(word_bytes(w, i, r->park_a, r->park_size) & fresh)) continue;
+        const Site* st = (s.arr >= 0 && s.arr < (int)w->sites.size()) ? &w->sites[s.arr] : nullptr;
+        uintptr_t wa = (uintptr_t)w->arena + i * 4;
+        std::string en = st ? elem_name(*st, std::max(wa, r->park_a)) : "shared memory";
+        std::string msg =
+            "RaceError " + where(w->L, w->bidx) + ": missing __syncthreads(). " + thr(r) +
+            (r->park_kind == 2 ? " atomically updates " : " reads ") + en + " at " + pctok(r->park_pc) + " and " + thr(f) +
+            " writes it at " + pctok(pc) + " in the same barrier interval, with no __syncthreads() between them, so "
+            "the read may see the element before or after the write. Put a __syncthreads() between the code that "
+            "writes shared memory and the code that reads what other threads wrote (after filling a tile, before "
+            "using it; in a loop, also before the next iteration overwrites it). (In the simulator's thread order "
+            "the read came first and found the element not yet written.)" + GUIDE_NOTE;
+        t_in_rt++;
+        set_error("race", msg, w->L, &w->bidx, &r->v.ti, nullptr, 0, r->park_pc);
+        fiber_fail(f);
+    }
+}
+
 void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
     RtGuard guard;
     Worker* w = f->w;
@@ -670,6 +734,16 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
             fail_here("out-of-bounds", msg, nullptr, 0, pc);
         }
     }
+    if (kind != 1) {  // a read of bytes nobody wrote: decided when the barrier interval resolves (park_unwritten)
+        for (size_t i = w0; i <= w1; ++i) {
+            uint8_t bm = word_bytes(w, i, a, size);
+            if ((w->shadow[i].init & bm) != bm) park_unwritten(f, a, size, kind, pc, w0, w1);
+        }
+    }
+    if (!w->parked.empty()) {   // a write into bytes a parked thread waits to read
+        for (size_t i = w0; i <= w1; ++i)
+            if (w->shadow[i].flags & SH_WAIT) parked_race(f, i, word_bytes(w, i, a, size), pc);
+    }
     for (size_t i = w0; i <= w1; ++i) {
         Shadow& s = w->shadow[i];
         const Site* st = (s.arr >= 0 && s.arr < (int)w->sites.size()) ? &w->sites[s.arr] : nullptr;
@@ -680,15 +754,7 @@ void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc)
         uint32_t E = w->epoch, seq = w->wseq[f->tid / 32];
         uintptr_t lo = std::max(wa, a), hi = std::min(wa + 4, a + size);
         uint8_t bm = (uint8_t)(((1u << (hi - lo)) - 1u) << (lo - wa));
-        if (kind != 1) {  // read (or atomic read-modify-write)
-            if ((s.init & bm) != bm) {
-                fail_here("uninitialized-read",
-                          "UninitializedReadError " + where(w->L, w->bidx) + ": " + thr(f) + " " + verb + " " + ename +
-                          " at " + pctok(pc) + ", but no thread of this block has written it yet (shared memory starts "
-                          "undefined each block; the simulator fills it with NaN/-1). Make sure every slot that is read "
-                          "was written first, by enough threads (check the loop bounds and the condition guarding the "
-                          "write), with a __syncthreads() in between.", nullptr, 0, pc);
-            }
+        if (kind != 1) {  // read (or atomic read-modify-write); its bytes are initialised (checked above)
             for (int k = 0; k < 2 && kind == 0; ++k) {
                 uint16_t wt = k ? s.w2t : s.wt; uint32_t we = k ? s.w2e : s.we, ws = k ? s.w2s : s.ws;
                 uint8_t wm = k ? s.w2m : s.wm; uintptr_t wpc = k ? s.w2pc : s.wpc;
@@ -1454,6 +1520,26 @@ int complete_warp_ops(Worker* w, unsigned n) {
     return progressed;
 }
 
+// Every thread of the block is blocked or exited and some are parked before a read of unwritten shared memory
+// (park_unwritten): no thread can write those bytes in this barrier interval any more, so the read is of
+// memory nobody wrote. The lowest-numbered parked thread is named, whatever the thread order.
+void report_unwritten(Worker* w) {
+    Fiber* f = w->parked[0];
+    for (Fiber* g : w->parked) if (g->tid < f->tid) f = g;
+    Shadow& s = w->shadow[(f->park_a - (uintptr_t)w->arena) / 4];
+    const Site* st = (s.arr >= 0 && s.arr < (int)w->sites.size()) ? &w->sites[s.arr] : nullptr;
+    std::string en = st ? elem_name(*st, f->park_a) : "shared memory";
+    std::string others = w->parked.size() > 1 ? " (" + std::to_string(w->parked.size() - 1) +
+                         " other thread(s) of the block also read unwritten elements)" : "";
+    set_error("uninitialized-read",
+              "UninitializedReadError " + where(w->L, w->bidx) + ": " + thr(f) +
+              (f->park_kind == 2 ? " atomically updates " : " reads ") + en + " at " + pctok(f->park_pc) +
+              ", but no thread of this block writes it before the read, nor later in the same barrier interval" + others +
+              " (shared memory starts undefined each block; the simulator fills it with NaN/-1). Make sure every slot "
+              "that is read was written first, by enough threads (check the loop bounds and the condition guarding the "
+              "write), with a __syncthreads() in between.", w->L, &w->bidx, &f->v.ti, nullptr, 0, f->park_pc);
+}
+
 bool run_block(Worker* w, Launch* L, unsigned long long bl) {
     unsigned n = L->nthreads;
     while (w->fibers.size() < n) w->fibers.push_back(fiber_new(w, (int)w->fibers.size()));
@@ -1490,6 +1576,12 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
         int r = complete_warp_ops(w, n);
         if (r < 0) { for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true; L->abort.store(true); return false; }
         if (r > 0) continue;
+        if (!w->parked.empty()) {   // nothing can move, and no thread wrote what the parked threads wait to read
+            report_unwritten(w);
+            for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
+            L->abort.store(true);
+            return false;
+        }
         unsigned exited = 0, atbar = 0, atwarp = 0;
         Fiber *fe = nullptr, *fb = nullptr, *fw = nullptr;
         for (unsigned i = 0; i < n; ++i) {
@@ -2142,6 +2234,7 @@ struct Op {
     ccsim_event* ev = nullptr;
     std::shared_ptr<GraphRec> graph;
     cudaHostFn_t hfn = nullptr; void* ud = nullptr;
+    void* ra = nullptr;                        // the call that issued it (copies: for the host-work check)
     ~Op() { if (drop && clo) drop(clo); }
 };
 enum { OP_LAUNCH, OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_GRAPH, OP_HOST };
@@ -2286,11 +2379,80 @@ void run_graph(GraphRec* g) {
         done[pick] = 1;
     }
 }
+// ---- host work (issue 36): results are computed by kernels, not by the launcher's host code --------------
+// On a GPU the host code of a launcher can read the tensors it is given only by copying them into host memory
+// (cudaMemcpy D2H and its async, 2-D and symbol forms); on the simulator the arguments are out of the host code's
+// reach (PROT_NONE) outside those calls too. So once such a copy has brought argument data (or a device copy of
+// it) into host-readable memory, whatever changes an argument afterwards may have been computed by the host: a
+// host-to-device copy of its answer, or a kernel launched with it as a scalar. The arguments are snapshotted at
+// that moment and compared when the launcher returns (check_host_work); a changed byte is reported.
+// Not seen: a kernel that first copies the input into scratch or pinned memory, which the host then reads.
+struct ArgSnap { uintptr_t base; size_t bytes, elem; std::string name; std::vector<unsigned char> data; };
+std::vector<ArgSnap> g_snap;                // the arguments when their data first reached host memory (this call)
+std::vector<Range> g_arg_copies;            // device ranges that hold copies of argument data (D2D copies)
+bool g_host_read = false;
+bool g_allow_host_reads = false;            // CUDA_COURSE_SIM_ALLOW_HOST_READS=1: the check is off (API tests)
+uintptr_t g_host_read_pc = 0;
+const char* g_host_read_call = "";
+char g_launcher[128] = "";
+
+bool in_args(uintptr_t a, size_t n) {      // the worker's mapping holds the launcher's arguments, nothing else
+    return g_dev_hi > g_dev_lo && n && a < g_dev_hi && a + n > g_dev_lo;
+}
+bool host_readable(const void* p) {         // pageable, pinned or managed memory (and __device__ symbols)
+    if (mem_kind(p) != MEM_DEVICE) return true;
+    int nb = g_nbufs.load();
+    for (int i = 0; i < nb; ++i) {
+        const Buffer& b = g_bufs[i];
+        if (b.base && (uintptr_t)p - b.base < (b.bytes ? b.bytes : 1))
+            return !strncmp(b.name, "cudaMalloc buffer (line 0)", 26);   // cudaMallocManaged's
+    }
+    return false;
+}
+void note_copy(void* dst, const void* src, size_t n, void* ra, const char* call) {
+    uintptr_t s = (uintptr_t)src, d = (uintptr_t)dst;
+    bool from_args = in_args(s, n);
+    for (const Range& r : g_arg_copies) from_args = from_args || (n && s < r.hi && s + n > r.lo);
+    if (!from_args || in_args(d, n)) return;
+    if (!host_readable(dst)) { g_arg_copies.push_back({d, d + n}); return; }
+    if (g_host_read) return;
+    g_host_read = true; g_host_read_pc = rel(ra); g_host_read_call = call;
+    DevOpen open;
+    int nb = g_nbufs.load();
+    for (int i = 0; i < nb; ++i) {
+        const Buffer& b = g_bufs[i];
+        if (!b.base || !in_args(b.base, b.bytes)) continue;
+        g_snap.push_back({b.base, b.bytes, b.elem ? b.elem : 1, b.name,
+                          std::vector<unsigned char>((const unsigned char*)b.base, (const unsigned char*)b.base + b.bytes)});
+    }
+}
+// The launcher returned and its queued work ran: did an argument change after its data reached host memory?
+void check_host_work() {
+    if (!g_host_read || g_has_err.load() || g_allow_host_reads) return;
+    DevOpen open;
+    for (const ArgSnap& a : g_snap) {
+        const unsigned char* now = (const unsigned char*)a.base;
+        for (size_t k = 0; k < a.bytes; ++k) {
+            if (now[k] == a.data[k]) continue;
+            std::string msg = std::string("KernelError: launcher ") + (g_launcher[0] ? g_launcher : "(unknown)") +
+                " changed its argument " + a.name + " (element " + std::to_string(k / a.elem) + ") after its host code "
+                "copied input data into host memory (" + g_host_read_call + " at " + pctok(g_host_read_pc) + "): the "
+                "result was computed on the host, not by a kernel (whatever changes an argument after that point, a "
+                "host-to-device copy of the host's answer or a kernel launched with it, counts as host work). Compute "
+                "the result in a kernel that reads the input on the device; a launcher must not copy its inputs to "
+                "the host to work on them.";
+            set_error("host-work", msg, nullptr, nullptr, nullptr, nullptr, 0, g_host_read_pc);
+            return;
+        }
+    }
+}
+
 void exec_op(Op* op) {
     DevOpen dev_open(op->kind == OP_COPY || op->kind == OP_SET);  // (a host function runs as host code)
     switch (op->kind) {
         case OP_LAUNCH: if (!g_has_err.load()) op->run(op->clo); break;
         case OP_COPY:
+            note_copy(op->dst, op->src, op->n, op->ra, "cudaMemcpyAsync");
             if (!op->staged.empty()) std::memcpy(op->dst, op->staged.data(), op->n);
             else if (op->n) std::memmove(op->dst, op->src, op->n);
             mark_initialised(op->dst, op->n);
@@ -2353,12 +2515,13 @@ cudaError_t copy_op(void* d, const void* src, size_t n, cudaMemcpyKind, cudaStre
         if (is_default(s)) run_needed(all_queued(true));
         else if (known_stream(s) && !s->q.empty()) run_needed({s->q.back().get()});
         DevOpen dev_open;  // the copy touches device memory
+        note_copy(d, src, n, ra, call);
         if (n) std::memmove(d, src, n);
         mark_initialised(d, n);
         return g_has_err.load() ? cudaErrorLaunchFailure : cudaSuccess;
     }
     auto op = std::make_shared<Op>();
-    op->kind = OP_COPY; op->dst = d; op->src = src; op->n = n;
+    op->kind = OP_COPY; op->dst = d; op->src = src; op->n = n; op->ra = ra;
     if (sk == MEM_PAGEABLE) {          // staged: the pageable source is consumed before the call returns
         if (cap) return capture_violation(cap, call, "a copy from pageable host memory is staged through a driver "
                                           "buffer at the call, which a graph cannot replay (use pinned memory)",
@@ -2619,6 +2782,7 @@ API void ccsim_rt_end_call(void) {
                       "after its last operation) before returning.", nullptr, nullptr, nullptr, nullptr, 0, 0);
         }
     run_needed(all_queued(false));
+    check_host_work();
 }
 
 API cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
@@ -2771,6 +2935,8 @@ API void ccsim_api_init(int checked, int order, unsigned seed, int report_fd) {
     g_order = order; g_seed = seed;
     if (report_fd >= 0) g_report_fd = report_fd;
     g_worker_pid = getpid();
+    const char* ahr = getenv("CUDA_COURSE_SIM_ALLOW_HOST_READS");
+    g_allow_host_reads = ahr && *ahr && strcmp(ahr, "0") != 0;
     Dl_info di;
     if (dladdr((void*)&ccsim_api_init, &di)) g_base = (uintptr_t)di.dli_fbase;
     g_nimage = 0;
@@ -2804,7 +2970,12 @@ API void ccsim_api_begin_call(void) {
     g_has_err.store(false);
     g_err[0] = 0;
     g_last_cuda_error = 0;
+    g_host_read = false; g_snap.clear(); g_arg_copies.clear(); g_launcher[0] = 0;
 }
+// The generated entry point names the launcher it calls (for the host-work report).
+API void ccsim_rt_launcher_name(const char* name) { snprintf(g_launcher, sizeof g_launcher, "%s", name ? name : ""); }
+// cudaMemcpyToSymbol/FromSymbol (ccsim.h): __device__ symbols are host globals on the simulator.
+API void ccsim_rt_note_symbol_copy(void* dst, const void* src, size_t n) { note_copy(dst, src, n, __builtin_return_address(0), "cudaMemcpyToSymbol"); }
 
 API void ccsim_api_clear_buffers(void) {
     std::lock_guard<std::mutex> lk(g_buf_mu);
