@@ -174,7 +174,7 @@ def launches(src: str, function: str) -> list[Launch]:
             if v is not None:
                 local[cm.group(1)] = v
         events = [(mm.start(), "launch", mm) for mm in _LAUNCH.finditer(text)]
-        events += [(cm.start(), "call", cm) for cm in re.finditer(r"\b([A-Za-z_]\w*)\s*\(", text)
+        events += [(cm.start(), "call", cm) for cm in re.finditer(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*\(", text)
                    if cm.group(1) in funcs and cm.group(1) != name]
         for _, kind, mm in sorted(events, key=lambda e: e[0]):
             if kind == "call":

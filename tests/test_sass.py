@@ -76,6 +76,9 @@ def test_launches_follow_the_launcher() -> None:
     two = sa.launches(_solution("02_reduce", "reduce.cu"), "reduce_v7_two_pass")
     assert [(la.kernel, la.threads) for la in two] == [("reduce_v7_pass1_kernel", 256),
                                                        ("reduce_v7_pass2_kernel", 1024)]
+    # through template helpers (softmax_v3_pick<true>, launch_softmax_v3<N, VEC>) to the templated kernel
+    v3 = sa.launches(_solution("04_transformer", "norms.cu"), "softmax_v3_row_in_registers")
+    assert [la.kernel for la in v3][:1] == ["softmax_v3_kernel"] and v3[-1].kernel == "softmax_v2_kernel"
     with pytest.raises(ValueError, match="no function 'nope'"):
         sa.launches(_solution("01_relu", "relu.cu"), "nope")
 
