@@ -6,7 +6,7 @@ the counters linearly to the bench size (work in n, rows or n^3; grid in n, rows
 (cudacourse.estimate) and compares with the measured time in results/<gpu>/results.json.
 
 The model's constants are fitted on the H100 rows only (a grid search minimising the mean |log(pred/meas)|)
-with ``--fit``, leaving out the sgemm 4096/4092 and linear groups; those and the H200 rows are then a check with
+with ``--fit``, leaving out the sgemm 4096/4092, linear and attention groups; those and the H200 rows are then a check with
 the same constants (on the H200 only the copy bandwidth differs).
 
     .venv/bin/python benchmarks/estimate_calibration.py          # table with estimate.CALIBRATED
@@ -165,6 +165,17 @@ def rows() -> list[Row]:
                 wb = [_f(C), _f(C)] if extra == ["wb"] else [_f(C)] if extra else []
                 return [_f(s * C), *wb, _f(s * C), s, C, *([1e-5] if extra else [])]
             out.append(Row("04_transformer", f"{grp} {R}x{C} fp32", name, [Call(norms, fn, args, R, (8, 16), nb)]))
+    att = str(SOL / "04_transformer/attention.cu")
+    N, d, BH = 1024, 64, 8 * 16
+    qb = 4 * BH * N * d
+    for name, fn in (("attention_naive (4.7)", "attention_naive"), ("attention_online_v1", "attention_online_v1"),
+                     ("attention_flash (4.8)", "attention_flash")):
+        def aargs(h: int, fn: str = fn) -> list:  # B = 1, H = h heads: the work and the grid grow with B * H
+            s = [_f(h * N * N)] if fn == "attention_naive" else []
+            return [_f(N * h * d), _f(N * h * d), _f(N * h * d), *s, _f(N * h * d), 1, h, N, d, 0.125, 0]
+        out.append(Row("04_transformer", f"attention B8 H16 N{N} d{d} full fp32", name, [Call(
+            att, fn, aargs, BH, (1, 2), {"q": qb, "k": qb, "v": qb, "o": qb, "s": 4 * BH * N * N})],
+            flops=4.0 * BH * N * N * d, memory_bound=False))
     return out
 
 
@@ -182,7 +193,7 @@ def _counters(call: Call, size: int) -> list[es.LaunchCounters]:
 def _run(call: Call, size: int) -> list[es.LaunchCounters]:
     key = (call.file, call.function)
     if key not in _MODULES:
-        _MODULES[key] = cc.load(call.file, [call.function], backend="sim", profile=True)
+        _MODULES[key] = cc.load(call.file, [call.function], backend="sim", profile=True, timeout_s=1800.0)
     m = _MODULES[key]
     torch.manual_seed(0)
     getattr(m, call.function)(*call.args(size))
@@ -286,7 +297,7 @@ def fit(rs: list[Row], counts: dict[str, list]) -> dict[str, float]:
     """Grid search of the constants on the H100 rows (the sgemm 4096/4092/linear rows left out: a check):
     minimise the mean |log(pred / measured)|."""
     meas = measured("H100")
-    held_out = ("sgemm 4096", "sgemm 4092", "linear")
+    held_out = ("sgemm 4096", "sgemm 4092", "linear", "attention")
     live = [r for r in rs if (r.group, r.name) in meas and not r.group.startswith(held_out)]
     grid = {"load_latency": [x / 1e9 for x in (500, 600, 700, 800)],
             "cache_latency": [x / 1e9 for x in (20, 40, 70)],
@@ -314,8 +325,8 @@ def markdown(tab: list[dict], params: dict[str, float]) -> str:
              "(profile=True) at two small sizes, counters extrapolated to the bench size, estimated per launch and "
              "summed; measured: the committed `make bench` rows (results/nvidia-h100-80gb-hbm3/results.json, "
              "results/nvidia-h200/results.json). The constants were fitted (`--fit`) on the H100 rows of lessons "
-             "01, 02 and 04 and of the sgemm 2048^3 group (39 rows); the sgemm 4096^3, 4092^3 ragged and linear "
-             "rows were added afterwards, and the H200 rows use the same constants (only the measured copy bandwidth "
+             "01, 02 and 04 and of the sgemm 2048^3 group (39 rows); the sgemm 4096^3, 4092^3 ragged, linear and "
+             "attention rows were added afterwards, and the H200 rows use the same constants (only the measured copy bandwidth "
              "differs): those are a check, not a fit.", "",
              f"Constants: {', '.join(f'{k} = {v:g}' for k, v in params.items())}.", "",
              "Aims (issue 39): median relative error at most 25% over memory-bound rows, at most 40% over all rows, "
@@ -337,7 +348,7 @@ def markdown(tab: list[dict], params: dict[str, float]) -> str:
         lines += [f"## {gpu} ({how})", "",
                   f"- rows: {s['rows']}; median |relative error| over all rows **{100 * s['median_all']:.0f}%** (aim "
                   f"40%), worst {100 * s['worst_all']:.0f}%",
-                  f"- memory-bound rows (every row but the GEMMs): median **{100 * s['median_memory']:.0f}%** "
+                  f"- memory-bound rows (every row but GEMM and attention): median **{100 * s['median_memory']:.0f}%** "
                   f"(aim 25%), worst {100 * s['worst_memory']:.0f}%",
                   "- rank correlation (Spearman) inside each group: " +
                   "; ".join(f"{g} **{v:.2f}**" for g, v in s["rank"].items()), "",
