@@ -6,8 +6,8 @@ the counters linearly to the bench size (work in n, rows or n^3; grid in n, rows
 (cudacourse.estimate) and compares with the measured time in results/<gpu>/results.json.
 
 The model's constants are fitted on the H100 rows only (a grid search minimising the mean |log(pred/meas)|)
-with ``--fit``, leaving out the sgemm 4096/4092, linear and attention groups; those and the H200 rows are then a check with
-the same constants (on the H200 only the copy bandwidth differs).
+with ``--fit``, leaving out the sgemm 4096/4092, linear and attention groups; those and the H200 rows are then a
+check with the same constants (on the H200 only the copy bandwidth differs).
 
     .venv/bin/python benchmarks/estimate_calibration.py          # table with estimate.CALIBRATED
     .venv/bin/python benchmarks/estimate_calibration.py --fit    # refit, print the constants, then the table
@@ -326,8 +326,8 @@ def markdown(tab: list[dict], params: dict[str, float]) -> str:
              "summed; measured: the committed `make bench` rows (results/nvidia-h100-80gb-hbm3/results.json, "
              "results/nvidia-h200/results.json). The constants were fitted (`--fit`) on the H100 rows of lessons "
              "01, 02 and 04 and of the sgemm 2048^3 group (39 rows); the sgemm 4096^3, 4092^3 ragged, linear and "
-             "attention rows were added afterwards, and the H200 rows use the same constants (only the measured copy bandwidth "
-             "differs): those are a check, not a fit.", "",
+             "attention rows were added afterwards, and the H200 rows use the same constants (only the measured copy "
+             "bandwidth differs): those are a check, not a fit.", "",
              f"Constants: {', '.join(f'{k} = {v:g}' for k, v in params.items())}.", "",
              "Aims (issue 39): median relative error at most 25% over memory-bound rows, at most 40% over all rows, "
              "rank correlation at least 0.9 inside each group of 3 or more versions.", ""]
