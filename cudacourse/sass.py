@@ -15,7 +15,7 @@ launcher launches, and shows for each one:
 Tools: nvcc from ``$CUDA_HOME`` or the PATH, else the PyPI wheel ``nvidia-cuda-nvcc``; cuobjdump and nvdisasm
 from the PyPI wheels ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm`` (``make setup EXTRAS=sass``
 installs all three), else the PATH. What a GPU would run is the same cubin: ``cuobjdump -sass`` of the cuda
-backend's library prints the same instructions (see :func:`gpu_check_command`).
+backend's library prints the same instructions (benchmarks/sass_gpu_check.py checks it on the GPU machine).
 """
 
 from __future__ import annotations
@@ -53,8 +53,7 @@ def _wheel_bins() -> list[Path]:
         return []
     out = []
     for base in getattr(nvidia, "__path__", []):
-        for sub in sorted(Path(base).glob("cu*/bin"), reverse=True):  # cu13 before cu12
-            out.append(sub)
+        out.extend(sorted(Path(base).glob("cu*/bin"), reverse=True))  # cu13 before cu12
         out.extend(sorted(Path(base).glob("cuda_*/bin")))  # the CUDA 12 wheels' layout
     return out
 
@@ -77,10 +76,8 @@ def require_tool(name: str) -> str:
     """Like :func:`find_tool`, raising :class:`ToolMissing` with the setup command when absent."""
     p = find_tool(name)
     if p is None:
-        wheel = {"nvcc": "nvidia-cuda-nvcc", "cuobjdump": "nvidia-cuda-cuobjdump",
-                 "nvdisasm": "nvidia-cuda-nvdisasm"}[name]
         raise ToolMissing(f"{name} not found (neither on the PATH, in $CUDA_HOME/bin, nor from the PyPI wheel "
-                          f"{wheel}): run `{SETUP_HINT}` to install it in the course's .venv")
+                          f"nvidia-cuda-{name}): run `{SETUP_HINT}` to install it in the course's .venv")
     return p
 
 
@@ -464,13 +461,6 @@ def sass(lesson: str | os.PathLike, function: str, *, arch: str = DEFAULT_ARCH, 
         raise ValueError(f"none of the kernels {function} launches ({', '.join(la.kernel for la in todo)}) is in "
                          f"the code nvcc made for sm_{normalize_arch(arch)}")
     return SassReport(path, function, normalize_arch(arch), tool, kernels, show)
-
-
-def gpu_check_command(lesson: str, function: str) -> str:
-    """A command for a GPU machine: the SASS of the cuda backend's build of ``function``'s file, to compare."""
-    return (f"python3 -c \"import cudacourse as cc, glob, subprocess; m = cc.lesson('{lesson}', backend='cuda', "
-            f"impl='solution'); getattr(m, '{function}'); [print(subprocess.run(['cuobjdump', '-sass', so], "
-            "capture_output=True, text=True).stdout) for so in glob.glob('.cudacourse-build/cuda/*/*.so')]\"")
 
 
 # ----------------------------------------------------------------------------------------------------
