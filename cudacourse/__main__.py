@@ -1,6 +1,6 @@
 """``python -m cudacourse <command>`` (or the ``cudacourse`` console command).
 
-Commands: check, grade, doctor, bench, profile, stubs, templates.
+Commands: check, grade, doctor, bench, profile, sass, stubs, templates.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ commands:
   doctor   show versions, GPU, chosen backend, and how to fix problems
   bench    time the lessons' kernels against PyTorch/cuBLAS on a GPU
   profile  memory-traffic counters of one lesson function on the simulator (profile 01_relu relu --size 4096)
+  sass     what nvcc made of a launcher's kernels (no GPU needed): SASS, registers, occupancy (sass 01_relu relu)
 
 maintainer commands (they never replace a file someone edited unless --force, which keeps a backup):
   stubs      regenerate lessons/ stubs from solutions/ (--check: fail if they drifted)
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         from cudacourse.bench import main as run
     elif cmd == "profile":
         from cudacourse.profile_cli import main as run
+    elif cmd == "sass":
+        from cudacourse.sass import main as run
     elif cmd == "stubs":
         return _stubs(rest)
     elif cmd == "templates":

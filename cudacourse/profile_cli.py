@@ -38,6 +38,9 @@ def main(argv: list[str]) -> int:
     args = random_args(m.launchers[a.function], a.size)
     m.__getattr__(a.function)(*args)
     print(m.profile_report())
+    from cudacourse.estimate import for_call  # issue 39: the estimated GPU time, labelled "estimate"
+
+    print(for_call(m.profile_report(), m.launchers[a.function], args))
     m.close()
     return 0
 

@@ -1,0 +1,144 @@
+"""The sass verb (cudacourse/sass.py) and the occupancy rules it applies (cudacourse/occupancy.py).
+
+The occupancy cases are worked by hand from the CUDA Programming Guide's cc 9.0 limits (cited in
+cudacourse/occupancy.py): 32 blocks, 64 warps, 64K registers in 4 sub-partitions allocated per warp in units of
+256, 228 KB of shared memory per SM with 1 KB reserved per block in units of 128 bytes.
+The SASS tests compile with nvcc and disassemble with the PyPI wheels (`make setup EXTRAS=sass`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cudacourse import sass as sa
+from cudacourse.course import course
+from cudacourse.occupancy import occupancy
+
+# ----------------------------------------------------------------------------------------------------
+# Occupancy, by hand
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_registers_limit() -> None:
+    # 64 regs x 32 lanes = 2048 per warp; a sub-partition's 16384 hold 8 warps, the SM 32: 4 blocks of 8 warps
+    o = occupancy(256, 64, 0)
+    assert (o.limit_registers, o.blocks_per_sm, o.warps_per_sm, o.limiter) == (4, 4, 32, "registers")
+    assert o.occupancy == 0.5
+    # 128 regs: 4096 per warp, 4 warps per sub-partition, 16 per SM: 2 blocks of 256 threads, 25%
+    assert occupancy(256, 128, 0).blocks_per_sm == 2
+    # 40 regs: 1280 per warp; 16384 // 1280 = 12 warps per sub-partition, 48 per SM: 16 blocks of 3 warps
+    # (dividing the SM's 65536 at once would give 51 warps and 17 blocks: the sub-partitions matter)
+    o = occupancy(96, 40, 0)
+    assert (o.limit_registers, o.warps_per_sm) == (16, 48)
+    # 33 regs round up to 1280 per warp, as 40 do
+    assert occupancy(96, 33, 0).limit_registers == 16
+    # 255 regs x 1024 threads: 8192 per warp x 32 warps > 64K registers per block: the launch cannot run
+    assert occupancy(1024, 255, 0).blocks_per_sm == 0
+
+
+def test_shared_memory_limit() -> None:
+    # 48 KB + 1 KB reserved = 50176 B (a multiple of 128); 233472 // 50176 = 4 blocks of 4 warps: 25%
+    o = occupancy(128, 32, 48 * 1024)
+    assert (o.limit_shared, o.blocks_per_sm, o.limiter) == (4, 4, "shared memory")
+    assert o.occupancy == 0.25
+    # 100 KB: 103424 B per block, 2 blocks
+    assert occupancy(128, 32, 100 * 1024).blocks_per_sm == 2
+    # 1000 B rounds with the reserved KB to 2048 B: 114 blocks by shared memory, so the 32-block limit binds
+    assert occupancy(32, 16, 1000).limit_shared == 114
+    # more than 227 KB per block cannot launch
+    assert occupancy(128, 32, 227 * 1024 + 4).blocks_per_sm == 0
+
+
+def test_block_and_warp_limits() -> None:
+    o = occupancy(32, 16, 0)  # one warp per block: 32 blocks, 32 of 64 warps
+    assert (o.blocks_per_sm, o.limiter, o.occupancy) == (32, "blocks", 0.5)
+    o = occupancy(256, 32, 0)  # 8 warps per block: 8 blocks fill the 64 warps; 32 regs allow exactly 64 warps
+    assert (o.limit_warps, o.limit_registers, o.blocks_per_sm, o.occupancy) == (8, 8, 8, 1.0)
+    assert occupancy(1000, 16, 0).warps_per_block == 32  # a partial warp takes a whole one
+    with pytest.raises(ValueError, match="1 to 1024"):
+        occupancy(2048, 16, 0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Which kernels a launcher launches, without compiling
+# ----------------------------------------------------------------------------------------------------
+
+
+def _solution(lesson: str, name: str) -> str:
+    return (course().kernel_dir(lesson, "solution") / name).read_text()
+
+
+def test_launches_follow_the_launcher() -> None:
+    got = sa.launches(_solution("01_relu", "relu.cu"), "relu_v3_float4")
+    # the unaligned fallback, then the float4 kernel; both with the file's kBlock threads
+    assert [la.kernel for la in got] == ["relu_v1_scalar_kernel", "relu_v3_float4_kernel"]
+    assert all(la.threads == 256 for la in got), [la.threads for la in got]
+    two = sa.launches(_solution("02_reduce", "reduce.cu"), "reduce_v7_two_pass")
+    assert [(la.kernel, la.threads) for la in two] == [("reduce_v7_pass1_kernel", 256),
+                                                       ("reduce_v7_pass2_kernel", 1024)]
+    # through template helpers (softmax_v3_pick<true>, launch_softmax_v3<N, VEC>) to the templated kernel
+    v3 = sa.launches(_solution("04_transformer", "norms.cu"), "softmax_v3_row_in_registers")
+    assert [la.kernel for la in v3][:1] == ["softmax_v3_kernel"] and v3[-1].kernel == "softmax_v2_kernel"
+    with pytest.raises(ValueError, match="no function 'nope'"):
+        sa.launches(_solution("01_relu", "relu.cu"), "nope")
+
+
+def test_missing_tools_name_the_setup_extra(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(sa, "find_tool", lambda name: None)
+    with pytest.raises(sa.ToolMissing, match="make setup EXTRAS=sass"):
+        sa.require_tool("cuobjdump")
+    assert sa.main(["01_relu", "relu_v3_float4", "--impl", "solution"]) == 2
+    assert "make setup EXTRAS=sass" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------------------------
+# What nvcc made (needs nvcc and the cuobjdump/nvdisasm wheels)
+# ----------------------------------------------------------------------------------------------------
+
+_missing = [t for t in ("nvcc", "cuobjdump", "nvdisasm") if sa.find_tool(t) is None]
+needs_tools = pytest.mark.skipif(bool(_missing), reason=f"{', '.join(_missing)} not installed: "
+                                                        f"`{sa.SETUP_HINT}` installs the wheels")
+
+
+@needs_tools
+def test_float4_relu_loads_128_bits_with_its_source_line() -> None:
+    rep = sa.sass("01_relu", "relu_v3_float4", impl="solution")
+    k = rep.kernel("relu_v3_float4_kernel")
+    assert k.count("LDG.E.128") == 1 and k.count("STG.E.128") == 1, k.instructions
+    # the scalar fallback has no 128-bit access
+    assert rep.kernel("relu_v1_scalar_kernel").count("LDG.E.128") == 0
+    src = rep.path.read_text().split("\n")
+    lines = {src[line - 1].strip() for _, ins, line, _ in k.sass if ins.startswith("LDG.E.128")}
+    assert lines == {"float4 v = reinterpret_cast<const float4*>(x)[i];"}, lines
+    assert k.resources.registers > 0 and k.resources.spill_stores == 0
+    assert k.occupancy[0].threads == 256
+    text = str(rep)
+    assert "LDG.E.128" in text and "float4 v = reinterpret_cast" in text and "occupancy" in text
+
+
+@needs_tools
+def test_warp_reductions_shuffle_in_registers() -> None:
+    # lesson 02's warp_reduce_sum uses __shfl_down_sync (offsets 16, 8, 4, 2, 1): five SHFL.DOWN, no shared memory
+    k = sa.sass("02_reduce", "warp_sum", impl="solution").kernel("warp_sum_kernel")
+    assert k.count("SHFL.DOWN") == 5 and k.count("SHFL.BFLY") == 0, k.instructions
+    assert not any(i.startswith(("LDS", "STS")) for i in k.instructions)
+    assert "shfl.sync.down" in k.ptx
+    # the butterfly (__shfl_xor_sync, every lane gets the total) is lesson 04's softmax: SHFL.BFLY
+    k = sa.sass("04_transformer", "softmax_v2_warp_per_row", impl="solution").kernel("softmax_v2_kernel")
+    assert k.count("SHFL.BFLY") >= 10 and "shfl.sync.bfly" in k.ptx, k.instructions
+
+
+@needs_tools
+def test_mma_sync_gemm_uses_tensor_cores_and_ldmatrix() -> None:
+    rep = sa.sass("05_tensor_cores", "mma_gemm", impl="solution")
+    k = rep.kernel("mma_gemm_kernel")
+    assert k.count("HMMA") >= 32 and k.count("LDSM") >= 4, (k.count("HMMA"), k.count("LDSM"))
+    assert k.resources.smem > 0 and k.occupancy[0].registers == k.resources.registers
+
+
+@needs_tools
+def test_verb_prints_the_report(capsys: pytest.CaptureFixture) -> None:
+    assert sa.main(["01_relu", "relu_v3_float4", "--impl", "solution"]) == 0
+    out = capsys.readouterr().out
+    assert "relu_v3_float4_kernel" in out and "LDG.E.128" in out and "blocks/SM" in out
+    assert sa.main(["01_relu", "no_such_launcher", "--impl", "solution"]) == 1
