@@ -6,7 +6,7 @@ T ?=
 # Jupyter refuses to run as root unless told (containers, cloud GPU machines).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: setup check grade test lab bench doctor stubs templates clean
+.PHONY: setup check grade test lab bench doctor sass stubs templates clean
 
 setup:
 	@./setup.sh $(EXTRAS)
@@ -16,6 +16,7 @@ setup:
 # make test ~20 s of installing after make grade on a clean clone, and only make lab uses it)
 test: EXTRAS := dev
 lab: EXTRAS := notebooks
+sass: EXTRAS := sass
 
 check: setup  ## check one task with full messages: make check T=1.1 (a lesson: T=01_relu; nothing: lessons started)
 	@$(PY) -m cudacourse check $(T) $(ARGS)
@@ -41,6 +42,9 @@ lab: setup    ## open the notebooks (extra options: make lab ARGS="--no-browser 
 
 bench: setup  ## time the solutions on a GPU (results/<gpu>/)
 	@$(PY) -m cudacourse bench $(if $(LESSONS),--lessons $(LESSONS)) $(ARGS)
+
+sass: setup   ## what the compiler made of a launcher's kernels, with registers and occupancy: make sass ARGS="01_relu relu_v3_float4"
+	@$(PY) -m cudacourse sass $(ARGS)
 
 doctor: setup
 	@$(PY) -m cudacourse doctor $(ARGS)
