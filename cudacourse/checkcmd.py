@@ -313,7 +313,7 @@ class LearnerOutput:
 
     @staticmethod
     def case(item: Any) -> str:
-        from cudacourse.grading.results import case_words
+        from cudacourse.results import case_words
 
         cs = getattr(item, "callspec", None)
         params = dict(cs.params) if cs is not None else {}

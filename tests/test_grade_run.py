@@ -17,8 +17,8 @@ import pytest
 
 from cudacourse import sandbox
 from cudacourse.grading import runner
-from cudacourse.grading.results import TaskResult, TaskSpec, TestRecord
 from cudacourse.grading.staging import Submission
+from cudacourse.results import TaskResult, TaskSpec, TestRecord
 
 
 def _settings(backend: str, lines: list[str]) -> runner.RunSettings:

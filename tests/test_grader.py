@@ -24,8 +24,8 @@ import pytest
 
 from cudacourse.course import Course, course
 from cudacourse.grading import cli
-from cudacourse.grading.results import TestRecord, fold_tasks
 from cudacourse.grading.screens import screen_kernel_file, screen_python_file
+from cudacourse.results import TestRecord, fold_tasks
 from cudacourse.settings import using
 from cudacourse.source import mask
 
@@ -592,9 +592,9 @@ def test_task_groups_twins_first_torch_files_last_speed_in_one_process() -> None
     file (the slowest build) last, and all timed tasks of a submission together in one process after the rest."""
     import threading
 
-    from cudacourse.grading.results import TaskSpec
     from cudacourse.grading.runner import RunSettings
     from cudacourse.grading.staging import Submission
+    from cudacourse.results import TaskSpec
 
     c = course(ROOT)
     declared = {(t.lesson, t.id): t for t in c.tasks()}
@@ -626,9 +626,9 @@ def test_task_groups_start_slow_tasks_first() -> None:
     import threading
 
     from cudacourse.course import CourseModelError, parse_lesson
-    from cudacourse.grading.results import TaskSpec
     from cudacourse.grading.runner import RunSettings
     from cudacourse.grading.staging import Submission
+    from cudacourse.results import TaskSpec
 
     c = course(ROOT)
     lessons = ["01_relu", "06_training", "07_host_side"]
@@ -659,9 +659,9 @@ def test_task_groups_with_jobs_to_spare_long_tasks_start_first_each_alone() -> N
     correctness phase late). With few jobs (CI's 2) nothing is split out: a process each costs a torch start-up."""
     import threading
 
-    from cudacourse.grading.results import TaskSpec
     from cudacourse.grading.runner import RunSettings
     from cudacourse.grading.staging import Submission
+    from cudacourse.results import TaskSpec
 
     c = course(ROOT)
     declared = {(t.lesson, t.id): t for t in c.tasks()}
@@ -693,9 +693,9 @@ def test_processes_group_tasks_by_the_learner_python_they_host(batch: int) -> No
     one process, 6.12 (train.py) and 7.7 (custom_op.py) included: none of them imports the learner's Python."""
     import threading
 
-    from cudacourse.grading.results import TaskSpec
     from cudacourse.grading.runner import RunSettings
     from cudacourse.grading.staging import Submission
+    from cudacourse.results import TaskSpec
 
     c = course(ROOT)
     lessons = ["01_relu", "04_transformer", "06_training", "07_host_side"]
@@ -733,9 +733,9 @@ def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructo
     does every submission of a batch too small to keep each job busy with two processes."""
     import threading
 
-    from cudacourse.grading.results import TaskSpec
     from cudacourse.grading.runner import RunSettings
     from cudacourse.grading.staging import Submission
+    from cudacourse.results import TaskSpec
 
     c = course(ROOT)
     declared = {(t.lesson, t.id): t for t in c.tasks()}
@@ -771,7 +771,6 @@ def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructo
 def test_the_warm_up_builds_a_kernel_only_file_without_torch(tmp_path: Path, grader_build_cache: Path) -> None:
     """The warm-up worker builds a kernel-only file for the simulator as loader.Module would (same cache entry)
     without importing torch (2 CPU-s per submission and lesson in a batch) or starting a simulator worker."""
-    from cudacourse.grading import runner
     from cudacourse.settings import Settings, to_env
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_COURSE_")}
@@ -780,7 +779,8 @@ def test_the_warm_up_builds_a_kernel_only_file_without_torch(tmp_path: Path, gra
     if (grader_build_cache / "sim-rt").is_dir():
         shutil.copytree(grader_build_cache / "sim-rt", shared / "sim-rt", ignore=shutil.ignore_patterns("*.lock"))
     env["CUDA_COURSE_BUILD_SHARED"] = str(shared)
-    r = subprocess.run([sys.executable, "-X", "importtime", "-c", runner._WARM_UP, "01_relu", "sim", "1", "relu.cu"],
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "cudacourse.grading.build_worker", "01_relu",
+                        "sim", "1", "relu.cu"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.stdout.split()[:1] == ["start"] and r.stdout.split("\n")[1].split()[:2] == ["done", "relu.cu"], r.stdout
     imported = {ln.split("|")[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")}
@@ -857,7 +857,7 @@ def test_a_sandbox_that_could_not_start_is_tried_again_and_never_blamed_on_the_c
     import queue
 
     from cudacourse.grading import runner
-    from cudacourse.grading.results import TaskSpec
+    from cudacourse.results import TaskSpec
     from cudacourse.sandbox.launcher import _launcher_alive
 
     assert _launcher_alive(f"cudacourse-{os.getpid()}-0a1b")

@@ -21,8 +21,8 @@ import pytest
 
 from cudacourse.course import course
 from cudacourse.grading import cli
-from cudacourse.grading.confine import available
 from cudacourse.grading.runner import BUILT_ONCE
+from cudacourse.sandbox import available
 from cudacourse.settings import using
 from tests.attacks.corpus import build, load
 

@@ -18,7 +18,7 @@ import pytest
 
 from cudacourse import checkcmd
 from cudacourse.course import course
-from cudacourse.grading.results import NOT_STARTED
+from cudacourse.results import NOT_STARTED
 
 C = course()
 

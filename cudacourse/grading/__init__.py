@@ -52,7 +52,7 @@ Processes are started in four places: the grader's task processes (``runner.star
 workers (``cudacourse/workers/channel.py``), and the simulator's worker and its confined compiles
 (``cudacourse/sim/``); all of them through ``sandbox.confined_popen``. docs/ARCHITECTURE.md draws them.
 
-Modules: :mod:`~cudacourse.grading.results` (the task/result model), :mod:`~cudacourse.grading.screens`,
+Modules: :mod:`~cudacourse.results` (the task/result model), :mod:`~cudacourse.grading.screens`,
 :mod:`~cudacourse.grading.staging`, :mod:`~cudacourse.grading.runner` (task processes, watchdog, verdicts),
 :mod:`~cudacourse.grading.feedback`, :mod:`~cudacourse.grading.reports`, :mod:`~cudacourse.grading.cli`.
 """

@@ -35,7 +35,6 @@ from cudacourse.grading.reports import (
     write_json,
     write_junit,
 )
-from cudacourse.grading.results import GPU_SKIP_REASON, GradingError, TaskResult, TaskSpec, format_points
 from cudacourse.grading.runner import (
     LIVE,
     RunSettings,
@@ -46,6 +45,7 @@ from cudacourse.grading.runner import (
     signal_name,
 )
 from cudacourse.grading.staging import MAX_SOURCE_BYTES, Submission, manifest, stage_harness, stage_kernels
+from cudacourse.results import GPU_SKIP_REASON, GradingError, TaskResult, TaskSpec, format_points
 from cudacourse.sandbox import SourceTooLarge, check_source_size
 from cudacourse.settings import current
 

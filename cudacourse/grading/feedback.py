@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from cudacourse.errors import REPEATED_COMPILE_ERROR
-from cudacourse.grading.results import TaskResult, TestRecord, trim_message
 from cudacourse.grading.staging import Submission
+from cudacourse.results import TaskResult, TestRecord, trim_message
 from cudacourse.source import matching
 
 # A staged copy's folder inside the grader's work folder: /tmp/cc-grade-XXXX/slot3/ (also sub000/, collect/).

@@ -12,7 +12,7 @@ from typing import Any
 
 from cudacourse.course import is_triton_task
 from cudacourse.grading.feedback import compile_error_key
-from cudacourse.grading.results import (
+from cudacourse.results import (
     NOT_STARTED,
     TaskResult,
     format_points,

@@ -20,9 +20,10 @@ from typing import Any
 
 from cudacourse.buildcache import SEED_ENV, SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
-from cudacourse.grading.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
+from cudacourse.grading import protocol
 from cudacourse.grading.staging import GpuGate, Once, Submission, restore
 from cudacourse.progress import heartbeat
+from cudacourse.results import GradingError, TaskResult, TaskSpec, TestRecord, fold_tasks, interrupted
 from cudacourse.sandbox import (
     Confinement,
     Limits,
@@ -175,19 +176,6 @@ def test_paths(slot: Path, course: Course, lessons: list[str], hidden: bool) -> 
     return [str(p.relative_to(slot)) for p in files if course.lesson_of_test(p) in lessons]
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines the plugin wrote (a torn last line is dropped)."""
-    out = []
-    if not path.exists():
-        return out
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
 def collect_tasks(slot: Path, course: Course, declared: dict[tuple[str, str], Task], lessons: list[str], seed: int,
                   backend: str | None, build_dir: Path, timeout: float) -> list[TaskSpec]:
     """Collect every task of the graded lessons (public and hidden tests) in one pytest process.
@@ -200,8 +188,7 @@ def collect_tasks(slot: Path, course: Course, declared: dict[tuple[str, str], Ta
         raise GradingError(f"no graded test files for lessons {', '.join(lessons)} (expected tests/test_NN_*.py)")
     report = scratch_of(slot) / f"collect-{slot.name}.jsonl"
     report.unlink(missing_ok=True)
-    cmd = [_python(), "-m", "pytest", "-q", "--collect-only", "-c", str(slot / "pytest.ini"), "--rootdir",
-           str(slot), "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), *paths]
+    cmd = [*protocol.pytest_command(_python(), slot, report), "--collect-only", *paths]
     proc = start_worker(cmd, cwd=slot, env=child_env(slot, seed, backend, build_dir), scratch=report.parent,
                         writable=[build_dir], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     LIVE.add(proc)
@@ -216,7 +203,7 @@ def collect_tasks(slot: Path, course: Course, declared: dict[tuple[str, str], Ta
         raise GradingError("collecting the instructor's tests failed (pytest exit code "
                            f"{proc.returncode}):\n" + _tail(out, 40))
     tasks: dict[tuple[str, str], TaskSpec] = {}
-    for r in read_records(report):
+    for r in protocol.read_records(report):
         if r.get("event") != "collected" or r.get("task") is None:
             continue
         key = (r["lesson"], r["task"])
@@ -366,10 +353,9 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     builds = [e for e in (build_event(sub, lesson, name, st) for lesson, name in sorted(st.kernels_of(tasks)))
               if e is not None and not e.is_set()]
     files = sorted({f for t in tasks for f in t.files})
-    cmd = [_python(), "-m", "pytest", "-q", "-c", str(slot / "pytest.ini"), "--rootdir", str(slot),
-           "-p", "cudacourse.pytest_plugin", "--cc-report", str(report), "--tb=short", "-p", "no:randomly"]
+    cmd = [*protocol.pytest_command(_python(), slot, report), "--tb=short", "-p", "no:randomly"]
     for t in tasks:
-        cmd += ["--cc-task", t.id]
+        cmd += [protocol.TASK_OPTION, t.id]
     # A process that times starts up (python, torch, pytest, the CUDA context) while other task processes
     # still use the GPU, and runs its first test once it has the GPU alone: the grader then creates ``go``.
     # (A process that creates ``go`` itself only times itself beside others: slower, never faster.)
@@ -380,11 +366,11 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     go = scratch_of(slot) / f"go-{sub.pristine.name}-{slot.name}-{tag}"
     go.unlink(missing_ok=True)
     if alone:
-        cmd += ["--cc-wait-file", str(go)]
+        cmd += [protocol.WAIT_OPTION, str(go)]
         for e in builds:
             e.wait()
     elif builds:
-        cmd += ["--cc-go-file", str(go)]
+        cmd += [protocol.GO_OPTION, str(go)]
     cmd += files
     timed_out = False
     limit = 0.0
@@ -433,14 +419,14 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
                 now_size = 0
             if now_size != size:
                 size, last = now_size, time.monotonic()
-                events = read_records(report)
+                events = protocol.read_records(report)
                 _announce(sub, tasks, events, st)
                 if finished_at is None and any(e.get("event") == "finished" for e in events):
                     finished_at = time.monotonic()
             if finished_at is not None and time.monotonic() - finished_at > _EXIT_GRACE_S:
                 kill_group(proc)  # every test has reported: its exit is not waited for
                 proc.wait()
-                rc = next(int(e["exitstatus"]) for e in read_records(report) if e.get("event") == "finished")
+                rc = next(int(e["exitstatus"]) for e in protocol.read_records(report) if e.get("event") == "finished")
                 break
             # Before the first test starts, pytest imports torch and the tests: allow a minute for that.
             limit = st.timeout + (60.0 if size <= 0 else 0.0)
@@ -452,7 +438,7 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], st: RunSetti
     # Reap anything the tests left running in their session (a forked child of a hostile kernel).
     kill_group(proc)
     LIVE.discard(proc)
-    events = read_records(report)
+    events = protocol.read_records(report)
     collected = {e["nodeid"]: e for e in events if e.get("event") == "collected"}
     results = {e["nodeid"]: e for e in events if e.get("event") == "result"}
     started = [e["nodeid"] for e in events if e.get("event") == "start"]
@@ -487,73 +473,6 @@ def _announce(sub: Submission, tasks: list[TaskSpec], events: list[dict[str, Any
 
 def _task_line(lesson: str, tid: str, title: str, status: str, seconds: float) -> str:
     return f"{lesson} task {tid} {title}: {status} ({seconds:.1f} s)"
-
-
-_WARM_UP = """
-import json
-import os
-import sys
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
-from cudacourse import settings
-from cudacourse.course import course as course_model
-from cudacourse.loader import build_cuda, build_torch_cuda, exposed_functions, lesson_dir, load
-from cudacourse.source import launcher, uses_torch
-
-name, backend, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
-only = set(sys.argv[4:])  # the files to build (default: every kernel file of the lesson; "-": none)
-folder = lesson_dir(name)
-info = course_model(settings.current().root).lesson(name)
-if backend == "sim":
-    from cudacourse.sim import SimLibrary, runtime_object
-
-    runtime_object()  # the simulator's runtime: the instructor's code, built once into the cache
-lock = threading.Lock()
-
-def say(*words):
-    with lock:
-        sys.stdout.write(" ".join(words) + "\\n")
-        sys.stdout.flush()
-
-def build(f):
-    say("start", f.name)
-    t0 = time.monotonic()
-    try:
-        text = f.read_text()
-        if not uses_torch(text):
-            # what loader.Module builds for this file (same cache entry), without loading it: no torch import
-            # here, and no simulator or GPU worker
-            las = [launcher(text, fn) for fn in exposed_functions(text)]
-            if backend == "sim":
-                SimLibrary.build(text, str(f.resolve()), las, checked=True)
-            else:
-                build_cuda(text, str(f.resolve()), las)
-        elif backend == "cuda":
-            # what loader.Module builds for this file (same cache entry), here rather than in the torch worker a
-            # load would start: this process is confined as that worker would be, and the build is the longest
-            # wait of a grade on a GPU (a worker's start-up, seconds on a busy machine, would add to it)
-            build_torch_cuda(text, str(f.resolve()), exposed_functions(text))
-        else:
-            load(f, None, backend=backend)
-        say("done", f.name, f"{time.monotonic() - t0:.1f}")
-    except Exception as e:
-        if type(e).__name__ == "CompileError":  # the grade's one build of it: its tasks fail with this message
-            say("error", f.name, json.dumps(str(e)[:8000]))
-        say("fail", f.name, f"{time.monotonic() - t0:.1f}", type(e).__name__)
-
-todo = [folder / n for n in info.kernel_files if (folder / n).is_file() and Path(n).suffix in (".cu", ".cuh")
-        and (not only or n in only)]
-# the longest build (a torch-route file) starts first, on a thread of its own beside the others; the compilers run
-# as child processes: threads suffice
-todo.sort(key=lambda f: f.name not in info.torch_files)
-extra = int(len(todo) > 1 and todo[0].name in info.torch_files)
-with ThreadPoolExecutor(max(1, threads) + extra) as pool:
-    list(pool.map(build, todo))
-os._exit(0)  # never wait on a slow interpreter exit
-"""
 
 
 def start_builds(sub: Submission, lesson: str, names: Sequence[str], st: RunSettings) -> None:
@@ -647,7 +566,8 @@ def _build(sub: Submission, slot: Path, lesson: str, st: RunSettings, only: list
     if seed is not None and seed.is_dir():
         env[SEED_ENV] = str(seed)
     built: set[str] = set()
-    proc = start_worker([_python(), "-c", _WARM_UP, lesson, st.backend_name, str(st.build_threads), *only],
+    proc = start_worker([_python(), "-m", "cudacourse.grading.build_worker", lesson, st.backend_name,
+                         str(st.build_threads), *only],
                         cwd=slot, env=env,
                         scratch=scratch_of(slot), writable=[build_dir],
                         readable=[p for p in (shared, seed) if p is not None and p.is_dir()],
@@ -725,14 +645,12 @@ def _crash_note(run: _Run) -> str:
 
 
 def _records(task: TaskSpec, run: _Run) -> list[TestRecord]:
-    keys = ("nodeid", "file", "lesson", "task", "points", "title", "gpu", "params", "outcome", "message",
-            "exc_type", "duration")
     out = []
     for nodeid, c in run.collected.items():
         if c.get("task") != task.id or c.get("lesson") != task.lesson:
             continue
         r = run.results.get(nodeid, c)
-        rec = TestRecord(**{k: r[k] for k in keys})
+        rec = protocol.record_of(r)
         if nodeid not in run.results:
             rec.outcome = "not-run"
         out.append(rec)
@@ -895,9 +813,8 @@ def sanitizer_report(sub: Submission, task: TaskSpec, st: RunSettings) -> str:
     slot = st.slots.get()
     try:
         restore(slot, sub.pristine, sub.manifest)
-        cmd = [tool, "--tool", "memcheck", "--print-limit", "5", _python(), "-m", "pytest", "-q", "-x",
-               "-c", str(slot / "pytest.ini"), "--rootdir", str(slot), "-p", "cudacourse.pytest_plugin",
-               "--cc-task", task.id, *task.files]
+        cmd = [tool, "--tool", "memcheck", "--print-limit", "5", *protocol.pytest_command(_python(), slot, None),
+               "-x", protocol.TASK_OPTION, task.id, *task.files]
         env = child_env(slot, st.seed, "cuda", build_dir_of(sub, st), threads=st.task_threads)
         if sub.build_dir is not None:
             env[SHARED_ENV] = str(st.build_dir)

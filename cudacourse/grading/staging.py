@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from cudacourse.course import Course
-from cudacourse.grading.results import GradingError
 from cudacourse.grading.screens import Rejection, screen_kernel_file, screen_python_file, screen_triton_file
+from cudacourse.results import GradingError
 from cudacourse.sandbox import SourceTooLarge, check_source_size
 
 # ----------------------------------------------------------------------------------------------------
