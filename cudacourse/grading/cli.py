@@ -295,7 +295,9 @@ def grade(args: argparse.Namespace) -> list[Report]:
         if unknown:
             raise GradingError(f"--tasks: no task {', '.join(unknown)} in the lessons graded "
                                f"({', '.join(lessons)}); tasks: {', '.join(tid for (_, tid) in declared)}")
-    chosen = {k: t for k, t in declared.items() if not args.tasks or t.id in args.tasks}
+    # the graded lessons' tasks only: a GPU task of another lesson is no "not graded" line of this grade (it had
+    # crashed the report's sort of a simulator grade of some lessons)
+    chosen = {k: t for k, t in declared.items() if k[0] in lessons and (not args.tasks or t.id in args.tasks)}
     backend, device = resolve_backend(args.backend)
     args.resolved_backend = backend  # (an interrupted grade's report names what its finished tasks ran on)
     # Tasks whose exercise files are all still the stubs (whole lessons, or a task's own file) are not built
