@@ -514,7 +514,7 @@ def test_unwritten_tail_blames_a_changed_launcher_not_the_kernel(tmp_path: Path)
 
 
 def test_function_unchanged_ignores_comments_and_spacing(tmp_path: Path) -> None:
-    from cudacourse.grading.feedback import function_unchanged
+    from cudacourse.exercise_state import function_unchanged
 
     sol = ROOT / "solutions/01_relu/relu.cu"
     mine = tmp_path / "relu.cu"

@@ -20,9 +20,9 @@ from typing import Any
 import filelock
 
 from cudacourse.buildcache import build_root
-from cudacourse.checkcmd import file_states, lesson_started, untouched_reason
 from cudacourse.course import Course, CourseError, Task, hidden_tasks, task_sort_key
 from cudacourse.course import course as course_model
+from cudacourse.exercise_state import file_states, lesson_started, untouched_reason
 from cudacourse.grading import runner
 from cudacourse.grading.feedback import complete_compile_errors, feedback, scrub, secret_lines
 from cudacourse.grading.reports import (

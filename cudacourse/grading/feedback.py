@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from cudacourse.errors import REPEATED_COMPILE_ERROR
+from cudacourse.exercise_state import function_unchanged
 from cudacourse.grading.staging import Submission
 from cudacourse.results import TaskResult, TestRecord, trim_message
-from cudacourse.source import matching
 
 # A staged copy's folder inside the grader's work folder: /tmp/cc-grade-XXXX/slot3/ (also sub000/, collect/).
 _STAGED = re.compile(r"(?:/[^\s:'\"()]*)?/cc-grade-[^/\s]+/(?:slot\d+|sub\d+|collect|harness)/")
@@ -90,34 +90,6 @@ def has_bounds_check(path: Path, line: int) -> bool:
     body = "\n".join(lines[start:line])
     body = re.sub(r"//[^\n]*", "", body)  # the TODO comment itself says "if i < n"
     return bool(_BOUNDS_CHECK.search(body))
-
-
-def function_text(source: str, name: str) -> str | None:
-    """The code of the global-scope function ``name`` in C++ ``source`` (from its ``void name(`` line to its
-    closing brace), without comments and whitespace; ``None`` if there is none."""
-    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", source, flags=re.S)
-    m = re.search(r"^void\s+" + re.escape(name) + r"\s*\(", code, flags=re.M)
-    if m is None:
-        return None
-    start = code.find("{", m.end())
-    end = matching(code, start, "{}") if start >= 0 else None
-    return None if end is None else re.sub(r"\s+", "", code[m.start():end + 1])
-
-
-def function_unchanged(learner: Path, solution: Path, name: str) -> bool | None:
-    """Whether function ``name`` in the learner's file reads as in the stub derived from ``solution`` (the course
-    gives it complete: a launcher); ``None`` when either file or the function is missing."""
-    from cudacourse import stubs
-
-    try:
-        mine = function_text(learner.read_text(errors="replace"), name)
-        given_text = stubs.expected(solution)
-    except Exception:  # noqa: BLE001 - no solution to compare with (a grader's worker), unreadable, bad markers
-        return None
-    given = function_text(given_text if isinstance(given_text, str) else given_text.decode(errors="replace"), name)
-    if mine is None or given is None:
-        return None
-    return mine == given
 
 
 def solution_lines(root: Path | None, lesson: str) -> set[str]:
