@@ -262,7 +262,7 @@ def test_a_task_whose_todo_is_still_the_stub_is_not_started(tmp_path: Path) -> N
     import shutil
 
     from cudacourse.exercise_state import untouched_todos
-    from cudacourse.grading import cli
+    from cudacourse.grading import plan
     from cudacourse.grading.staging import Submission
 
     c = course()
@@ -279,8 +279,8 @@ def test_a_task_whose_todo_is_still_the_stub_is_not_started(tmp_path: Path) -> N
     task = {t.id: t for t in les.tasks}
     assert untouched_todos(c, les, task["1.1"], folder) == []
     assert untouched_todos(c, les, task["1.4"], folder) == ["relu.cu"]
-    declared = cli.declared_tasks(c, None)
-    idle = cli.untouched_tasks(c, Submission("s", sub, "submission"), declared, ["01_relu"])
+    declared = plan.declared_tasks(c, None)
+    idle = plan.untouched_tasks(c, Submission("s", sub, "submission"), declared, ["01_relu"])
     assert idle[("01_relu", "1.4")] == "its TODO in relu.cu is still the stub"
     assert idle[("01_relu", "1.6")] == "relu_torch.cu is still the stub" and ("01_relu", "1.1") not in idle
     (folder / "relu.cu").write_text(text.replace(todo_14, todo_14 + "\n    int i = 0;", 1))

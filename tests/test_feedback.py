@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cudacourse.course import course
-from cudacourse.grading import cli, reports
+from cudacourse.grading import cli, plan, reports
 from cudacourse.grading.feedback import HINTS, feedback
 from cudacourse.grading.reports import Report
 from cudacourse.grading.staging import Submission
@@ -185,8 +185,8 @@ def test_an_untouched_task_of_a_started_lesson_is_one_calm_line() -> None:
     like a failure paragraph. It is one line in the style of the lesson line, 0 points, and in no "What to fix";
     its JSON status stays "fail" (0 points, as before: JUnit, Gradescope and CI read it unchanged)."""
     c = course()
-    declared = cli.declared_tasks(c, None)
-    (idle,) = cli.not_started_results(c, declared, {("01_relu", "1.6"): "relu_torch.cu is still the stub"}, set(),
+    declared = plan.declared_tasks(c, None)
+    (idle,) = plan.not_started_results(c, declared, {("01_relu", "1.6"): "relu_torch.cu is still the stub"}, set(),
                                       "sim")
     assert idle.message == "not started: relu_torch.cu is still the stub"  # what the grader records
     started = _result("AssertionError", TAIL)
