@@ -268,13 +268,13 @@ def machine_info() -> dict[str, str]:
 
 def lessons_with_cases(c: Course) -> list[str]:
     """The lessons of the course that have a ``bench.py`` (every lesson folder may add one)."""
-    return [les.id for les in c if (c.lessons_dir / les.id / "bench.py").is_file()]
+    return [les.id for les in c if (c.kernel_dir(les.id, "student") / "bench.py").is_file()]
 
 
 def load_cases(lesson: str, c: Course | None = None) -> Callable[..., list[Case]] | None:
     """The ``cases(m, quick=False)`` function of ``lessons/<lesson>/bench.py`` (None when there is none)."""
     c = c or course()
-    path = c.lessons_dir / lesson / "bench.py"
+    path = c.kernel_dir(lesson, "student") / "bench.py"
     if not path.exists():
         return None
     from cudacourse.loader import import_file
@@ -320,7 +320,7 @@ def build_times(backend: str = "auto") -> dict[str, float]:
     """Cold build and edit-reload times of lesson 01's kernel file, in this process, in seconds."""
     import cudacourse as cc
 
-    src = (course().solutions_dir / "01_relu" / "relu.cu").read_text()
+    src = (course().kernel_dir("01_relu", "solution") / "relu.cu").read_text()
     stamp = f"{time.time_ns()}"
     t0 = time.perf_counter()
     cc.load(src + f"\n// bench build {stamp}\n", backend=backend)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudacourse.course import Course, Task, hidden_tasks, task_sort_key
+from cudacourse.course import course as course_model
 from cudacourse.exercise_state import file_states, lesson_started, untouched_reason
 from cudacourse.grading.staging import MAX_SOURCE_BYTES, Submission
 from cudacourse.results import GPU_SKIP_REASON, NOT_STARTED, TaskResult, TaskSpec
@@ -59,7 +60,7 @@ def instructor_files(sub: Submission, lesson: str, st: RunSettings) -> list[tupl
     """(name, sha256) of ``sub``'s kernel files of ``lesson`` identical to the instructor's solution or stub
     (none when any header of the lesson differs: a header is compiled into every file that includes it)."""
     assert sub.pristine is not None
-    folder = sub.pristine / "lessons" / lesson
+    folder = course_model(sub.pristine).kernel_dir(lesson, "student")  # the staged copy is a course of its own
     files = sorted(p for p in folder.iterdir() if p.suffix in (".cu", ".cuh", ".h"))
     digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
     known = {n: h for n, h in digest.items() if h in st.instructor.get(f"{lesson}/{n}", ())}

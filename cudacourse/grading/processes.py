@@ -27,7 +27,7 @@ from cudacourse.sandbox import (
     learner_memory,
     stop_group,
 )
-from cudacourse.settings import BUILD_ERRORS_ENV, UNBUILDABLE_ENV, Settings, to_env
+from cudacourse.settings import BUILD_ERRORS_ENV, ENV_PREFIX, UNBUILDABLE_ENV, Settings, to_env
 
 GRADER_CPU_S = 3600  # CPU seconds one task process may use (its wall clock is the watchdog's: --timeout)
 
@@ -91,7 +91,7 @@ def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
     them at once (``settings.UNBUILDABLE_ENV``) instead of building them again in every test process; likewise
     ``build_errors`` ("lesson/file" -> message): files whose warm-up build failed, with the compiler's message.
     ``threads``: the CPU threads each of torch's pools may use (unless the caller's environment sets them)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_COURSE_", "PYTEST_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith((ENV_PREFIX, "PYTEST_"))}
     if threads is not None:
         # One task process per core runs at once, and each computes float64 references on the CPU: with torch's
         # default (a thread per core in every process) 16 processes ran 16 threads each on an H100 machine's 16
