@@ -10,6 +10,7 @@ import importlib.util
 import os
 import sys
 import types
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,25 @@ class Lesson:
             for n in cached[1]:
                 idx.setdefault(n, f)
         return idx
+
+    def learner_python(self, file: str, *, timeout_s: float, guard: bool = True, also: Sequence[Path] = (),
+                       module_name: str | None = None) -> Any:
+        """The learner's Python exercise file ``file`` of this lesson (decoder.py, train.py, custom_op.py), for a
+        test to call: the one place that decides where it runs.
+
+        While grading (the settings' ``confine`` is set) it is hosted in a confined torch worker
+        (``workers.torch.hosted``: its functions run there, under the torch answer guard unless ``guard`` is
+        False, with the ``also`` files beside it; ``timeout_s``: the worker's share between two of its kernel
+        calls), never imported in the process that compares; else it is imported here (``import_file``, as
+        ``module_name`` when given)."""
+        path = self.dir / file
+        confine = settings.current().confine
+        if confine is not None:
+            from cudacourse.workers.torch import hosted
+
+            return hosted(path, confine=confine, gpu=self.backend == "cuda", timeout_s=timeout_s, guard=guard,
+                          also=list(also))
+        return import_file(path, module_name)
 
     def module(self, file: str | Path) -> Module:
         """The built module of one kernel file (rebuilt if its content changed)."""
