@@ -345,21 +345,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+def pytest_runtest_protocol(item: pytest.Item):  # type: ignore[no-untyped-def]  # (pluggy: a subset of the spec)
     """Emit the ``start`` line before the test runs (the grader reads it after a crash).
 
     Under pytest-xdist on a GPU, a timed (``gpu``) test holds the GPU alone: it takes an exclusive lock
     that every other lesson test (a test of a task) holds shared, so no other worker's lesson kernels share
     the GPU while it times. Tests of no task (the simulator's, the grader's, which run minutes on the CPU)
     take no lock: holding one, they would stall every timed test behind them. (The grader gates its task
-    processes the same way: ``RunSettings.gpu_turn``.)"""
+    processes the same way: ``GradeSession.gpu_turn``.)"""
     state = item.config.stash.get(_STATE, None)
     if state is not None:
         state.emit({"event": "start", "nodeid": item.nodeid, "t": protocol.now()})
     rec = state.records.get(item.nodeid) if state is not None else None
     if not os.environ.get("PYTEST_XDIST_WORKER") or rec is None or rec.task is None or backend_name() != "cuda":
         return (yield)
-    import fcntl  # stdlib: filelock has no shared (reader) lock, and these are two flocks on two files
+    # fcntl.flock, not filelock (4.x has a ReadWriteLock): the kernel releases a flock when its holder dies, so an
+    # xdist worker killed while it holds the GPU (a hung test, a crash) never leaves the others waiting
+    import fcntl
 
     from cudacourse.buildcache import build_root
 

@@ -1,6 +1,6 @@
 """The warm-up builder: builds a lesson's kernel files before its tasks run (``python -m`` this module).
 
-The grader starts it through ``runner.start_worker`` (sandboxed, like a task process) in a staged copy of the
+The grader starts it through ``processes.start_worker`` (sandboxed, like a task process) in a staged copy of the
 submission, and reads its stdout (:mod:`cudacourse.grading.builds`). It runs none of the submission's code: it
 only compiles, into the same cache entries that ``loader.Module`` would use, so the tests then load the builds.
 

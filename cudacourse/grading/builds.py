@@ -52,7 +52,7 @@ def _warm_up(sub: Submission, lesson: str, names: list[str], gs: GradeSession) -
     Runs in a thread of its own from the start of the grade, at most ``jobs`` lessons at a time
     (``gs.builders``), in ``sub.build_slot``, a copy of the staged submission that no test uses. A submission's
     files identical to the instructor's (its solution or stub) are first built into the run's shared cache by a
-    worker that loads nothing else of the submission (:func:`instructor_files`); the submission's own workers
+    worker that loads nothing else of the submission (``plan.instructor_files``); the submission's own workers
     read that cache and write only their own. Building runs none of the submission's code, so the tests'
     watchdog can then hold each case to ``--timeout`` alone. A file that does not compile is left to the
     tests, which report it. A file whose build is still running after ``gs.config.build_timeout`` is recorded in

@@ -79,7 +79,7 @@ def declared_tasks(course: Course, hidden: Path | None) -> dict[tuple[str, str],
 
 def instructor_hashes(course: Course) -> dict[str, set[str]]:
     """"lesson/file" -> sha256 of the instructor's solution and stub of every kernel file: a submission's file
-    identical to one of them is built once per run in a shared cache (``runner._warm_up``)."""
+    identical to one of them is built once per run in a shared cache (``builds._warm_up``)."""
     from cudacourse import stubs
 
     out: dict[str, set[str]] = {}
@@ -244,7 +244,7 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
 
 def timed_alone(declared: dict[tuple[str, str], Task], backend: str) -> frozenset[tuple[str, str]]:
     """The tasks graded alone on the GPU, in one process per submission after the others (``st.timed``; the gate
-    of ``RunSettings.gpu_turn``): on cuda, every GPU task but those lesson.toml marks ``alone = false``.
+    of ``GradeSession.gpu_turn``): on cuda, every GPU task but those lesson.toml marks ``alone = false``.
 
     Timed beside other task processes on the same GPU, a solution's kernel measured 0.72x where it reaches 0.9x
     alone (H100, task 2.7). That process starts up while the other tasks still run and times once they are done;
@@ -269,7 +269,7 @@ def _merge_shared_builds(course: Course, sub: Submission, keyed: dict[tuple[str,
 
     Groups are kept apart by file so that the tasks of a quick file need not wait for a slow torch-route
     build. A submission's torch-route file identical to the instructor's is built once per run, into the
-    shared cache (``runner._warm_up``): no slow build of its own, so its tasks may run with the others, in one
+    shared cache (``builds._warm_up``): no slow build of its own, so its tasks may run with the others, in one
     process instead of two. The Triton twins (no build) and this checkout's own files stay as they are."""
     if sub.build_dir is None:
         return keyed

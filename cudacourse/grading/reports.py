@@ -27,7 +27,7 @@ from cudacourse.results import (
 
 
 def _confinement() -> str:
-    """Which confinement the grader's workers ran under (``confine.describe``; "unconfined: ..." if not)."""
+    """Which confinement the grader's workers ran under (``sandbox.describe_for_grading``; "unconfined: ..." if not)."""
     from cudacourse.sandbox import describe_for_grading
 
     return describe_for_grading()

@@ -84,8 +84,6 @@ def collect_tasks(gs: GradeSession, slot: Path, course: Course, declared: dict[t
             t = tasks[key] = TaskSpec(d.id, d.lesson, d.title, d.points, [])
         if rel not in t.files:
             t.files.append(rel)
-        if rel.startswith("hidden/"):
-            t.hidden_cases += 1
     if not tasks:
         raise GradingError(f"no task-marked tests found in {', '.join(paths)}")
     out = sorted(tasks.values(), key=lambda t: (t.lesson, task_sort_key(t.id)))
@@ -110,7 +108,7 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], gs: GradeSes
     """Run the tests of ``tasks`` in one pytest process in ``slot`` under a progress watchdog.
 
     The process starts at once; its first test waits for the warm-up builds of the kernel files these tasks
-    use (:func:`build_event`) and, on a GPU, for its turn (``gs.config.gpu_turn``). The watchdog then stops the
+    use (``builds.build_event``) and, on a GPU, for its turn (``gs.gpu_turn``). The watchdog then stops the
     process when one test case runs longer than ``gs.config.timeout``.
     """
     assert sub.pristine is not None
