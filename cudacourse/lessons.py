@@ -45,6 +45,24 @@ def import_file(path: str | os.PathLike, name: str | None = None) -> types.Modul
     return mod
 
 
+def learner_python(path: str | os.PathLike, *, gpu: bool, timeout_s: float, guard: bool = True,
+                   also: Sequence[Path] = (), module_name: str | None = None) -> Any:
+    """A learner's Python exercise file (decoder.py, train.py, custom_op.py) for a lesson test to call: the one
+    place that decides where it runs.
+
+    While grading (the settings' ``confine`` is set) it is hosted in a confined torch worker
+    (``workers.torch.hosted``: its functions run there, under the torch answer guard unless ``guard`` is False,
+    with the ``also`` files beside it; ``gpu``: on the cuda backend; ``timeout_s``: the worker's share between two
+    of its kernel calls), never imported in the process that compares; else it is imported here
+    (:func:`import_file`, as ``module_name`` when given)."""
+    confine = settings.current().confine
+    if confine is not None:
+        from cudacourse.workers.torch import hosted
+
+        return hosted(path, confine=confine, gpu=gpu, timeout_s=timeout_s, guard=guard, also=list(also))
+    return import_file(path, module_name)
+
+
 def lesson_dir(name: str, impl: str | None = None) -> Path:
     """Folder whose kernel files ``lesson(name)`` loads: the course model's ``files_dir`` for this process's
     settings.
@@ -100,25 +118,6 @@ class Lesson:
             for n in cached[1]:
                 idx.setdefault(n, f)
         return idx
-
-    def learner_python(self, file: str, *, timeout_s: float, guard: bool = True, also: Sequence[Path] = (),
-                       module_name: str | None = None) -> Any:
-        """The learner's Python exercise file ``file`` of this lesson (decoder.py, train.py, custom_op.py), for a
-        test to call: the one place that decides where it runs.
-
-        While grading (the settings' ``confine`` is set) it is hosted in a confined torch worker
-        (``workers.torch.hosted``: its functions run there, under the torch answer guard unless ``guard`` is
-        False, with the ``also`` files beside it; ``timeout_s``: the worker's share between two of its kernel
-        calls), never imported in the process that compares; else it is imported here (``import_file``, as
-        ``module_name`` when given)."""
-        path = self.dir / file
-        confine = settings.current().confine
-        if confine is not None:
-            from cudacourse.workers.torch import hosted
-
-            return hosted(path, confine=confine, gpu=self.backend == "cuda", timeout_s=timeout_s, guard=guard,
-                          also=list(also))
-        return import_file(path, module_name)
 
     def module(self, file: str | Path) -> Module:
         """The built module of one kernel file (rebuilt if its content changed)."""

@@ -28,6 +28,7 @@ import torch
 import cudacourse as cc
 from cudacourse import check
 from cudacourse.course import course
+from cudacourse.lessons import learner_python
 from cudacourse.torch_worker import backward, run_beside
 
 LESSON = "07_host_side"
@@ -41,7 +42,7 @@ def _op() -> Any:
     """The learner's custom_op.py (task 7.3), from the folder cc.lesson loads kernels from. One copy per
     process: the op's name is registered with PyTorch once.
 
-    While grading it runs in a confined torch worker (``Lesson.learner_python``), never in this process, which
+    While grading it runs in a confined torch worker (``lessons.learner_python``), never in this process, which
     compares and records verdicts: the op is registered there, its kernels are the worker's own (``kernels()``
     calls ``cc.lesson`` there), ``op.swish(x)`` runs there, and the checks that must run where the op is
     registered (``opcheck``, ``torch.compile``, task 7.7's timing) are this file's helpers, run beside it
@@ -54,7 +55,7 @@ def _op() -> Any:
     if mod is not None and getattr(mod, "__file__", None) != str(path):
         raise AssertionError(f"custom_op.py was already loaded from {mod.__file__} in this process; the op's "
                              "name can be registered once: run the tests in a fresh process")
-    return _m().learner_python("custom_op.py", timeout_s=300.0, guard=False, module_name=name)
+    return learner_python(path, gpu=_m().backend == "cuda", timeout_s=300.0, guard=False, module_name=name)
 
 
 def cc_preload(tasks: set[str]) -> None:

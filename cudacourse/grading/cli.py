@@ -243,6 +243,31 @@ def _run_groups(gs: GradeSession, subs: list[Submission], groups: list[tuple[int
     return results
 
 
+def _workspace(args: argparse.Namespace, course: Course, impl: str, subs: list[Submission],
+               backend: str) -> tuple[filelock.FileLock | None, Path, Path, Path | None]:
+    """(the held lock of this checkout's own folder or None, the working folder, the run's build cache, the
+    instructor's cache whose builds of its own files are copied, or None)."""
+    if args.workdir:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    own = len(subs) == 1 and subs[0].source is None and args.workdir is None  # a learner grading the checkout
+    lock = _own_work_lock(course, impl) if own else None
+    work = Path(lock.lock_file[:-len(".lock")]) if lock else \
+        Path(tempfile.mkdtemp(prefix="cc-grade-", dir=args.workdir or None))
+    # Grading the checkout builds next to its stable staged folder (kept between grades), never into a cache
+    # folder that holds the staged harness: workers may write their build folder, and only that.
+    # Submissions' workers read the run's cache: a fresh folder then, never the instructor's own cache
+    # (CUDA_COURSE_BUILD or the checkout's: it may hold the sources of solutions built or graded there); its builds
+    # of the instructor's own files are copied into the run's cache instead (``RunSettings.build_seed``).
+    submissions = any(sub.source is not None for sub in subs)
+    build_dir = work / "build" if own or submissions else (current().build_dir or work / "build")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    if own and backend == "sim":
+        from cudacourse.sim import seed_runtime
+
+        seed_runtime(build_dir)  # the runtime `make check` built: not 50 s of building it again
+    return lock, work, build_dir, build_root() if submissions else None
+
+
 def grade(args: argparse.Namespace, gs: GradeSession | None = None) -> list[Report]:
     """Grade what ``args`` names in session ``gs`` (a fresh one by default); returns one report per submission
     (reports are written here too)."""
@@ -263,25 +288,7 @@ def grade(args: argparse.Namespace, gs: GradeSession | None = None) -> list[Repo
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
     cpus = os.cpu_count() or 1
     jobs = plan.job_count(args.jobs, backend, cpus)
-    if args.workdir:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-    own = len(subs) == 1 and subs[0].source is None and args.workdir is None  # a learner grading the checkout
-    lock = _own_work_lock(course, impl) if own else None
-    work = Path(lock.lock_file[:-len(".lock")]) if lock else \
-        Path(tempfile.mkdtemp(prefix="cc-grade-", dir=args.workdir or None))
-    # Grading the checkout builds next to its stable staged folder (kept between grades), never into a cache
-    # folder that holds the staged harness: workers may write their build folder, and only that.
-    # Submissions' workers read the run's cache: a fresh folder then, never the instructor's own cache
-    # (CUDA_COURSE_BUILD or the checkout's: it may hold the sources of solutions built or graded there); its builds
-    # of the instructor's own files are copied into the run's cache instead (``RunSettings.build_seed``).
-    submissions = any(sub.source is not None for sub in subs)
-    build_dir = work / "build" if own or submissions else (current().build_dir or work / "build")
-    instructor_cache = build_root() if submissions else None
-    build_dir.mkdir(parents=True, exist_ok=True)
-    if own and backend == "sim":
-        from cudacourse.sim import seed_runtime
-
-        seed_runtime(build_dir)  # the runtime `make check` built: not 50 s of building it again
+    lock, work, build_dir, instructor_cache = _workspace(args, course, impl, subs, backend)
     # The backend resolved here (flag, CUDA_COURSE_BACKEND, else auto) is handed to every task process, build
     # worker and report explicitly: a child that resolved "auto" again in its scrubbed environment picked the GPU
     # in a grade whose report said sim (issue 36).
