@@ -18,7 +18,7 @@ import time
 
 CATEGORIES = (("cicc", "nvcc"), ("ptxas", "nvcc"), ("cudafe", "nvcc"), ("nvcc", "nvcc"), ("cc1plus", "g++"),
               ("/g++", "g++"), ("workers/gpu_serve", "gpu_worker"), ("workers/torch_serve", "torch_worker"),
-              ("-m pytest", "pytest"), ("_WARM_UP", "warmup"), ("cudacourse grade", "grader"),
+              ("-m pytest", "pytest"), ("grading.build_worker", "warmup"), ("cudacourse grade", "grader"),
               ("triton", "triton"), ("ld ", "ld"), ("python", "python-other"))
 
 

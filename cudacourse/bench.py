@@ -188,7 +188,7 @@ def _wall_samples(fn: Callable[[], object], *, warmup: int, reps: int, max_s: fl
                   setup: Callable[[], object] | None = None, group: int = 1) -> list[float]:
     """:func:`time_samples` while grading on a GPU, for every function timed (learner's and reference alike).
 
-    The learner's launches then run in another process (``cudacourse/gpu_worker.py``), out of reach of this
+    The learner's launches then run in another process (``cudacourse/workers/gpu.py``), out of reach of this
     process's CUDA events, so a sample is the wall time of ``k`` calls closed by a synchronisation of both
     processes, with ``k`` chosen so that a sample lasts at least 20 ms: the launch messages then overlap the
     kernels running, and the closing synchronisation costs under 1%. The L2 cache is not flushed between calls.
@@ -268,13 +268,13 @@ def machine_info() -> dict[str, str]:
 
 def lessons_with_cases(c: Course) -> list[str]:
     """The lessons of the course that have a ``bench.py`` (every lesson folder may add one)."""
-    return [les.id for les in c if (c.lessons_dir / les.id / "bench.py").is_file()]
+    return [les.id for les in c if (c.kernel_dir(les.id, "student") / "bench.py").is_file()]
 
 
 def load_cases(lesson: str, c: Course | None = None) -> Callable[..., list[Case]] | None:
     """The ``cases(m, quick=False)`` function of ``lessons/<lesson>/bench.py`` (None when there is none)."""
     c = c or course()
-    path = c.lessons_dir / lesson / "bench.py"
+    path = c.kernel_dir(lesson, "student") / "bench.py"
     if not path.exists():
         return None
     from cudacourse.loader import import_file
@@ -284,13 +284,13 @@ def load_cases(lesson: str, c: Course | None = None) -> Callable[..., list[Case]
 
 def run_lesson(lesson: str, impl: str, copy_gbs: float, quick: bool = False) -> list[Row]:
     """Time every case of one lesson; a case that fails is kept as a row with its error."""
-    import cudacourse as cc
+    from cudacourse import lessons
 
     cases_fn = load_cases(lesson)
     if cases_fn is None:
         return []
     info = course().lesson(lesson)
-    m = cc.lesson(lesson, impl=impl, backend="cuda")
+    m = lessons.lesson(lesson, impl=impl, backend="cuda")
     rows: list[Row] = []
     for case in cases_fn(m, quick=quick):
         if case.task is not None:
@@ -318,15 +318,15 @@ def run_lesson(lesson: str, impl: str, copy_gbs: float, quick: bool = False) -> 
 
 def build_times(backend: str = "auto") -> dict[str, float]:
     """Cold build and edit-reload times of lesson 01's kernel file, in this process, in seconds."""
-    import cudacourse as cc
+    from cudacourse.module import load
 
-    src = (course().solutions_dir / "01_relu" / "relu.cu").read_text()
+    src = (course().kernel_dir("01_relu", "solution") / "relu.cu").read_text()
     stamp = f"{time.time_ns()}"
     t0 = time.perf_counter()
-    cc.load(src + f"\n// bench build {stamp}\n", backend=backend)
+    load(src + f"\n// bench build {stamp}\n", backend=backend)
     cold = time.perf_counter() - t0
     t0 = time.perf_counter()
-    cc.load(src.replace("{", "{ /* edited */", 1) + f"\n// bench reload {stamp}\n", backend=backend)
+    load(src.replace("{", "{ /* edited */", 1) + f"\n// bench reload {stamp}\n", backend=backend)
     return {"first_build_s": cold, "reload_after_edit_s": time.perf_counter() - t0}
 
 

@@ -259,11 +259,13 @@ def given_unchanged(path: Any, function: str) -> bool | None:
     function). A diagnosis then knows whether to point at the launcher or at the kernel."""
     from pathlib import Path
 
-    from cudacourse.grading.feedback import function_unchanged
+    from cudacourse.course import course
+    from cudacourse.exercise_state import function_unchanged
     from cudacourse.settings import current
 
     path = Path(path)
-    return function_unchanged(path, current().root / "solutions" / path.parent.name / path.name, function)
+    return function_unchanged(path, course(current().root).kernel_dir(path.parent.name, "solution") / path.name,
+                              function)
 
 
 # Poisoned floats placed after an output by ``guarded``: a write past the end of the output lands there.

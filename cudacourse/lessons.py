@@ -10,6 +10,7 @@ import importlib.util
 import os
 import sys
 import types
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,24 @@ def import_file(path: str | os.PathLike, name: str | None = None) -> types.Modul
             sys.modules.pop(name, None)
             raise
     return mod
+
+
+def learner_python(path: str | os.PathLike, *, gpu: bool, timeout_s: float, guard: bool = True,
+                   also: Sequence[Path] = (), module_name: str | None = None) -> Any:
+    """A learner's Python exercise file (decoder.py, train.py, custom_op.py) for a lesson test to call: the one
+    place that decides where it runs.
+
+    While grading (the settings' ``confine`` is set) it is hosted in a confined torch worker
+    (``workers.torch.hosted``: its functions run there, under the torch answer guard unless ``guard`` is False,
+    with the ``also`` files beside it; ``gpu``: on the cuda backend; ``timeout_s``: the worker's share between two
+    of its kernel calls), never imported in the process that compares; else it is imported here
+    (:func:`import_file`, as ``module_name`` when given)."""
+    confine = settings.current().confine
+    if confine is not None:
+        from cudacourse.workers.torch import hosted
+
+        return hosted(path, confine=confine, gpu=gpu, timeout_s=timeout_s, guard=guard, also=list(also))
+    return import_file(path, module_name)
 
 
 def lesson_dir(name: str, impl: str | None = None) -> Path:

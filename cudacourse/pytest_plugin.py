@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -49,11 +48,11 @@ from cudacourse import settings
 from cudacourse.course import Course, CourseError, Task, hidden_tasks
 from cudacourse.course import course as course_model
 from cudacourse.errors import CompileError, KernelError
-from cudacourse.grading.results import GPU_SKIP_REASON, TestRecord, fold_tasks, points_table, trim_message
+from cudacourse.failure_text import brief, course_words, failure_text, skip_reason
+from cudacourse.grading import protocol
+from cudacourse.results import GPU_SKIP_REASON, TestRecord, fold_tasks, points_table, trim_message
 
 NOT_GRADED_PREFIX = "not graded"
-_MSG_LINES = 14
-_MSG_CHARS = 1800
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -73,17 +72,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="grade the kernel files of a learner's copy: DIR/lessons/NN_topic/*.cu")
     group.addoption("--seed", default=None, type=int,
                     help="base seed of every random input (exported as CUDA_COURSE_SEED)")
-    group.addoption("--cc-task", action="append", default=[], metavar="ID",
+    group.addoption(protocol.TASK_OPTION, action="append", default=[], metavar="ID",
                     help="(grader) run only the tests of this task id; repeatable")
     group.addoption("--cc-brief", action="store_true",
                     help="(make check) a course check's or kernel error's message without the Python traceback, and "
                          "each hint once")
-    group.addoption("--cc-report", default=None, metavar="FILE",
+    group.addoption(protocol.REPORT_OPTION, default=None, metavar="FILE",
                     help="(grader) append a JSON line per test to FILE")
-    group.addoption("--cc-wait-file", default=None, metavar="FILE",
+    group.addoption(protocol.WAIT_OPTION, default=None, metavar="FILE",
                     help="(grader) after collection, wait until FILE exists before the first test (a timed task "
                          "waiting for the GPU to itself)")
-    group.addoption("--cc-go-file", default=None, metavar="FILE",
+    group.addoption(protocol.GO_OPTION, default=None, metavar="FILE",
                     help="(grader) after collection, wait until FILE exists before the first test (the builds "
                          "the tests use are still running)")
 
@@ -220,16 +219,8 @@ class _State:
     timed_out_tasks: set[str] = field(default_factory=set)
 
     def emit(self, obj: dict[str, Any]) -> None:
-        if not self.report_path:
-            return
-        # Not fsync'ed: the grader reads the file through the page cache, which a killed process leaves complete.
-        with open(self.report_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(obj) + "\n")
-
-
-def _now() -> float:
-    """CLOCK_MONOTONIC, which every process of the machine shares: when a case started and ended."""
-    return round(time.monotonic(), 3)
+        """Append one event to the grader's report (``--cc-report``), if there is one."""
+        protocol.emit(self.report_path, obj)
 
 
 _STATE = pytest.StashKey[_State]()
@@ -332,7 +323,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         state.records[it.nodeid] = rec
         state.order.append(it.nodeid)
         if rec.task is not None:
-            state.emit({"event": "collected", **_public(rec)})
+            state.emit({"event": "collected", **protocol.record_fields(rec)})
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -354,21 +345,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+def pytest_runtest_protocol(item: pytest.Item):  # type: ignore[no-untyped-def]  # (pluggy: a subset of the spec)
     """Emit the ``start`` line before the test runs (the grader reads it after a crash).
 
     Under pytest-xdist on a GPU, a timed (``gpu``) test holds the GPU alone: it takes an exclusive lock
     that every other lesson test (a test of a task) holds shared, so no other worker's lesson kernels share
     the GPU while it times. Tests of no task (the simulator's, the grader's, which run minutes on the CPU)
     take no lock: holding one, they would stall every timed test behind them. (The grader gates its task
-    processes the same way: ``RunSettings.gpu_turn``.)"""
+    processes the same way: ``GradeSession.gpu_turn``.)"""
     state = item.config.stash.get(_STATE, None)
     if state is not None:
-        state.emit({"event": "start", "nodeid": item.nodeid, "t": _now()})
+        state.emit({"event": "start", "nodeid": item.nodeid, "t": protocol.now()})
     rec = state.records.get(item.nodeid) if state is not None else None
     if not os.environ.get("PYTEST_XDIST_WORKER") or rec is None or rec.task is None or backend_name() != "cuda":
         return (yield)
-    import fcntl  # stdlib: filelock has no shared (reader) lock, and these are two flocks on two files
+    # fcntl.flock, not filelock (4.x has a ReadWriteLock): the kernel releases a flock when its holder dies, so an
+    # xdist worker killed while it holds the GPU (a hung test, a crash) never leaves the others waiting
+    import fcntl
 
     from cudacourse.buildcache import build_root
 
@@ -384,23 +377,6 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
             return (yield)
         finally:
             fcntl.flock(gpu, fcntl.LOCK_UN)
-
-
-def _course_words(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
-    """A failure already in the course's words, without the traceback through the course's own test code (task
-    1.6's stub printed one): a stub's "TODO(task N.M) not implemented" error, whatever its type (TORCH_CHECK
-    raises RuntimeError, a Python stub NotImplementedError), or a test's assertion message. '' otherwise."""
-    text = str(excinfo.value)
-    todo = re.search(r"TODO\(task ([\w.]+)\)[^\n]*not implemented[^\n]*"
-                     r"|not implemented[^\n]*TODO\(task ([\w.]+)\)[^\n]*", text)
-    if todo is None and excinfo.errisinstance(NotImplementedError):
-        todo = re.search(r"TODO\(task ([\w.]+)[,)][^\n]*()", text)
-    if todo:
-        return f"task {todo.group(1) or todo.group(2)} is not written yet (the stub says: {todo.group(0).strip()})"
-    if excinfo.errisinstance(AssertionError) and text.strip():
-        words = text.split("\nassert ", 1)[0].strip()  # (pytest's rewritten comparison follows the message)
-        return words if words and not words.startswith("assert ") else ""
-    return ""
 
 
 @pytest.hookimpl(wrapper=True)
@@ -419,9 +395,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             text = str(call.excinfo.value)  # (a kernel error's message starts with its type already)
             if not text.startswith(call.excinfo.typename) and not call.excinfo.errisinstance(CheckFailure):
                 text = f"{call.excinfo.typename}: {text}"
-            report.longrepr = _brief(text)
-        elif brief := _course_words(call.excinfo):
-            report.longrepr = _brief(brief)
+            report.longrepr = brief(text)
+        elif words := course_words(call.excinfo):
+            report.longrepr = brief(words)
     state = item.config.stash.get(_STATE, None)
     if state is None:
         return report
@@ -432,11 +408,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if report.failed:
         if rec.outcome != "failed":
             rec.outcome = "failed"
-            rec.exc_type, rec.message = _failure_text(call, report)
+            rec.exc_type, rec.message = failure_text(call, report)
             if rec.exc_type == "KernelTimeout" and rec.task is not None:
                 state.timed_out_tasks.add(rec.task)
     elif report.skipped:
-        reason = _skip_reason(report)
+        reason = skip_reason(report)
         if rec.outcome not in ("failed",):
             if reason.lower().startswith(NOT_GRADED_PREFIX) or rec.gpu:
                 rec.outcome = "not-graded"
@@ -454,28 +430,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         if rec.outcome == "not-run":  # setup passed but call never ran: treat as failed
             rec.outcome = "failed"
             rec.message = rec.message or "the test did not run"
-        state.emit({"event": "result", **_public(rec), "t": _now()})
+        state.emit({"event": "result", **protocol.record_fields(rec), "t": protocol.now()})
         if rec.task is not None:
             # Travels with the report to the pytest-xdist controller, which prints the points table.
-            report.user_properties.append((_PROP, json.dumps(_public(rec))))
+            report.user_properties.append((_PROP, json.dumps(protocol.record_fields(rec))))
     return report
-
-
-_HINTS_SHOWN: set[str] = set()
-
-
-def _brief(text: str) -> str:
-    """``text`` with each "Hint:" line it repeats from an earlier failure of this run shortened (a learner's
-    report: the same hint paragraph once per failing size)."""
-    out = []
-    for line in text.splitlines():
-        hint = line.strip()
-        if hint.startswith("Hint:"):
-            if hint in _HINTS_SHOWN:
-                line = line[:len(line) - len(line.lstrip())] + "Hint: the same as above."
-            _HINTS_SHOWN.add(hint)
-        out.append(line)
-    return "\n".join(out)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -492,43 +451,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for key, value in getattr(report, "user_properties", []):
         if key == _PROP:
             d = json.loads(value)
-            _FINISHED[d["nodeid"]] = TestRecord(**d)
-
-
-def _public(rec: TestRecord) -> dict[str, Any]:
-    return {"nodeid": rec.nodeid, "file": rec.file, "lesson": rec.lesson, "task": rec.task,
-            "points": rec.points, "title": rec.title, "gpu": rec.gpu, "params": rec.params,
-            "outcome": rec.outcome, "message": rec.message, "exc_type": rec.exc_type,
-            "duration": round(rec.duration, 3)}
-
-
-def _skip_reason(report: pytest.TestReport) -> str:
-    lr = report.longrepr
-    if isinstance(lr, tuple) and len(lr) == 3:
-        reason = str(lr[2])
-    else:
-        reason = str(lr or "")
-    return reason.removeprefix("Skipped: ").strip()
-
-
-def _failure_text(call: pytest.CallInfo[None], report: pytest.TestReport) -> tuple[str, str]:
-    """(exception type, first lines of its message) for a failed phase."""
-    exc = call.excinfo
-    if exc is not None:
-        # a course check's failure reads as the AssertionError it is (CheckFailure only marks it as complete)
-        etype = "AssertionError" if exc.type.__name__ == "CheckFailure" else exc.type.__name__
-        try:
-            msg = str(exc.value)
-        except Exception:  # noqa: BLE001
-            msg = ""
-        if not msg.strip():
-            msg = exc.exconly()
-        else:
-            msg = f"{etype}: {msg}"
-        if report.when != "call":
-            msg = f"(in test {report.when}) {msg}"
-        return etype, trim_message(msg)
-    return "", trim_message(str(report.longrepr or "failed"))
+            _FINISHED[d["nodeid"]] = protocol.record_of(d)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+ENV_PREFIX = "CUDA_COURSE_"  # every variable of the course: a grader's child gets only those it is given (to_env)
 IMPLS = ("student", "solution")
 BACKENDS = ("auto", "cuda", "sim")
 ENV = {"root": "CUDA_COURSE_ROOT", "impl": "CUDA_COURSE_IMPL", "backend": "CUDA_COURSE_BACKEND",

@@ -35,9 +35,9 @@ import torch
 import torch.nn.functional as F
 
 import cudacourse as cc
-from cudacourse import check, settings
+from cudacourse import check
 from cudacourse.grading.screens import torch_answer_guard
-from cudacourse.loader import import_file
+from cudacourse.lessons import learner_python
 
 LESSON = "04_transformer"
 ROW_LENGTHS = [1, 7, 32, 33, 1000, 4099]
@@ -66,21 +66,16 @@ def _decoder() -> ModuleType:
 
     Only the capstone tests import it: everything they compare with (weights, kernel wrappers, the
     PyTorch reference) is defined in this file, so an edited decoder.py cannot change the verdict.
-    While grading (settings ``confine``) it is imported in a confined worker (cudacourse/torch_worker.py)
-    under the torch guard, never in this process: its functions run there and call this file's kernels
-    object back over the worker's channel (on a GPU the worker has a CUDA context of its own, and CUDA
-    tensors cross through host memory).
+    While grading it is hosted in a confined torch worker under the torch guard (``lessons.learner_python``),
+    never imported in this process: its functions run there and call this file's kernels object back over the
+    worker's channel (on a GPU the worker has a CUDA context of its own, and CUDA tensors cross through host
+    memory).
     """
     path = _m().dir / "decoder.py"
     if not path.exists():
         raise AssertionError(f"task 4.9: {path} not found. The capstone is written in decoder.py, next to the "
                              "kernel files of lesson 04.")
-    confine = settings.current().confine
-    if confine is not None:
-        from cudacourse.torch_worker import hosted
-
-        return hosted(path, confine=confine, gpu=_m().backend == "cuda", timeout_s=60.0)
-    return import_file(path)
+    return learner_python(path, gpu=_m().backend == "cuda", timeout_s=60.0)
 
 
 def _rope_tables(T: int, d: int, theta: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:

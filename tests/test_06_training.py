@@ -36,10 +36,11 @@ import torch
 import torch.nn.functional as F
 
 import cudacourse as cc
-from cudacourse import check, settings
+from cudacourse import check
 from cudacourse.course import course
+from cudacourse.lessons import learner_python
 from cudacourse.loader import import_file
-from cudacourse.torch_worker import RemoteModule, backward, hosted, run_beside
+from cudacourse.torch_worker import RemoteModule, backward, run_beside
 
 LESSON = "06_training"
 
@@ -58,15 +59,12 @@ def _load(path: Path, what: str) -> ModuleType:
 def _train() -> Any:
     """The learner's train.py (task 6.7), from the folder cc.lesson loads kernels from.
 
-    While grading it runs in a confined torch worker (cudacourse/torch_worker.py), with lesson 04's decoder.py
+    While grading it runs in a confined torch worker (``lessons.learner_python``), with lesson 04's decoder.py
     beside it (the capstone's forward), never in this process, which compares and records verdicts: its
     functions run there, the lessons' kernels it is handed (``_Kernels``) are called back here, and what it
     makes and cannot be copied (an ``Ops``) stays there as a ``WorkerObject``. Outside grading it is imported
     here."""
     path = _m().dir / "train.py"
-    confine = settings.current().confine
-    if confine is None:
-        return _load(path, "task 6.7")
     if not path.exists():
         raise AssertionError(f"task 6.7: {path} not found.")
     decoder = cc.lesson("04_transformer").dir / "decoder.py"
@@ -74,8 +72,8 @@ def _train() -> Any:
     # No torch guard: train.py's bookkeeping uses torch (the label check, cutting and joining the flat buffer), as
     # its docstring says, and so does decoder.py's given code around decoder_block (embed's id check); task 4.9
     # runs decoder_block under the guard
-    return hosted(path, confine=confine, gpu=_m().backend == "cuda", timeout_s=120.0, guard=False,
-                  also=[decoder] if decoder.is_file() else [])
+    return learner_python(path, gpu=_m().backend == "cuda", timeout_s=120.0, guard=False,
+                          also=[decoder] if decoder.is_file() else [])
 
 
 def _decoder(tr: Any) -> Any:

@@ -26,10 +26,10 @@ import pytest
 import torch
 
 import cudacourse as cc
-from cudacourse import check, settings
+from cudacourse import check
 from cudacourse.course import course
-from cudacourse.loader import import_file
-from cudacourse.torch_worker import backward, hosted, run_beside
+from cudacourse.lessons import learner_python
+from cudacourse.torch_worker import backward, run_beside
 
 LESSON = "07_host_side"
 
@@ -42,7 +42,7 @@ def _op() -> Any:
     """The learner's custom_op.py (task 7.3), from the folder cc.lesson loads kernels from. One copy per
     process: the op's name is registered with PyTorch once.
 
-    While grading it runs in a confined torch worker (cudacourse/torch_worker.py), never in this process, which
+    While grading it runs in a confined torch worker (``lessons.learner_python``), never in this process, which
     compares and records verdicts: the op is registered there, its kernels are the worker's own (``kernels()``
     calls ``cc.lesson`` there), ``op.swish(x)`` runs there, and the checks that must run where the op is
     registered (``opcheck``, ``torch.compile``, task 7.7's timing) are this file's helpers, run beside it
@@ -50,17 +50,12 @@ def _op() -> Any:
     path = _m().dir / "custom_op.py"
     if not path.exists():
         raise AssertionError(f"task 7.3: {path} not found.")
-    confine = settings.current().confine
-    if confine is not None:
-        return hosted(path, confine=confine, gpu=_m().backend == "cuda", timeout_s=300.0, guard=False)
-    name = "cc_l07_custom_op"
+    name = "cc_l07_custom_op"  # (imported here, outside grading: never hosted and imported in one process)
     mod = sys.modules.get(name)
-    if mod is None or getattr(mod, "__file__", None) != str(path):
-        if mod is not None:
-            raise AssertionError(f"custom_op.py was already loaded from {mod.__file__} in this process; the op's "
-                                 "name can be registered once: run the tests in a fresh process")
-        mod = import_file(path, name)
-    return mod
+    if mod is not None and getattr(mod, "__file__", None) != str(path):
+        raise AssertionError(f"custom_op.py was already loaded from {mod.__file__} in this process; the op's "
+                             "name can be registered once: run the tests in a fresh process")
+    return learner_python(path, gpu=_m().backend == "cuda", timeout_s=300.0, guard=False, module_name=name)
 
 
 def cc_preload(tasks: set[str]) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cudacourse import checkcmd, stubs
+from cudacourse import checkcmd, exercise_state, stubs
 from cudacourse.course import CourseError, course
 
 
@@ -40,12 +40,12 @@ def test_started_means_differs_from_the_stub(tmp_path: Path) -> None:
     for name in les.exercise_files:
         want = stubs.expected(c.kernel_dir(les.id, "solution") / name)
         (tmp_path / name).write_bytes(want.encode() if isinstance(want, str) else want)
-    assert not checkcmd.lesson_started(c, les, tmp_path)
+    assert not exercise_state.lesson_started(c, les, tmp_path)
     first = tmp_path / les.exercise_files[0]
     first.write_text(first.read_text() + "\n// my work\n")
-    assert checkcmd.lesson_started(c, les, tmp_path)
+    assert exercise_state.lesson_started(c, les, tmp_path)
     first.unlink()
-    assert checkcmd.lesson_started(c, les, tmp_path)
+    assert exercise_state.lesson_started(c, les, tmp_path)
 
 
 def test_check_runs_only_that_task() -> None:
@@ -75,7 +75,7 @@ def test_a_file_without_solution_markers_never_means_not_started(tmp_path: Path)
     (root / "lessons" / "01_toy" / "lesson.toml").write_text(
         '[lesson]\ntitle = "t"\nwrite = "w"\nlearn = "l"\nfiles = ["toy.cu"]\n')
     c = Course(root)
-    assert checkcmd.lesson_started(c, c.lesson("01_toy"))
+    assert exercise_state.lesson_started(c, c.lesson("01_toy"))
 
 
 def test_a_compile_error_is_shown_once_per_process(tmp_path: Path) -> None:
@@ -261,8 +261,8 @@ def test_a_task_whose_todo_is_still_the_stub_is_not_started(tmp_path: Path) -> N
     comment does not start a task; code in its block does."""
     import shutil
 
-    from cudacourse.checkcmd import untouched_todos
-    from cudacourse.grading import cli
+    from cudacourse.exercise_state import untouched_todos
+    from cudacourse.grading import plan
     from cudacourse.grading.staging import Submission
 
     c = course()
@@ -279,8 +279,8 @@ def test_a_task_whose_todo_is_still_the_stub_is_not_started(tmp_path: Path) -> N
     task = {t.id: t for t in les.tasks}
     assert untouched_todos(c, les, task["1.1"], folder) == []
     assert untouched_todos(c, les, task["1.4"], folder) == ["relu.cu"]
-    declared = cli.declared_tasks(c, None)
-    idle = cli.untouched_tasks(c, Submission("s", sub, "submission"), declared, ["01_relu"])
+    declared = plan.declared_tasks(c, None)
+    idle = plan.untouched_tasks(c, Submission("s", sub, "submission"), declared, ["01_relu"])
     assert idle[("01_relu", "1.4")] == "its TODO in relu.cu is still the stub"
     assert idle[("01_relu", "1.6")] == "relu_torch.cu is still the stub" and ("01_relu", "1.1") not in idle
     (folder / "relu.cu").write_text(text.replace(todo_14, todo_14 + "\n    int i = 0;", 1))
@@ -295,20 +295,20 @@ def test_a_task_whose_todo_is_still_the_stub_is_not_started(tmp_path: Path) -> N
 def test_a_stub_or_assertion_failure_has_the_course_words_without_a_traceback() -> None:
     """Task 1.6's stub printed a raw pytest traceback through tests/test_01_relu.py (issue 34): a stub's own
     "TODO(task N.M) not implemented" error, of any type, and a test's assertion message are shown alone."""
-    from cudacourse.pytest_plugin import _course_words
+    from cudacourse.failure_text import course_words
 
     with pytest.raises(RuntimeError) as stub:
         raise RuntimeError("TODO(task 1.6) not implemented: relu_forward in lessons/01_relu/relu_torch.cu must ...\n"
                            "Exception raised from relu_forward at /tmp/x.cpp:80 (most recent call first):")
-    assert _course_words(stub) == ("task 1.6 is not written yet (the stub says: TODO(task 1.6) not implemented: "
+    assert course_words(stub) == ("task 1.6 is not written yet (the stub says: TODO(task 1.6) not implemented: "
                                    "relu_forward in lessons/01_relu/relu_torch.cu must ...)")
     with pytest.raises(NotImplementedError) as py_stub:
         raise NotImplementedError("TODO(task 6.7): train_step in lessons/06_training/train.py")
-    assert _course_words(py_stub) == ("task 6.7 is not written yet (the stub says: TODO(task 6.7): train_step in "
+    assert course_words(py_stub) == ("task 6.7 is not written yet (the stub says: TODO(task 6.7): train_step in "
                                       "lessons/06_training/train.py)")
     with pytest.raises(AssertionError) as told:
         raise AssertionError("relu_forward must return a new tensor (torch::empty_like), not x\nassert 1 != 1")
-    assert _course_words(told) == "relu_forward must return a new tensor (torch::empty_like), not x"
+    assert course_words(told) == "relu_forward must return a new tensor (torch::empty_like), not x"
     with pytest.raises(AssertionError) as bare:
         raise AssertionError("assert 1 == 2")
-    assert _course_words(bare) == ""
+    assert course_words(bare) == ""

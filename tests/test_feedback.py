@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from cudacourse.course import course
-from cudacourse.grading import cli, reports
+from cudacourse.grading import cli, plan, reports
 from cudacourse.grading.feedback import HINTS, feedback
 from cudacourse.grading.reports import Report
-from cudacourse.grading.results import TaskResult, TestRecord
 from cudacourse.grading.staging import Submission
+from cudacourse.results import TaskResult, TestRecord
 
 ROOT = course().root
 SLOT = "/tmp/cc-grade-abc123/slot0/"
@@ -185,8 +185,8 @@ def test_an_untouched_task_of_a_started_lesson_is_one_calm_line() -> None:
     like a failure paragraph. It is one line in the style of the lesson line, 0 points, and in no "What to fix";
     its JSON status stays "fail" (0 points, as before: JUnit, Gradescope and CI read it unchanged)."""
     c = course()
-    declared = cli.declared_tasks(c, None)
-    (idle,) = cli.not_started_results(c, declared, {("01_relu", "1.6"): "relu_torch.cu is still the stub"}, set(),
+    declared = plan.declared_tasks(c, None)
+    (idle,) = plan.not_started_results(c, declared, {("01_relu", "1.6"): "relu_torch.cu is still the stub"}, set(),
                                       "sim")
     assert idle.message == "not started: relu_torch.cu is still the stub"  # what the grader records
     started = _result("AssertionError", TAIL)
@@ -409,7 +409,7 @@ def test_a_rejected_file_is_named_in_its_tasks_feedback_even_for_a_hidden_case()
 
 def test_points_table_wraps_titles_at_spaces_never_mid_word() -> None:
     """Titles such as 'relu_v1_scalar: one thread per element, with a bounds check' were cut to '... a bounds...'."""
-    from cudacourse.grading.results import points_table
+    from cudacourse.results import points_table
 
     tasks = [TaskResult(t.id, t.lesson, t.title, t.points, 0.0, "fail", "x") for t in course().tasks()]
     lines = points_table(tasks)
@@ -430,7 +430,7 @@ def test_points_table_wraps_titles_at_spaces_never_mid_word() -> None:
 
 def test_not_graded_total_says_why_triton_or_gpu() -> None:
     """Triton twins not graded because triton is missing were counted as 'need a GPU'."""
-    from cudacourse.grading.results import points_table
+    from cudacourse.results import points_table
     from cudacourse.triton_track import Status, not_graded_reason
 
     why = not_graded_reason(Status("missing", None, "the triton package is not installed in this Python (x); "
@@ -456,7 +456,7 @@ def test_not_graded_total_says_why_triton_or_gpu() -> None:
 def test_grade_failure_is_headed_by_title_and_case_in_words() -> None:
     """'task 1.4 failed: test_relu_backward_kernel[1]: ...' named a raw test id; now the title and the case in
     words, the raw ids only with --verbose."""
-    from cudacourse.grading.results import fold_tasks
+    from cudacourse.results import fold_tasks
 
     rec = TestRecord(nodeid="tests/test_01_relu.py::test_relu_backward_kernel[1]", file="t.py", lesson="01_relu",
                      task="1.4", points=2.0, title="relu_backward: the backward kernel of an autograd.Function",
@@ -514,7 +514,7 @@ def test_unwritten_tail_blames_a_changed_launcher_not_the_kernel(tmp_path: Path)
 
 
 def test_function_unchanged_ignores_comments_and_spacing(tmp_path: Path) -> None:
-    from cudacourse.grading.feedback import function_unchanged
+    from cudacourse.exercise_state import function_unchanged
 
     sol = ROOT / "solutions/01_relu/relu.cu"
     mine = tmp_path / "relu.cu"

@@ -14,9 +14,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "cudacourse"
 LIMIT = 500
 
 KNOWN_OVERSIZED = {
-    "grading/runner.py": "the grade as plan and session (issue 35 item 4): plan.py, session.py, builds.py",
-    "grading/cli.py": "grade() as a short driver over the plan and the session (issue 35 item 4)",
-    "pytest_plugin.py": "the plugin's task records and the grader/task-process contract (issue 35 item 2)",
     "sim/__init__.py": "the simulator's build, library, worker client and torch route (issue 35 item 7)",
 }
 

@@ -16,14 +16,17 @@ from pathlib import Path
 import pytest
 
 from cudacourse import sandbox
-from cudacourse.grading import runner
-from cudacourse.grading.results import TaskResult, TaskSpec, TestRecord
+from cudacourse.grading import builds, processes, runner
+from cudacourse.grading.plan import RunSettings
+from cudacourse.grading.session import GradeSession
 from cudacourse.grading.staging import Submission
+from cudacourse.grading.verdicts import Run
+from cudacourse.results import TaskResult, TaskSpec, TestRecord
 
 
-def _settings(backend: str, lines: list[str]) -> runner.RunSettings:
-    return runner.RunSettings(["01_relu"], 1, backend, 10.0, 10.0, Path("/nonexistent"), "brief", False,
-                              backend_name=backend, progress=lines.append)
+def _settings(backend: str, lines: list[str]) -> GradeSession:
+    return GradeSession(RunSettings(["01_relu"], 1, backend, 10.0, 10.0, Path("/nonexistent"), "brief", False,
+                                    backend_name=backend, progress=lines.append))
 
 
 def _collected(tid: str, case: str) -> dict:
@@ -82,7 +85,7 @@ def test_the_verdict_of_record_is_printed_only_where_it_differs(monkeypatch: pyt
 
 
 def test_quiet_grades_announce_nothing() -> None:
-    st = runner.RunSettings(["01_relu"], 1, "sim", 10.0, 10.0, Path("/nonexistent"), "brief", False)
+    st = GradeSession(RunSettings(["01_relu"], 1, "sim", 10.0, 10.0, Path("/nonexistent"), "brief", False))
     runner._announce(Submission("", None, "solution"), TASKS, [_collected("1.1", "a"), _result("1.1", "a")], st)
     assert st.announced == {}
 
@@ -90,10 +93,10 @@ def test_quiet_grades_announce_nothing() -> None:
 def test_task_processes_share_the_cores_instead_of_a_torch_thread_per_core_each(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    env = runner.child_env(tmp_path, 1, "cuda", tmp_path, threads=1)
+    env = processes.child_env(tmp_path, 1, "cuda", tmp_path, threads=1)
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the instructor's own setting wins
-    assert runner.child_env(tmp_path, 1, "cuda", tmp_path, threads=1)["OMP_NUM_THREADS"] == "3"
+    assert processes.child_env(tmp_path, 1, "cuda", tmp_path, threads=1)["OMP_NUM_THREADS"] == "3"
 
 
 def test_task_processes_get_a_memory_limit_where_no_cuda_context_needs_the_address_space(
@@ -101,13 +104,13 @@ def test_task_processes_get_a_memory_limit_where_no_cuda_context_needs_the_addre
     """A task process runs some learner Python itself (lesson 06's train.py, lesson 07's custom_op.py): without a
     GPU it runs under an address-space limit sized for torch and its simulator workers' threads; with one, the CUDA
     context's reservations rule any such limit out."""
-    env = runner.child_env(tmp_path, 1, "sim", tmp_path, threads=3)
+    env = processes.child_env(tmp_path, 1, "sim", tmp_path, threads=3)
     monkeypatch.setattr(sandbox, "has_gpu_devices", lambda: False)
-    lim = runner._task_limits(env)
+    lim = processes.task_limits(env)
     assert lim.memory == sandbox.learner_memory(env, torch=True) == (3 << 30) + 3 * (256 << 20) + (2 << 30)
-    assert lim.cpu_s == runner.GRADER_CPU_S
+    assert lim.cpu_s == processes.GRADER_CPU_S
     monkeypatch.setattr(sandbox, "has_gpu_devices", lambda: True)
-    assert runner._task_limits(env).memory is None
+    assert processes.task_limits(env).memory is None
 
 
 class _WaitingProcess:
@@ -134,7 +137,7 @@ def test_a_task_process_starts_while_its_builds_run_and_its_tests_wait_for_them(
     tests start only once the grader creates its go file, after the build. A build the warm-up stopped meanwhile
     means a fresh process, told so (its tests then fail at once instead of building the file again)."""
     st = _settings("cuda", [])
-    st.task_files = {("01_relu", "1.1"): ("relu.cu",), ("01_relu", "1.2"): ("relu.cu",)}
+    st.config.task_files = {("01_relu", "1.1"): ("relu.cu",), ("01_relu", "1.2"): ("relu.cu",)}
     sub = Submission("", None, "solution", pristine=tmp_path / "sub", to_build={"01_relu": ["relu.cu"]})
     started: list[tuple[list[str], int, dict[str, float]]] = []
     procs: list[_WaitingProcess] = []
@@ -144,13 +147,13 @@ def test_a_task_process_starts_while_its_builds_run_and_its_tests_wait_for_them(
         procs.append(_WaitingProcess(cmd))
         return procs[-1]
 
-    monkeypatch.setattr(runner, "start_builds", lambda *a: None)
+    monkeypatch.setattr(builds, "start_builds", lambda *a: None)
     monkeypatch.setattr(runner, "restore", lambda *a: [])
     monkeypatch.setattr(runner, "kill_group", lambda p: setattr(p, "killed", True))
     monkeypatch.setattr(runner, "start_worker", start)
     slot = tmp_path / "slot"
     slot.mkdir()
-    out: list[runner._Run] = []
+    out: list[Run] = []
     t = threading.Thread(target=lambda: out.append(runner._run_pytest(sub, slot, TASKS, st, "t")), daemon=True)
     t.start()
     deadline = time.monotonic() + 60

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from cudacourse.course import Course, course
-from cudacourse.grading import cli
-from cudacourse.grading.results import TestRecord, fold_tasks
+from cudacourse.grading import builds, cli, plan
 from cudacourse.grading.screens import screen_kernel_file, screen_python_file
+from cudacourse.results import TestRecord, fold_tasks
 from cudacourse.settings import using
 from cudacourse.source import mask
 
@@ -590,21 +590,19 @@ def test_task_groups_twins_first_torch_files_last_speed_in_one_process() -> None
     """Issue 14: a lesson's tasks share a process only with tasks on the same files, in runs of consecutive ids
     (progress lines come out in order); the Triton twins (no build) are queued first, a task on a torch-route
     file (the slowest build) last, and all timed tasks of a submission together in one process after the rest."""
-    import threading
 
-    from cudacourse.grading.results import TaskSpec
-    from cudacourse.grading.runner import RunSettings
+    from cudacourse.grading.plan import RunSettings
     from cudacourse.grading.staging import Submission
+    from cudacourse.results import TaskSpec
 
     c = course(ROOT)
     declared = {(t.lesson, t.id): t for t in c.tasks()}
     tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in c.tasks() if t.lesson in ("01_relu", "02_reduce")]
     st = RunSettings(["01_relu", "02_reduce"], 1, "cuda", 60.0, 300.0, ROOT, "brief", False, "cuda",
-                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()},
-                     builders=threading.Semaphore(1))
-    st.timed = cli.timed_alone(declared, "cuda")
+                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()})
+    st.timed = plan.timed_alone(declared, "cuda")
     sub = Submission("", None, "solution")
-    groups = cli.task_groups(c, [sub], tasks, {0: {("01_relu", "1.5")}}, st, jobs=4)
+    groups = plan.task_groups(c, [sub], tasks, {0: {("01_relu", "1.5")}}, st, jobs=4)
     ids = [[t.id for t in g] for _, g in groups]
     assert ids[-1] == ["1.7", "2.7", "2.8", "2.9"], ids  # every timed task, one process, last
     flat = [i for g in ids for i in g]
@@ -623,12 +621,11 @@ def test_task_groups_start_slow_tasks_first() -> None:
     """A process holding a task lesson.toml marks ``slow`` (a training run, torch.compile) is queued before every
     other, twins included: started last, such a task ended the H100 machine's grade late. The rest keep their
     order, and ``slow`` must be a boolean."""
-    import threading
 
     from cudacourse.course import CourseModelError, parse_lesson
-    from cudacourse.grading.results import TaskSpec
-    from cudacourse.grading.runner import RunSettings
+    from cudacourse.grading.plan import RunSettings
     from cudacourse.grading.staging import Submission
+    from cudacourse.results import TaskSpec
 
     c = course(ROOT)
     lessons = ["01_relu", "06_training", "07_host_side"]
@@ -637,10 +634,9 @@ def test_task_groups_start_slow_tasks_first() -> None:
     declared = {(t.lesson, t.id): t for t in c.tasks()}
     tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in c.tasks() if t.lesson in lessons]
     st = RunSettings(lessons, 1, "cuda", 60.0, 300.0, ROOT, "brief", False, "cuda",
-                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()},
-                     builders=threading.Semaphore(1))
-    st.timed = cli.timed_alone(declared, "cuda")
-    ids = [[t.id for t in g] for _, g in cli.task_groups(c, [Submission("", None, "solution")], tasks,
+                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()})
+    st.timed = plan.timed_alone(declared, "cuda")
+    ids = [[t.id for t in g] for _, g in plan.task_groups(c, [Submission("", None, "solution")], tasks,
                                                            {0: set()}, st, jobs=4)]
     holds = [any(i in slow for i in g) for g in ids]
     assert holds[:2] == [True, True] and not any(holds[2:]), ids
@@ -657,30 +653,28 @@ def test_task_groups_with_jobs_to_spare_long_tasks_start_first_each_alone() -> N
     their own, queued first: the slow ones, then those hosting a learner's Python file in a torch worker, then the
     twins (4.T2, behind 4.T1 in one process, and 6.3 and 7.4, queued behind the twins, each ended that machine's
     correctness phase late). With few jobs (CI's 2) nothing is split out: a process each costs a torch start-up."""
-    import threading
 
-    from cudacourse.grading.results import TaskSpec
-    from cudacourse.grading.runner import RunSettings
+    from cudacourse.grading.plan import RunSettings
     from cudacourse.grading.staging import Submission
+    from cudacourse.results import TaskSpec
 
     c = course(ROOT)
     declared = {(t.lesson, t.id): t for t in c.tasks()}
     tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in c.tasks()]
     st = RunSettings(list(c.lessons), 1, "cuda", 60.0, 300.0, ROOT, "brief", False, "cuda",
-                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()},
-                     builders=threading.Semaphore(1))
-    st.timed = cli.timed_alone(declared, "cuda")
+                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()})
+    st.timed = plan.timed_alone(declared, "cuda")
     slow = {t.id for t in c.tasks() if t.slow}
     twins = {t.id for t in c.tasks() if ".T" in t.id}
-    hosting = {t.id for t in c.tasks() if cli.learner_python(c, t.lesson, st.task_files[(t.lesson, t.id)])}
-    ids = [[t.id for t in g] for _, g in cli.task_groups(c, [Submission("", None, "solution")], tasks, {0: set()},
+    hosting = {t.id for t in c.tasks() if plan.learner_python(c, t.lesson, st.task_files[(t.lesson, t.id)])}
+    ids = [[t.id for t in g] for _, g in plan.task_groups(c, [Submission("", None, "solution")], tasks, {0: set()},
                                                           st, jobs=16)]
     assert all(g == [i] for g in ids for i in g if i in slow | twins), ids
     timed = {tid for _, tid in st.timed}
     kind = [0 if g[0] in slow else 1 if set(g) & hosting and not set(g) & timed else 2 if g[0] in twins
             else 3 for g in ids]
     assert kind == sorted(kind) and kind.count(0) == len(slow) and kind.count(2) == len(twins), (ids, kind)
-    few = [[t.id for t in g] for _, g in cli.task_groups(c, [Submission("", None, "solution")], tasks, {0: set()},
+    few = [[t.id for t in g] for _, g in plan.task_groups(c, [Submission("", None, "solution")], tasks, {0: set()},
                                                           st, jobs=2)]
     assert len(few) < len(ids) and any(len(g) > 1 and set(g) <= twins for g in few), few
 
@@ -691,27 +685,25 @@ def test_processes_group_tasks_by_the_learner_python_they_host(batch: int) -> No
     one per file and task process: tasks that host one share a process only with tasks hosting the same files (one
     worker start), in a single grade and in a batch (where a lesson's groups are joined). The timed tasks all share
     one process, 6.12 (train.py) and 7.7 (custom_op.py) included: none of them imports the learner's Python."""
-    import threading
 
-    from cudacourse.grading.results import TaskSpec
-    from cudacourse.grading.runner import RunSettings
+    from cudacourse.grading.plan import RunSettings
     from cudacourse.grading.staging import Submission
+    from cudacourse.results import TaskSpec
 
     c = course(ROOT)
     lessons = ["01_relu", "04_transformer", "06_training", "07_host_side"]
     declared = {(t.lesson, t.id): t for t in c.tasks()}
     files = {k: c.lesson(k[0]).files_of(t) for k, t in declared.items()}
     tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in c.tasks() if t.lesson in lessons]
-    st = RunSettings(lessons, 1, "cuda", 60.0, 300.0, ROOT, "brief", False, "cuda", task_files=files,
-                     builders=threading.Semaphore(1))
-    st.timed = cli.timed_alone(declared, "cuda")
+    st = RunSettings(lessons, 1, "cuda", 60.0, 300.0, ROOT, "brief", False, "cuda", task_files=files)
+    st.timed = plan.timed_alone(declared, "cuda")
     if batch == 1:
         subs = [Submission("", None, "solution")]
     else:  # submissions of their own (own build caches): a big batch joins each lesson's groups
         subs = [Submission(f"s{i}", ROOT, "submission", pristine=ROOT, build_dir=ROOT / "nonexistent")
                 for i in range(batch)]
-    groups = cli.task_groups(c, subs, tasks, {i: set() for i in range(batch)}, st, jobs=2)
-    python = {t.id: cli.learner_python(c, t.lesson, files[(t.lesson, t.id)]) for t in tasks}
+    groups = plan.task_groups(c, subs, tasks, {i: set() for i in range(batch)}, st, jobs=2)
+    python = {t.id: plan.learner_python(c, t.lesson, files[(t.lesson, t.id)]) for t in tasks}
     assert python["6.7"] == ("06_training/train.py",) and python["6.1"] == () and python["7.4"] == (
         "07_host_side/custom_op.py",) and python["4.9"] == ("04_transformer/decoder.py",) and python["4.1"] == ()
     for _, g in groups:
@@ -731,11 +723,10 @@ def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructo
     """A batch's submission whose relu_torch.cu is the instructor's (built once per run, in the shared cache) runs
     lesson 01's CUDA tasks in one process; one with its own relu_torch.cu (a slow build) keeps 1.6 apart, and so
     does every submission of a batch too small to keep each job busy with two processes."""
-    import threading
 
-    from cudacourse.grading.results import TaskSpec
-    from cudacourse.grading.runner import RunSettings
+    from cudacourse.grading.plan import RunSettings
     from cudacourse.grading.staging import Submission
+    from cudacourse.results import TaskSpec
 
     c = course(ROOT)
     declared = {(t.lesson, t.id): t for t in c.tasks()}
@@ -743,7 +734,7 @@ def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructo
     tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in cuda]
     st = RunSettings(["01_relu"], 1, "sim", 60.0, 300.0, tmp_path / "build", "brief", False, "sim",
                      task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()},
-                     instructor=cli.instructor_hashes(c), builders=threading.Semaphore(1))
+                     instructor=plan.instructor_hashes(c))
     subs = []
     for name in ("same", "own", "same2", "own2"):
         sub = Submission(name, tmp_path / name, "submission", pristine=tmp_path / name, build_dir=tmp_path / "b")
@@ -757,7 +748,7 @@ def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructo
 
     def groups(n: int) -> dict[str, list[list[str]]]:
         out: dict[str, list[list[str]]] = {}
-        for i, g in cli.task_groups(c, subs[:n], tasks, {k: set() for k in range(n)}, st, jobs=2):
+        for i, g in plan.task_groups(c, subs[:n], tasks, {k: set() for k in range(n)}, st, jobs=2):
             out.setdefault(subs[i].name, []).append([t.id for t in g])
         return out
 
@@ -771,7 +762,6 @@ def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructo
 def test_the_warm_up_builds_a_kernel_only_file_without_torch(tmp_path: Path, grader_build_cache: Path) -> None:
     """The warm-up worker builds a kernel-only file for the simulator as loader.Module would (same cache entry)
     without importing torch (2 CPU-s per submission and lesson in a batch) or starting a simulator worker."""
-    from cudacourse.grading import runner
     from cudacourse.settings import Settings, to_env
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_COURSE_")}
@@ -780,7 +770,8 @@ def test_the_warm_up_builds_a_kernel_only_file_without_torch(tmp_path: Path, gra
     if (grader_build_cache / "sim-rt").is_dir():
         shutil.copytree(grader_build_cache / "sim-rt", shared / "sim-rt", ignore=shutil.ignore_patterns("*.lock"))
     env["CUDA_COURSE_BUILD_SHARED"] = str(shared)
-    r = subprocess.run([sys.executable, "-X", "importtime", "-c", runner._WARM_UP, "01_relu", "sim", "1", "relu.cu"],
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "cudacourse.grading.build_worker", "01_relu",
+                        "sim", "1", "relu.cu"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.stdout.split()[:1] == ["start"] and r.stdout.split("\n")[1].split()[:2] == ["done", "relu.cu"], r.stdout
     imported = {ln.split("|")[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")}
@@ -835,17 +826,17 @@ def test_binding():
 def test_a_gpu_failure_with_its_own_verdict_is_not_graded_again_alone() -> None:
     """Issue 14 (failed-fast): on a GPU a task that failed in company is graded again alone only when the failure
     could come from another task (a crash, a CUDA error); wrong values or a compile error are its own."""
-    from cudacourse.grading.runner import _own_verdicts
+    from cudacourse.grading.verdicts import own_verdicts
 
     def rec(exc: str, outcome: str = "failed") -> TestRecord:
         r = _rec("1.1", outcome)
         r.exc_type = exc
         return r
 
-    assert _own_verdicts([rec("CheckFailure"), rec("", "passed"), rec("AssertionError")])
-    assert _own_verdicts([rec("CompileError")])
-    assert not _own_verdicts([rec("CheckFailure"), rec("KernelError")])
-    assert not _own_verdicts([rec("RuntimeError")]) and not _own_verdicts([rec("", "passed")])
+    assert own_verdicts([rec("CheckFailure"), rec("", "passed"), rec("AssertionError")])
+    assert own_verdicts([rec("CompileError")])
+    assert not own_verdicts([rec("CheckFailure"), rec("KernelError")])
+    assert not own_verdicts([rec("RuntimeError")]) and not own_verdicts([rec("", "passed")])
 
 
 def test_a_sandbox_that_could_not_start_is_tried_again_and_never_blamed_on_the_code(
@@ -854,10 +845,12 @@ def test_a_sandbox_that_could_not_start_is_tried_again_and_never_blamed_on_the_c
     found a second launcher's new cgroup still empty and removed it. Such a cgroup is now kept while its
     launcher lives; a worker that still cannot start (exit 126 and a "confine:" line, nothing collected) is
     started once more, and a second failure names the machine, not the learner's code."""
-    import queue
 
     from cudacourse.grading import runner
-    from cudacourse.grading.results import TaskSpec
+    from cudacourse.grading.plan import RunSettings
+    from cudacourse.grading.session import GradeSession
+    from cudacourse.grading.verdicts import Run, crash_note
+    from cudacourse.results import TaskSpec
     from cudacourse.sandbox.launcher import _launcher_alive
 
     assert _launcher_alive(f"cudacourse-{os.getpid()}-0a1b")
@@ -865,14 +858,13 @@ def test_a_sandbox_that_could_not_start_is_tried_again_and_never_blamed_on_the_c
     child.wait()
     assert not _launcher_alive(f"cudacourse-{child.pid}-0a1b") and not _launcher_alive("cudacourse-probe")
 
-    failed = runner._Run({}, {}, None, False, 126, "confine: could not create namespaces: [Errno 28]\n", [], 0.0)
-    good = runner._Run({"t::a": {"task": "1.1", "lesson": "01_relu", "nodeid": "t::a"}},
-                       {"t::a": {"nodeid": "t::a", "file": "t", "lesson": "01_relu", "task": "1.1", "points": 2,
+    failed = Run({}, {}, None, False, 126, "confine: could not create namespaces: [Errno 28]\n", [], 0.0)
+    good = Run({"t::a": {"task": "1.1", "lesson": "01_relu", "nodeid": "t::a"}},
+               {"t::a": {"nodeid": "t::a", "file": "t", "lesson": "01_relu", "task": "1.1", "points": 2,
                                  "title": "A", "gpu": False, "params": "", "outcome": "passed", "message": "",
                                  "exc_type": "", "duration": 0.1}}, None, False, 0, "", [], 0.0)
     task = TaskSpec("1.1", "01_relu", "A", 2, ["t"])
-    st = runner.RunSettings(["01_relu"], 0, None, 1.0, 1.0, Path("."), "brief", False)
-    st.slots = queue.Queue()
+    st = GradeSession(RunSettings(["01_relu"], 0, None, 1.0, 1.0, Path("."), "brief", False))
     st.slots.put(Path("slot0"))
     runs = [failed, good]
     monkeypatch.setattr(runner, "_run_pytest", lambda *a: runs.pop(0))
@@ -882,8 +874,8 @@ def test_a_sandbox_that_could_not_start_is_tried_again_and_never_blamed_on_the_c
     assert res.status == "fail" and "sandbox" in res.message and "not of your code" in res.message
     assert "crash" not in res.message and not runs
     # A worker that exits 126 itself after its tests were collected is the code's own crash.
-    own = runner._Run(good.collected, {}, "t::a", False, 126, "confine: forged\n", [], 0.0)
-    assert "crash" in runner._crash_note(own)
+    own = Run(good.collected, {}, "t::a", False, 126, "confine: forged\n", [], 0.0)
+    assert "crash" in crash_note(own)
 
 
 def test_warm_ups_run_once_per_key_and_other_keys_at_the_same_time() -> None:
@@ -911,15 +903,14 @@ def test_warm_ups_run_once_per_key_and_other_keys_at_the_same_time() -> None:
 def test_a_file_outside_the_warm_up_list_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
     """``build_event`` gives the build event of a file; one the lesson's warm-up never builds would have no
     event set, and its task would wait for ever: none is given for it (the tests build such a file themselves)."""
-    from cudacourse.grading import runner
     from cudacourse.grading.staging import Submission
 
     started: list[list[str]] = []
-    monkeypatch.setattr(runner, "start_builds", lambda sub, lesson, names, st: started.append(list(names)))
+    monkeypatch.setattr(builds, "start_builds", lambda sub, lesson, names, st: started.append(list(names)))
     sub = Submission("s", None, "student", to_build={"01_relu": ["relu.cu"]})
-    assert runner.build_event(sub, "01_relu", "other.cu", None) is None  # type: ignore[arg-type]
+    assert builds.build_event(sub, "01_relu", "other.cu", None) is None  # type: ignore[arg-type]
     assert started == []
-    event = runner.build_event(sub, "01_relu", "relu.cu", None)  # type: ignore[arg-type]
+    event = builds.build_event(sub, "01_relu", "relu.cu", None)  # type: ignore[arg-type]
     assert event is sub.builds.event("01_relu", "relu.cu") and not event.is_set()
     assert started == [["relu.cu"]]
 
@@ -1455,12 +1446,12 @@ def test_an_oversized_file_is_not_scanned_for_untouched_todos(tmp_path: Path, mo
     relu = folder / "relu.cu"
     relu.write_text(relu.read_text() + "//" + "x" * MAX_SOURCE_BYTES + "\n")
     scanned: list[str] = []
-    from cudacourse import checkcmd
+    from cudacourse import exercise_state
 
-    monkeypatch.setattr(checkcmd, "untouched_todos", lambda c, info, t, f: scanned.append(t.id) or [])
+    monkeypatch.setattr(exercise_state, "untouched_todos", lambda c, info, t, f: scanned.append(t.id) or [])
     c = course()
-    declared = cli.declared_tasks(c, None)
-    idle = cli.untouched_tasks(c, Submission("sub", tmp_path / "sub", "submission"), declared, ["01_relu"])
+    declared = plan.declared_tasks(c, None)
+    idle = plan.untouched_tasks(c, Submission("sub", tmp_path / "sub", "submission"), declared, ["01_relu"])
     on_relu = {t.id for t in c.lesson("01_relu").tasks if "relu.cu" in c.lesson("01_relu").files_of(t)}
     assert on_relu and not on_relu & {tid for (_, tid) in idle}, idle
     assert not on_relu & set(scanned), scanned

@@ -29,7 +29,7 @@ import pytest
 
 from cudacourse.course import course
 from cudacourse.grading import cli
-from cudacourse.grading.results import STATUSES
+from cudacourse.results import STATUSES
 from cudacourse.sandbox import available, describe_for_grading
 from cudacourse.settings import using
 from tests.attacks.corpus import Attack, build, forgeries, load

@@ -21,7 +21,7 @@ import pytest
 
 from cudacourse.course import course
 from cudacourse.grading import cli
-from cudacourse.grading.runner import BUILT_ONCE
+from cudacourse.grading.verdicts import BUILT_ONCE
 from cudacourse.sandbox import available
 from cudacourse.settings import using
 from tests.attacks.corpus import build, load

@@ -6,6 +6,8 @@ enforces:
 
 - the runtime (loading, the simulator, the workers, the sandbox, profiling, settings, the course model, the
   errors) imports nothing of ``cudacourse.grading``;
+- the pytest side (the plugin) imports only the grader/task-process contract of ``cudacourse.grading``
+  (``grading/protocol.py``), which imports nothing else of it;
 - there is no import circle.
 
 Known exceptions are named below, each with where it is and what removes it: they are reported (printed at the
@@ -29,26 +31,15 @@ RUNTIME = ("cudacourse", "cudacourse.answer_guard", "cudacourse.arguments", "cud
            "cudacourse.profile_cli", "cudacourse.sandbox", "cudacourse.settings", "cudacourse.sim",
            "cudacourse.source", "cudacourse.torch_worker", "cudacourse.triton_track", "cudacourse.workers")
 
+# The grader/task-process contract: the one module of cudacourse.grading that the pytest side imports.
+CONTRACT = "cudacourse.grading.protocol"
+PYTEST_SIDE = ("cudacourse.pytest_plugin", "cudacourse.failure_text")
+
 # (importer, imported): imports that point the wrong way today, in files other sessions of issue 35 own.
-KNOWN_UPWARD = {
-    ("cudacourse.grading.cli", "cudacourse.checkcmd"):
-        "grading/cli.py imports the `check` verb's file_states, lesson_started, untouched_todos: the grader "
-        "imports no learner verb; move them down (e.g. into the course model or a grading module)",
-    ("cudacourse.check", "cudacourse.grading.feedback"):
-        "check.py imports grading.feedback.function_unchanged (check.py:262): move it below both",
-    ("cudacourse.checkcmd", "cudacourse.grading.results"):
-        "checkcmd.py imports grading.results.case_words (checkcmd.py:241): move it below both",
-    ("cudacourse.pytest_plugin", "cudacourse.grading.results"):
-        "pytest_plugin.py imports grading.results (pytest_plugin.py:50): the pytest side imports only the "
-        "grader/task-process contract module",
+KNOWN_UPWARD: dict[tuple[str, str], str] = {
 }
 # Edges left out of the circle check, each one that closes a circle today.
-KNOWN_CIRCLE_EDGES = {
-    ("cudacourse.bench", "cudacourse"):
-        "bench.py imports the package facade (`import cudacourse as cc`, bench.py:270 and :304), which imports "
-        "triton_track, which imports bench (triton_track.bench_case): import cudacourse.lessons / "
-        "cudacourse.module there instead",
-}
+KNOWN_CIRCLE_EDGES: dict[tuple[str, str], str] = {}
 
 
 def module_name(path: Path) -> str:
@@ -151,12 +142,19 @@ def test_upward_imports_are_only_the_known_ones() -> None:
     verbs = ("cudacourse.check", "cudacourse.checkcmd")
     upward = {(m, d) for m, deps in GRAPH.items() for d in deps
               if (d.startswith("cudacourse.grading") and not m.startswith("cudacourse.grading")
-                  and m != "cudacourse.__main__")
+                  and m != "cudacourse.__main__" and not (m in PYTEST_SIDE and d == CONTRACT))
               or (m.startswith("cudacourse.grading") and d in verbs)}
     new = sorted(upward - set(KNOWN_UPWARD))
     assert not new, "imports pointing up the layers:\n" + "\n".join(f"  {m} -> {d}" for m, d in new)
     gone = sorted(set(KNOWN_UPWARD) - upward)
     assert not gone, f"remove these from KNOWN_UPWARD, they no longer occur: {gone}"
+
+
+def test_the_contract_module_imports_nothing_of_the_grader() -> None:
+    """The pytest side imports the grader/task-process contract alone: the contract must not bring the rest."""
+    assert CONTRACT in GRAPH["cudacourse.pytest_plugin"]
+    bad = sorted(d for d in GRAPH[CONTRACT] if d.startswith("cudacourse.grading"))
+    assert not bad, f"{CONTRACT} imports {bad}: the pytest side would import the grader through it"
 
 
 def test_no_import_circle() -> None:

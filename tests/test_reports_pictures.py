@@ -23,8 +23,8 @@ import pytest
 from cudacourse import templates
 from cudacourse.course import course
 from cudacourse.grading.reports import Report, gradescope_results, write_junit
-from cudacourse.grading.results import TaskResult, TestRecord
 from cudacourse.profile import KernelProfile
+from cudacourse.results import TaskResult, TestRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 

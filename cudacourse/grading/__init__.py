@@ -48,11 +48,17 @@ Learner code is untrusted native code: it runs only in worker processes confined
 and the process that compares outputs and writes reports never loads it. Where a mechanism is missing the grade
 still runs, as confined as the machine allows, and every report says "unconfined" and why (docs/CONFINEMENT.md).
 
-Processes are started in four places: the grader's task processes (``runner.start_worker``), the GPU and torch
-workers (``cudacourse/workers/channel.py``), and the simulator's worker and its confined compiles
-(``cudacourse/sim/``); all of them through ``sandbox.confined_popen``. docs/ARCHITECTURE.md draws them.
+Processes are started in four places: the grader's task processes and warm-up builds
+(``processes.start_worker``), the GPU and torch workers (``cudacourse/workers/channel.py``), and the simulator's
+worker and its confined compiles (``cudacourse/sim/``); all of them through ``sandbox.confined_popen``.
+docs/ARCHITECTURE.md draws them.
 
-Modules: :mod:`~cudacourse.grading.results` (the task/result model), :mod:`~cudacourse.grading.screens`,
-:mod:`~cudacourse.grading.staging`, :mod:`~cudacourse.grading.runner` (task processes, watchdog, verdicts),
-:mod:`~cudacourse.grading.feedback`, :mod:`~cudacourse.grading.reports`, :mod:`~cudacourse.grading.cli`.
+Modules: :mod:`~cudacourse.grading.cli` (arguments, the grade's flow), :mod:`~cudacourse.grading.plan` (what runs,
+in which groups: pure functions and the run's configuration), :mod:`~cudacourse.grading.session` (the live state of
+a grade), :mod:`~cudacourse.grading.runner` (task processes, watchdog), :mod:`~cudacourse.grading.builds` and
+:mod:`~cudacourse.grading.build_worker` (warm-up builds), :mod:`~cudacourse.grading.processes` (starting a
+confined process), :mod:`~cudacourse.grading.verdicts`, :mod:`~cudacourse.grading.protocol` (the contract with the
+task processes), :mod:`~cudacourse.grading.screens`, :mod:`~cudacourse.grading.staging`,
+:mod:`~cudacourse.grading.feedback`, :mod:`~cudacourse.grading.reports`; the task/result model is
+:mod:`cudacourse.results`.
 """

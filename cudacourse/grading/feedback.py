@@ -6,10 +6,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cudacourse.errors import REPEATED_COMPILE_ERROR
-from cudacourse.grading.results import TaskResult, TestRecord, trim_message
+from cudacourse.course import course as course_model
+from cudacourse.errors import REPEATED_COMPILE_ERROR, CourseError
+from cudacourse.exercise_state import function_unchanged
 from cudacourse.grading.staging import Submission
-from cudacourse.source import matching
+from cudacourse.results import TaskResult, TestRecord, trim_message
 
 # A staged copy's folder inside the grader's work folder: /tmp/cc-grade-XXXX/slot3/ (also sub000/, collect/).
 _STAGED = re.compile(r"(?:/[^\s:'\"()]*)?/cc-grade-[^/\s]+/(?:slot\d+|sub\d+|collect|harness)/")
@@ -92,38 +93,10 @@ def has_bounds_check(path: Path, line: int) -> bool:
     return bool(_BOUNDS_CHECK.search(body))
 
 
-def function_text(source: str, name: str) -> str | None:
-    """The code of the global-scope function ``name`` in C++ ``source`` (from its ``void name(`` line to its
-    closing brace), without comments and whitespace; ``None`` if there is none."""
-    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", source, flags=re.S)
-    m = re.search(r"^void\s+" + re.escape(name) + r"\s*\(", code, flags=re.M)
-    if m is None:
-        return None
-    start = code.find("{", m.end())
-    end = matching(code, start, "{}") if start >= 0 else None
-    return None if end is None else re.sub(r"\s+", "", code[m.start():end + 1])
-
-
-def function_unchanged(learner: Path, solution: Path, name: str) -> bool | None:
-    """Whether function ``name`` in the learner's file reads as in the stub derived from ``solution`` (the course
-    gives it complete: a launcher); ``None`` when either file or the function is missing."""
-    from cudacourse import stubs
-
-    try:
-        mine = function_text(learner.read_text(errors="replace"), name)
-        given_text = stubs.expected(solution)
-    except Exception:  # noqa: BLE001 - no solution to compare with (a grader's worker), unreadable, bad markers
-        return None
-    given = function_text(given_text if isinstance(given_text, str) else given_text.decode(errors="replace"), name)
-    if mine is None or given is None:
-        return None
-    return mine == given
-
-
 def solution_lines(root: Path | None, lesson: str) -> set[str]:
     """Whitespace-free lines of code inside the ``BEGIN SOLUTION`` blocks of ``lesson``'s solutions (those
     long enough to give something away), to keep them out of hints."""
-    folder = root / "solutions" / lesson if root is not None else None
+    folder = course_model(root).kernel_dir(lesson, "solution") if root is not None else None
     out: set[str] = set()
     if folder is None or not folder.is_dir():
         return out
@@ -284,7 +257,7 @@ def _oob_bounds_checked(msg: str, lesson: str, sub: Submission, root: Path | Non
     base = sub.source if sub.source is not None else root
     if base is None:
         return False
-    folder = base / ("solutions" if sub.impl == "solution" and sub.source is None else "lessons") / lesson
+    folder = course_model(root).files_dir(lesson, sub.impl, sub.source)
     return has_bounds_check(folder / name, line)
 
 
@@ -295,10 +268,12 @@ _LAUNCHER_TAIL = ("Check how many threads the launcher starts (a block count tha
 def _launcher_given(recs: list[TestRecord], lesson: str, sub: Submission, root: Path | None) -> bool | None:
     """Whether the launcher a failed case called (the first word of its check's message, e.g. ``relu_v1_scalar``)
     is the course's own, unchanged, in the learner's files; ``None`` when that cannot be told."""
-    base = sub.source if sub.source is not None else root
-    if base is None or root is None:
+    if root is None:
         return None
-    folder = base / ("solutions" if sub.impl == "solution" and sub.source is None else "lessons") / lesson
+    try:
+        folder = course_model(root).files_dir(lesson, sub.impl, sub.source)
+    except CourseError:  # a lesson the model does not declare: nothing to tell
+        return None
     for r in recs:
         if r.outcome != "failed":
             continue
@@ -306,7 +281,7 @@ def _launcher_given(recs: list[TestRecord], lesson: str, sub: Submission, root: 
         if m is None:
             continue
         for f in sorted(folder.glob("*.cu")):
-            known = function_unchanged(f, root / "solutions" / lesson / f.name, m.group(1))
+            known = function_unchanged(f, course_model(root).kernel_dir(lesson, "solution") / f.name, m.group(1))
             if known is not None:
                 return known
     return None
@@ -380,7 +355,7 @@ def secret_lines(root: Path, hidden: Path | None) -> set[str]:
     """Whitespace-free lines of the hidden tests and of the solutions that appear in no public file of the
     course (lessons/, tests/, cudacourse/): a message quoting one comes from code that read a file it must
     not see (the confinement's second line: the slot a worker reads holds the hidden tests)."""
-    secret = _flat_lines([p for p in (root / "solutions").rglob("*") if p.suffix in (".cu", ".cuh", ".py")])
+    secret = _flat_lines([p for p in course_model(root).solutions_dir.rglob("*") if p.suffix in (".cu", ".cuh", ".py")])
     if hidden is not None:
         secret |= _flat_lines([p for p in hidden.rglob("*") if p.is_file()])
     public = _flat_lines([p for d in ("lessons", "tests", "cudacourse") for p in (root / d).rglob("*")

@@ -12,7 +12,7 @@ from typing import Any
 
 from cudacourse.course import is_triton_task
 from cudacourse.grading.feedback import compile_error_key
-from cudacourse.grading.results import (
+from cudacourse.results import (
     NOT_STARTED,
     TaskResult,
     format_points,
@@ -27,7 +27,7 @@ from cudacourse.grading.results import (
 
 
 def _confinement() -> str:
-    """Which confinement the grader's workers ran under (``confine.describe``; "unconfined: ..." if not)."""
+    """Which confinement the grader's workers ran under (``sandbox.describe_for_grading``; "unconfined: ..." if not)."""
     from cudacourse.sandbox import describe_for_grading
 
     return describe_for_grading()

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from cudacourse.course import Course
-from cudacourse.grading.results import GradingError
 from cudacourse.grading.screens import Rejection, screen_kernel_file, screen_python_file, screen_triton_file
+from cudacourse.results import GradingError
 from cudacourse.sandbox import SourceTooLarge, check_source_size
 
 # ----------------------------------------------------------------------------------------------------
@@ -223,8 +223,8 @@ def stage_harness(dst: Path, lessons: list[str], hidden: Path | None, course: Co
     for info in course:
         (dst / "lessons" / info.id).mkdir(parents=True)
         for name in HARNESS_LESSON_FILES:
-            if (course.lessons_dir / info.id / name).is_file():
-                shutil.copy2(course.lessons_dir / info.id / name, dst / "lessons" / info.id / name)
+            if (course.kernel_dir(info.id, "student") / name).is_file():
+                shutil.copy2(course.kernel_dir(info.id, "student") / name, dst / "lessons" / info.id / name)
 
 
 def stage_kernels(sub: Submission, dst: Path, lessons: list[str], course: Course) -> None:
@@ -232,7 +232,7 @@ def stage_kernels(sub: Submission, dst: Path, lessons: list[str], course: Course
     from the instructor's checkout. Nothing else of a submission is used."""
     for lesson in lessons:
         info = course.lesson(lesson)
-        src_dir = (sub.source / "lessons" / lesson) if sub.source else course.kernel_dir(lesson, sub.impl)
+        src_dir = course.files_dir(lesson, sub.impl, sub.source)
         out = dst / "lessons" / lesson
         out.mkdir(parents=True, exist_ok=True)
         for old in out.glob("*"):

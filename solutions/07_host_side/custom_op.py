@@ -42,7 +42,7 @@ def kernels() -> Any:
 def stream_handle(t: torch.Tensor) -> int:
     """The cudaStream_t of PyTorch's current stream on ``t``'s device, as an integer (0 on the CPU).
 
-    0 too where the kernels run in a GPU worker process of their own (``cudacourse/gpu_worker.py``: the
+    0 too where the kernels run in a GPU worker process of their own (``cudacourse/workers/gpu.py``: the
     grader's timed task 7.7), where this process's streams do not exist, and each call there is ordered with
     this process's streams by synchronising before and after it."""
     from cudacourse.loader import uses_gpu_worker

@@ -222,7 +222,6 @@ class TaskSpec:
     title: str
     points: float
     files: list[str]
-    hidden_cases: int = 0
 
 
 class GradingError(Exception):

@@ -1,0 +1,133 @@
+"""How the grader starts a process (a task process, the collection, a warm-up build): confined, with its limits,
+its environment and its folders; and how it stops one with everything it started.
+
+The one place in the grader that starts learner code (``sandbox.confined_popen``). The session
+(:mod:`cudacourse.grading.session`) decides whether a process may still start and keeps the live ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cudacourse.grading.plan import RunSettings
+from cudacourse.grading.staging import Submission
+from cudacourse.sandbox import (
+    Confinement,
+    Limits,
+    available,
+    confined_popen,
+    has_gpu_devices,
+    learner_memory,
+    stop_group,
+)
+from cudacourse.settings import BUILD_ERRORS_ENV, ENV_PREFIX, UNBUILDABLE_ENV, Settings, to_env
+
+GRADER_CPU_S = 3600  # CPU seconds one task process may use (its wall clock is the watchdog's: --timeout)
+
+
+def confinement() -> Confinement:
+    """What confinement the grader's workers get on this machine (probed once per process)."""
+    return available()
+
+
+def confine_mode() -> str:
+    """``strict`` when every promise of the sandbox (``cudacourse/sandbox/``) holds here, else ``best-effort``
+    (reports say "unconfined: <why>")."""
+    return "strict" if confinement().confined else "best-effort"
+
+
+def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Path, writable: Sequence[Path] = (),
+                 readable: Sequence[Path] = (), nice: int = 0, **popen: Any) -> subprocess.Popen[Any]:
+    """Start one worker process (pytest over some tasks, a warm-up build), confined by the OS.
+
+    It may write only ``cwd`` (its slot), ``scratch`` (its results file) and ``writable`` (the build
+    cache); it reads the Python installation, the course package, and ``readable``; no network, no
+    signals to the grader, and :func:`kill_group` stops it with everything it started. Where the machine
+    cannot keep every promise it runs with what works (``allow_unconfined``), and every report says so.
+    ``nice``: added to its scheduling niceness (``Limits.nice``).
+    """
+    return confined_popen(cmd, scratch=scratch, cwd=str(cwd), env=env,
+                          read_only=[cwd, *readable], read_write=[cwd, *writable],
+                          limits=task_limits(env, nice), gpu=has_gpu_devices(),
+                          allow_unconfined=confine_mode() != "strict", stdin=subprocess.DEVNULL, **popen)
+
+
+def task_limits(env: dict[str, str], nice: int = 0) -> Limits:
+    """A task process's limits: CPU time, and an address-space limit where it has no CUDA context
+    (``sandbox.learner_memory``)."""
+    return Limits(memory=learner_memory(env, torch=True), cpu_s=GRADER_CPU_S, nice=nice)
+
+
+def scratch_of(slot: Path) -> Path:
+    """The folder beside ``slot`` where its worker writes results files (outside the staged tree)."""
+    d = slot.parent / f"scratch-{slot.name}"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def python() -> str:
+    return sys.executable
+
+
+def build_dir_of(sub: Submission, st: RunSettings) -> Path:
+    """The build cache of ``sub``'s workers: its own folder for a submission (no other submission can see or
+    plant a build there), the run's cache for this checkout's own kernels."""
+    return sub.build_dir or st.build_dir
+
+
+def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
+              unbuildable: dict[str, float] | None = None, threads: int | None = None,
+              build_errors: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a worker: the run's settings (``settings.to_env``), nothing inherited of ours.
+
+    ``unbuildable`` ("lesson/file" -> seconds): files whose build the warm-up stopped; the loader fails
+    them at once (``settings.UNBUILDABLE_ENV``) instead of building them again in every test process; likewise
+    ``build_errors`` ("lesson/file" -> message): files whose warm-up build failed, with the compiler's message.
+    ``threads``: the CPU threads each of torch's pools may use (unless the caller's environment sets them)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith((ENV_PREFIX, "PYTEST_"))}
+    if threads is not None:
+        # One task process per core runs at once, and each computes float64 references on the CPU: with torch's
+        # default (a thread per core in every process) 16 processes ran 16 threads each on an H100 machine's 16
+        # cores, and spinning OpenMP threads burnt 1311 CPU-s of a 155 s grade
+        # (results/nvidia-h100-80gb-hbm3/grade_profile/).
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.setdefault(var, str(threads))
+        # The simulator's workers too (a thread per core otherwise): a task process runs several (checked,
+        # profiled...), and its process limit counts threads. On the H100 machine three workers of 17 threads beside
+        # pytest's filled it, and one forked daemon more (the setsid attack) killed the next worker of its process.
+        env.setdefault("CCSIM_WORKERS", str(max(2, threads)))
+        # torch.compile in-process: a pool of compile workers costs more to start (and to stop) than the one small
+        # graph a task compiles
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    run = Settings(root=slot, impl="student", backend=backend if backend in ("cuda", "sim") else "auto", seed=seed,
+                   submission=slot, build_dir=build_dir, confine=confine_mode())
+    env.update(to_env(run))
+    env.update({"PYTHONPATH": str(slot), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
+    if unbuildable:
+        env[UNBUILDABLE_ENV] = ";".join(f"{k}={v:g}" for k, v in sorted(unbuildable.items()))
+    if build_errors:
+        env[BUILD_ERRORS_ENV] = json.dumps(build_errors)
+    return env
+
+
+def signal_name(num: int) -> str:
+    """``SIGSEGV`` for 11 (``signal N`` for a number Python does not name)."""
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def kill_group(proc: subprocess.Popen[Any]) -> None:
+    """Stop a worker and everything it started (``sandbox.stop_group``: its PID namespace, setsid or not)."""
+    try:
+        stop_group(proc, timeout=10.0)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+        pass
