@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from cudacourse.buildcache import cached, content_key, local_headers
-from cudacourse.errors import KERNEL_ERROR_CLASSES, CompileError, KernelError, KernelTimeout, compile_error
+from cudacourse.errors import KERNEL_ERROR_CLASSES, CompileError, KernelError, KernelTimeout
 from cudacourse.source import SCALAR_CTYPES, Launcher
 
 from . import devcheck
+from .paths import _compile_error, _copy_for_compiler, _line_path, _real_paths
 from .rewrite import rewrite
 
 __all__ = ["SimLibrary", "build_torch_extension", "rewrite"]
@@ -136,35 +137,6 @@ def _compile(cmd: list[str], d: Path, reads: list[Path], path: str) -> subproces
                "recursion or constexpr evaluation?)\n" + (err or "")[-2000:])
         raise CompileError(err, file=path, compiler_output=err)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-# Every learner file is compiled under a name relative to its build folder (the ``#line`` directives name it;
-# a copy of the file lies there, so the compiler can quote the learner's line under its message), so one build
-# serves every folder that holds the same file: the grader's slots and submissions identical to the course's
-# files build it once per run, not once per slot. The real path is put back into every message.
-SRC_DIR = "ccsim-src"
-
-
-def _line_path(path: str) -> str:
-    """The name ``path`` is compiled under (``#line``, relative to the build folder): the same for every folder."""
-    return path if path.startswith("<") else f"{SRC_DIR}/{os.path.basename(path)}"
-
-
-def _copy_for_compiler(d: Path, source: str, path: str) -> None:
-    """Put the learner's ``source`` where ``#line`` says it is, in build folder ``d``, for the compiler's quotes."""
-    if not path.startswith("<"):
-        (d / SRC_DIR).mkdir(exist_ok=True)
-        (d / _line_path(path)).write_text(source)
-
-
-def _real_paths(text: str, path: str) -> str:
-    """``text`` (compiler output, a runtime message) with the compiled-under name replaced by ``path``."""
-    return text if path.startswith("<") else text.replace(_line_path(path), path)
-
-
-def _compile_error(stderr: str, path: str) -> CompileError:
-    """A CompileError at the learner's first error line, the runtime's folder hidden from the output."""
-    return compile_error(_real_paths(stderr, path), path, hide=str(RUNTIME_DIR) + "/")
 
 
 def _parse_order(order: str | None) -> tuple[int, int]:

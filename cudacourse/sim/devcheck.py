@@ -224,7 +224,7 @@ def compile_and_check(compile_fn, gxx: list[str], flags: list[str], d: Path, rea
     import threading
 
     from cudacourse.errors import CompileError
-    from cudacourse.sim import _compile_error, _line_path, _real_paths
+    from cudacourse.sim.paths import _compile_error, _line_path, _real_paths
 
     # a folder of its own: while grading each compile is confined to its folder, with a scratch folder there
     dc = d / "devcheck"
