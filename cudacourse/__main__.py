@@ -25,32 +25,11 @@ maintainer commands (they never replace a file someone edited unless --force, wh
 
 
 def _stubs(argv: list[str]) -> int:
-    import argparse
-
     from cudacourse import stubs
-    from cudacourse.generated import BACKUPS, EditedFilesError
+    from cudacourse.generated import generator_main
 
-    ap = argparse.ArgumentParser(
-        prog="python -m cudacourse stubs",
-        description="Regenerate the exercise stubs in lessons/ from solutions/: a maintainer's verb. It never "
-                    "replaces a lesson file someone edited unless --force (which keeps a backup).")
-    ap.add_argument("--check", action="store_true", help="change nothing; fail if lessons/ drifted from solutions/")
-    ap.add_argument("--force", action="store_true",
-                    help=f"replace edited lesson files too, after copying each to {BACKUPS}/<time>/")
-    args = ap.parse_args(argv)
-    if args.check:
-        bad = stubs.drifted()
-        for p in bad:
-            print(f"drifted: {p} (run `make stubs`)")
-        return 1 if bad else 0
-    try:
-        changed = stubs.write_all(force=args.force)
-    except EditedFilesError as e:
-        print(e, file=sys.stderr)
-        return 1
-    for p in changed:
-        print(f"wrote {p}")
-    return 0
+    return generator_main(argv, verb="stubs", what="the exercise stubs in lessons/ from solutions/",
+                          stale_word="drifted", check=stubs.drifted, write=lambda force: stubs.write_all(force=force))
 
 
 def version_line() -> str:

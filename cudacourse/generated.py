@@ -16,10 +16,12 @@ all and raises :class:`EditedFilesError`, which lists the files and says how to 
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -116,3 +118,30 @@ def write_generated(root: Path, want: Mapping[Path, bytes], *, verb: str,
     except OSError:
         pass  # a read-only checkout: the committed versions still protect the files
     return changed
+
+
+def generator_main(argv: list[str], *, verb: str, what: str, stale_word: str, check: Callable[[], list[Path]],
+                   write: Callable[[bool], list[Path]]) -> int:
+    """The command line of a maintainer's generator (``stubs``, ``templates``): ``--check`` lists what is
+    ``stale_word`` and fails; without it, :func:`write_generated`'s rules (``--force`` keeps backups)."""
+    ap = argparse.ArgumentParser(
+        prog=f"python -m cudacourse {verb}",
+        description=f"Regenerate {what}: a maintainer's verb. It never replaces a file someone edited unless --force "
+                    "(which keeps a backup).")
+    ap.add_argument("--check", action="store_true", help=f"change nothing; fail if a file is {stale_word}")
+    ap.add_argument("--force", action="store_true",
+                    help=f"replace edited files too, after copying each to {BACKUPS}/<time>/")
+    args = ap.parse_args(argv)
+    if args.check:
+        bad = check()
+        for p in bad:
+            print(f"{stale_word}: {p} (run `make {verb}`)")
+        return 1 if bad else 0
+    try:
+        changed = write(args.force)
+    except EditedFilesError as e:
+        print(e, file=sys.stderr)
+        return 1
+    for p in changed:
+        print(f"wrote {p}")
+    return 0

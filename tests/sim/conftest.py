@@ -36,3 +36,12 @@ def sim():
     yield make
     for lib in libs:
         lib.close()
+
+
+@pytest.fixture(scope="module")
+def host_reads_allowed():
+    """Turn the host-work check off for a module's simulator workers (``CUDA_COURSE_SIM_ALLOW_HOST_READS``): for
+    tests of the copy and stream API, whose launchers copy their inputs through host memory on purpose."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_COURSE_SIM_ALLOW_HOST_READS", "1")
+        yield

@@ -78,13 +78,9 @@ void stack_overflow(float* y) { deep<<<1, 2>>>(y); }
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _host_reads_allowed():
-    """These launchers copy their inputs through host memory to test the copy and stream API itself: the
-    host-work check (test_host_work.py) is off for this module's workers."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CUDA_COURSE_SIM_ALLOW_HOST_READS", "1")
-        yield
+# These launchers copy their inputs through host memory to test the copy and stream API itself: the host-work check
+# (test_host_work.py) is off for this module's workers (conftest.host_reads_allowed).
+pytestmark = pytest.mark.usefixtures("host_reads_allowed")
 
 
 @pytest.fixture(scope="module")
