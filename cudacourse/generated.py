@@ -39,7 +39,7 @@ class EditedFilesError(RuntimeError):
         super().__init__(
             f"{verb}: not written: {len(files)} file(s) differ from what {verb} generated, so someone edited them:\n"
             f"{listing}\nNothing was changed. To replace them anyway (each edited file is first copied to "
-            f"{BACKUPS}/<time>/), run `python -m cudacourse {verb} --force`.")
+            f"{BACKUPS}/<time>/), run `make {verb} ARGS=--force` (or `python -m cudacourse {verb} --force`).")
 
 
 def _digest(data: bytes) -> str:
