@@ -100,11 +100,6 @@ SIM_METRICS: dict[str, str] = {
 }
 NCU_LIST = [m for m in METRICS if not m.startswith("launch__") and not m.startswith("sm__")]
 
-# The modelled GPU (H100 SXM5, cc 9.0; numbers as cited in sim/runtime/ccsim_host_api.h). Register allocation:
-# 256 registers per warp unit (CUDA Occupancy Calculator, "register allocation unit size", cc 9.0); 1 KB
-# of shared memory reserved per block (CUDA C++ Programming Guide, "Shared Memory" for cc 8.x/9.0).
-H100 = {"warps_per_sm": 64, "blocks_per_sm": 32, "regs_per_sm": 65536, "smem_per_sm": 228 * 1024,
-        "smem_reserved_per_block": 1024, "reg_unit": 256}
 _OPS = {0: "ld", 1: "st", 2: "atom"}
 _REGS: dict[str, tuple[str, dict[str, int]]] = {}  # register counts per file, by content
 
@@ -286,26 +281,17 @@ class ProfileReport:
 # ----------------------------------------------------------------------------------------------------
 
 
-def occupancy(threads: int, smem: int, registers: int | None, gpu: dict | None = None) -> dict[str, float]:
-    """Theoretical occupancy of a block shape on the modelled GPU (H100 by default), with each limit.
+def occupancy(threads: int, smem: int, registers: int | None) -> dict[str, float]:
+    """Theoretical occupancy of a block shape on an H100/H200 (compute capability 9.0) under Nsight Compute's
+    ``launch__``/``sm__`` names, with each limit: :func:`cudacourse.occupancy.occupancy`'s figures (the one
+    calculator, with its cited rules). ``smem`` is the block's static plus dynamic shared memory; ``registers``
+    per thread (None: not limited)."""
+    from cudacourse.occupancy import occupancy as calculate
 
-    ``smem`` is the block's static plus dynamic shared memory; ``registers`` per thread (None: not limited).
-    """
-    gpu = gpu or H100
-    warps = max(1, math.ceil(threads / 32))
-    lim_blocks = gpu["blocks_per_sm"]
-    lim_warps = gpu["warps_per_sm"] // warps
-    if registers:
-        per_warp = math.ceil(registers * 32 / gpu["reg_unit"]) * gpu["reg_unit"]
-        lim_regs = (gpu["regs_per_sm"] // per_warp) // warps
-    else:
-        lim_regs = lim_blocks
-    per_block = math.ceil(smem / 128) * 128 + gpu["smem_reserved_per_block"]
-    lim_smem = gpu["smem_per_sm"] // per_block if smem else lim_blocks
-    blocks = min(lim_blocks, lim_warps, lim_regs, lim_smem)
-    out = {"launch__occupancy_limit_blocks": lim_blocks, "launch__occupancy_limit_warps": lim_warps,
-           "launch__occupancy_limit_registers": lim_regs, "launch__occupancy_limit_shared_mem": lim_smem,
-           "sm__maximum_warps_per_active_cycle_pct": 100.0 * blocks * warps / gpu["warps_per_sm"]}
+    o = calculate(min(max(threads, 1), 1024), registers or 0, smem)
+    out = {"launch__occupancy_limit_blocks": o.limit_blocks, "launch__occupancy_limit_warps": o.limit_warps,
+           "launch__occupancy_limit_registers": o.limit_registers, "launch__occupancy_limit_shared_mem": o.limit_shared,
+           "sm__maximum_warps_per_active_cycle_pct": 100.0 * o.occupancy}
     if registers:
         out["launch__registers_per_thread"] = registers
     return out
