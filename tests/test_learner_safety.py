@@ -24,7 +24,7 @@ ROOT = course().root
 _IGNORE = shutil.ignore_patterns(".git", ".venv", ".cudacourse-build", ".pytest_cache", ".ruff_cache",
                                  "__pycache__", "*.egg-info", ".whl", ".gl", ".cudacourse-generated.json",
                                  ".cudacourse-backups", "results", "benchmarks")
-VERBS = ("check", "grade", "doctor", "bench", "profile", "stubs", "templates")
+VERBS = ("check", "grade", "doctor", "bench", "profile", "sass", "stubs", "templates")
 EDITED = "lessons/01_relu/relu.cu"
 
 
