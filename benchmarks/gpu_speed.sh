@@ -7,6 +7,10 @@
 #   bash benchmarks/gpu_speed.sh exploits       # the timing-exploit corpus on cuda, as an ordinary user (ccuser)
 #   bash benchmarks/gpu_speed.sh dist N FIRST   # N solution grades of the speed tasks alone, numbered from FIRST,
 #                                               # added to results/<gpu>/speed_distribution.{md,json}
+#   bash benchmarks/gpu_speed.sh dist2 N FIRST  # the same on a machine of two GPUs: N grades on each GPU at once
+#                                               # (each grade alone on its GPU); GPU 1's part comes back as
+#                                               # speed_distribution_gpu1.json, added here with
+#                                               # speed_distribution.py -n 0 --merge
 # For the 20-grade table, in parts under the 8-minute limit (a grade of the speed tasks alone: one to two minutes on
 # the H200, to be measured by the first part): `dist 4 0`, then copy the part's speed_distribution.{md,json} from
 # $OUT into results/<gpu>/ of the working tree (the next call carries them) and run `dist 4 4`, `dist 4 8`, ...
@@ -61,8 +65,24 @@ case "${1:-}" in
     echo "speed distribution ($n grades from $first): rc $? in $((SECONDS - s)) s"; tail -30 "$OUT/dist_$first.log"
     cp "results/$gpu/speed_distribution.md" "results/$gpu/speed_distribution.json" "$OUT/" 2>/dev/null
     ;;
+  dist2)
+    setup
+    gpu=$(python3 -c "import torch; from cudacourse.bench import slug; print(slug(torch.cuda.get_device_name(0)))")
+    n=${2:-7}; first=${3:-0}
+    r=results/$gpu
+    s=$SECONDS
+    CUDA_VISIBLE_DEVICES=0 timeout 540 python3 benchmarks/speed_distribution.py -n "$n" --first "$first" --append \
+        --out "$r/speed_distribution.md" > "$OUT/dist_gpu0.log" 2>&1 &
+    CUDA_VISIBLE_DEVICES=1 timeout 540 python3 benchmarks/speed_distribution.py -n "$n" --first $((first + n)) \
+        --out "$r/speed_distribution_gpu1.md" > "$OUT/dist_gpu1.log" 2>&1 &
+    wait
+    echo "speed distribution ($n grades on each of 2 GPUs from $first) in $((SECONDS - s)) s"
+    tail -4 "$OUT/dist_gpu0.log" "$OUT/dist_gpu1.log"; grep -h "^grade" "$OUT"/dist_gpu*.log
+    cp "$r/speed_distribution.md" "$r/speed_distribution.json" "$r/speed_distribution_gpu1.json" "$OUT/" 2>/dev/null
+    nvidia-smi --query-gpu=index,name,temperature.gpu,clocks.sm --format=csv >> "$OUT/gpu.txt"
+    ;;
   *)
-    echo "usage: bash benchmarks/gpu_speed.sh speed|backend|exploits|dist N FIRST   (on the GPU machine)"
+    echo "usage: bash benchmarks/gpu_speed.sh speed|backend|exploits|dist N FIRST|dist2 N FIRST   (on the GPU machine)"
     exit 2
     ;;
 esac

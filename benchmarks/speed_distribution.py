@@ -11,7 +11,9 @@ than once (a first ratio within 10% of the target), and the failures. On the GPU
 A grade of the speed tasks alone takes one to two minutes on the H200 (not measured yet with cudacourse.speed): run
 them in parts under the device's time limit with ``--first`` and ``--append`` (``-n 4 --first 0``, then
 ``-n 4 --first 4 --append`` with the first part's .json back in place, ...). The table is rewritten after every
-grade, so a part stopped by its time limit keeps the grades it finished.
+grade, so a part stopped by its time limit keeps the grades it finished. On a machine of two GPUs of the same kind,
+``benchmarks/gpu_speed.sh dist2`` runs a part on each GPU at once (``CUDA_VISIBLE_DEVICES``); ``-n 0 --merge
+PART.json`` adds a part's grades to OUT's table afterwards.
 """
 
 from __future__ import annotations
@@ -81,15 +83,21 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "speed_distribution.md")
     ap.add_argument("--append", action="store_true", help="add to the grades already in OUT's .json")
     ap.add_argument("--lessons", nargs="*", default=None, help="only these lessons' speed tasks")
+    ap.add_argument("--merge", type=Path, nargs="*", default=[],
+                    help="add the grades of these .json files (parts run on other GPUs of the same kind) to OUT's")
     args = ap.parse_args()
     from cudacourse.course import course
 
     keys = [k for k in speed_tasks() if not args.lessons or k[0] in args.lessons]
     targets = {tid: course().task(les, tid).target for les, tid in keys}
     raw = args.out.with_suffix(".json")
-    runs: list[dict] = json.loads(raw.read_text())["runs"] if args.append and raw.exists() else []
-    device = ""
+    runs: list[dict] = json.loads(raw.read_text())["runs"] if (args.append or args.merge) and raw.exists() else []
+    device = json.loads(raw.read_text()).get("device", "") if runs else ""
+    for part in args.merge:
+        runs += json.loads(part.read_text())["runs"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        write(args.out, device, runs, targets)
     with tempfile.TemporaryDirectory(prefix="cc-speed-dist-") as tmp:
         for k in range(args.first, args.first + args.n):
             t0 = time.monotonic()
