@@ -973,6 +973,52 @@ def test_gpu_gate_holds_speed_tasks_until_every_correctness_group_is_done() -> N
     speed.join(timeout=30)
 
 
+def test_host_turn_keeps_another_graders_timing_alone(tmp_path: Path) -> None:
+    """Two graders on one machine: while one holds the machine's exclusive turn (it times), the other's task
+    processes wait, shared or exclusive; shared turns go side by side; a killed holder frees the machine."""
+    import subprocess
+    import threading
+
+    from cudacourse.grading.staging import host_turn
+
+    lock = tmp_path / "turns.lock"
+    hold = ("import sys, time; from pathlib import Path; from cudacourse.grading.staging import host_turn\n"
+            "with host_turn(sys.argv[1] == 'x', Path(sys.argv[2])):\n    print('held', flush=True); time.sleep(600)")
+    other = subprocess.Popen([sys.executable, "-c", hold, "x", str(lock)], stdout=subprocess.PIPE, text=True,
+                             cwd=ROOT)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        got = threading.Event()
+
+        def shared_turn() -> None:
+            with host_turn(False, lock):
+                got.set()
+
+        t = threading.Thread(target=shared_turn, daemon=True)
+        t.start()
+        assert not got.wait(0.5), "a task process ran while another grader timed on this machine"
+        other.kill()  # the holder dies: the kernel releases its flock
+        assert got.wait(60), "a dead grader's turn was never released"
+    finally:
+        other.kill()
+        other.wait()
+    sharer = subprocess.Popen([sys.executable, "-c", hold, "s", str(lock)], stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT)
+    try:
+        assert sharer.stdout is not None and sharer.stdout.readline().strip() == "held"
+        done = threading.Event()
+
+        def second_shared() -> None:
+            with host_turn(False, lock):
+                done.set()
+
+        threading.Thread(target=second_shared, daemon=True).start()
+        assert done.wait(60), "two shared turns did not run side by side"
+    finally:
+        sharer.kill()
+        sharer.wait()
+
+
 def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) -> None:
     (fake_course / "tests" / "test_01_relu.py").write_text("this is not python\n")
     out = tmp_path / "r.json"

@@ -19,7 +19,7 @@ from typing import Any
 
 from cudacourse.grading.plan import RunSettings
 from cudacourse.grading.processes import kill_group
-from cudacourse.grading.staging import GpuGate, Once, Submission
+from cudacourse.grading.staging import GpuGate, Once, Submission, host_turn
 from cudacourse.results import TaskResult, TaskSpec, interrupted
 
 
@@ -85,7 +85,8 @@ class GradeSession:
             return
         self.gate.acquire(exclusive)
         try:
-            yield
+            with host_turn(exclusive):  # ... and beside other graders on this machine
+                yield
         finally:
             self.gate.release(exclusive)
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import os
 import shutil
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,6 +144,31 @@ class GpuGate:
             else:
                 self._shared -= 1
             self._cond.notify_all()
+
+
+# Two grades on one machine do not share a GpuGate (one per grader process). Measured on a machine of two H200s
+# (results/nvidia-h200/two_grades_at_once/): two speed-only grades at once, one per GPU, took 130 s each instead of
+# 66 s, and the learner's side of every speed task ran 3-11% slower (its calls cross into the GPU worker, the
+# reference's do not) while the references kept their times: the reference solution failed 2.8 once (0.90x against
+# 0.9x). So every grader on the machine also takes this file's lock, through flock: shared for task processes that
+# do not time, exclusive for the ones that do. flock, not a lock file of our own: the kernel releases it when the
+# holder dies, so a killed grade never leaves the machine locked.
+HOST_LOCK = Path(tempfile.gettempdir()) / "cudacourse-gpu-turns.lock"
+
+
+@contextlib.contextmanager
+def host_turn(exclusive: bool, path: Path = HOST_LOCK) -> Iterator[None]:
+    """Hold this machine's GPU turn (``flock`` on ``path``): exclusive to time, shared to run untimed GPU work."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError:  # another user's file we may not even read, a read-only /tmp: grade as before, unlocked
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # (closing the last descriptor releases the lock)
 
 
 class Builds:
