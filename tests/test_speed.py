@@ -29,6 +29,7 @@ class Clock:
     def __init__(self) -> None:
         self.now = 0.0
         self.wall = False  # the grader's wall path: a sample is ``group`` calls (else one call, CUDA events)
+        self.rounds = 0  # time_samples calls: one per side per round
 
     def spend(self, ms: float) -> None:
         self.now += ms
@@ -37,6 +38,7 @@ class Clock:
                      reps: int = 50, group: int = 1, **_: Any) -> list[float]:
         """bench.time_samples' contract: warm-up calls, then per sample ``setup()`` and one call (events) or
         ``group`` calls (wall path)."""
+        self.rounds += 1
         for _ in range(group):
             fn()
         k = group if self.wall else 1
@@ -165,6 +167,32 @@ def test_near_the_target_it_measures_again_and_keeps_the_best(clock: Clock) -> N
     v = _judge(relu, xs, ys, ref=_ref(clock, [0.96, 1.03]), target=1.0, target_of="reference")
     assert [round(m.ratio, 2) for m in v.measurements] == [0.96, 1.03]
     assert "measured 2 times" in v.message and v.ratio == pytest.approx(1.03)
+
+
+def test_a_ratio_far_above_the_target_is_measured_in_one_round(clock: Clock) -> None:
+    """Rounds beyond the first only matter near the target: a kernel at 2x its target stops after one round of each
+    side; one at 1.06x (under ``CLEAR``) gets every round, and its skipped work is still caught after timing."""
+    xs, ys = _sets()
+
+    def relu(i: int) -> None:
+        torch.clamp(xs[i], min=0, out=ys[i])
+        clock.spend(1.0)
+
+    v = _judge(relu, xs, ys, ref=_ref(clock, [2.0]), target=1.0, target_of="reference")
+    assert v.ratio == pytest.approx(2.0) and clock.rounds == 2, clock.rounds
+    clock.rounds = 0
+    _judge(relu, xs, ys, ref=_ref(clock, [1.06]), target=1.0, target_of="reference")
+    assert clock.rounds == 2 * speed.ROUNDS, clock.rounds
+    calls = [0]
+
+    def skips(i: int) -> None:  # honest for its first calls, then does nothing, at a plausible rate
+        calls[0] += 1
+        if calls[0] <= speed.MIN_SETS:
+            torch.clamp(xs[i], min=0, out=ys[i])
+        clock.spend(0.5)
+
+    with pytest.raises(CheckFailure, match=r"after timing"):
+        _judge(skips, xs, ys, ref=_ref(clock, [2.0]), target=1.0, target_of="reference")
 
 
 def test_the_re_measurement_is_bounded_and_a_slow_kernel_fails(clock: Clock) -> None:
