@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cudacourse import buildcache, gpuinfo
-from cudacourse.backends import nvcc_path, uses_gpu_worker
+from cudacourse.backends import nvcc_path
 from cudacourse.errors import KernelError, KernelTimeout, LaunchError, compile_error
 from cudacourse.source import SCALAR_CTYPES, Launcher, find_functions
 
@@ -48,45 +48,21 @@ def build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
     arch = cuda_arch()
     # the key leaves out the file's folder: copies of a file (the grader's slots) share one build; a compile
     # error is never cached, so its message always names the file being built
-    key = buildcache.content_key("cuda-v4", source, trampolines, arch, nvcc_path() or "",
+    key = buildcache.content_key("cuda-v5", source, trampolines, arch, nvcc_path() or "",
                                  buildcache.local_headers(path))
 
     # the file's own folder for its local headers (the build runs elsewhere); cuBLAS linked where it is used
-    cflags = ["-O3", "-lineinfo", *([f"-I{Path(path).parent}"] if Path(path).is_file() else []),
-              # load_inline adds torch's -D__CUDA_NO_HALF_OPERATORS__ (and the conversions/bfloat16/half2 ones),
-              # which only matter next to torch headers; a kernel-only file gets plain nvcc's __half/bf16 API, as
-              # on the simulator and everywhere else people compile CUDA
-              *(f"-U__CUDA_NO_{m}__" for m in ("HALF_OPERATORS", "HALF_CONVERSIONS", "BFLOAT16_CONVERSIONS",
-                                                "HALF2_OPERATORS"))]
+    # (plain nvcc: none of the -D__CUDA_NO_HALF_OPERATORS__ family or --expt-relaxed-constexpr that torch's
+    # load_inline adds: a kernel-only file gets nvcc's own __half/bf16 API and rules, as on the simulator)
+    cflags = ["-O3", "-lineinfo", *([f"-I{Path(path).parent}"] if Path(path).is_file() else [])]
     ldflags = ["-lcublas"] if re.search(r'#\s*include\s*[<"]cublas', source) else []
 
     def build(d: Path) -> None:
+        # One compiler command on every path (in this process, in a notebook, or for the GPU worker while grading):
+        # load_inline, used here before, adds torch's --expt-relaxed-constexpr, so a file calling std::min in device
+        # code built in a notebook and failed in the grade, under the same cache key
         name = f"cc_{key}"
-        if uses_gpu_worker("cuda"):  # load_inline would also dlopen the library here, in the checking process
-            _nvcc_shared(text, d / f"{name}.so", cflags + ldflags)
-            (d / "library").write_text(f"{name}.so")
-            return
-        from torch.utils import cpp_extension
-
-        saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
-        os.environ["TORCH_CUDA_ARCH_LIST"] = arch  # (load_inline reads the architecture from there)
-        try:
-            cpp_extension.load_inline(
-                name=name, cpp_sources=[""], cuda_sources=[text], no_implicit_headers=True,
-                is_python_module=False, build_directory=str(d), extra_cuda_cflags=cflags,
-                extra_ldflags=ldflags, verbose=False)
-        except TypeError:  # a torch without no_implicit_headers: call nvcc directly, same result
-            _nvcc_shared(text, d / f"{name}.so", cflags + ldflags)
-        except RuntimeError as e:
-            log = str(e)
-            for f in d.glob("*.log"):
-                log += f.read_text(errors="replace")
-            raise compile_error(log, path) from None
-        finally:
-            if saved is None:
-                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-            else:
-                os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+        _nvcc_shared(text, d / f"{name}.so", cflags + ldflags, path)
         (d / "library").write_text(f"{name}.so")
 
     d = buildcache.cached("cuda", key, build)
@@ -107,8 +83,9 @@ def cuda_arch() -> str:
     return f"{major}.{minor}{'a' if major >= 9 else ''}"
 
 
-def _nvcc_shared(text: str, out: Path, flags: list[str]) -> None:
-    """nvcc straight to a shared library, for :func:`cuda_arch` (nothing is loaded here)."""
+def _nvcc_shared(text: str, out: Path, flags: list[str], path: str) -> None:
+    """nvcc straight to a shared library, for :func:`cuda_arch` (nothing is loaded here); a compile error names the
+    learner's ``path`` and lines (``text`` starts with a ``#line`` directive naming it)."""
     src = out.with_suffix(".cu")
     src.write_text(text)
     archs = [a.split("+")[0].replace(".", "") for a in cuda_arch().replace(";", " ").split() if a[0].isdigit()]
@@ -117,7 +94,7 @@ def _nvcc_shared(text: str, out: Path, flags: list[str]) -> None:
            str(src), "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
-        raise compile_error(r.stdout + r.stderr, str(src))
+        raise compile_error(r.stdout + r.stderr, path)
 
 
 class CudaLibrary:
