@@ -7,9 +7,9 @@ pointer parameters take contiguous tensors of the matching dtype on the backend'
 Python numbers; a mismatch raises ``TypeError``/``ValueError`` naming the parameter.
 
 Backends
-  ``cuda``  ``torch.utils.cpp_extension.load_inline`` with ``no_implicit_headers=True``: only the kernel
-            file goes through nvcc (about 2 s), with a generated ``extern "C"`` trampoline per launcher that
-            ctypes calls with the tensors' device pointers. No torch headers are compiled (they cost ~30 s).
+  ``cuda``  ``nvcc -shared`` on the kernel file alone (about 2 s), with a generated ``extern "C"`` trampoline
+            per launcher that ctypes calls with the tensors' device pointers; the same command in a notebook and
+            in the grade (``cuda_backend.build_cuda``). No torch headers are compiled (they cost ~30 s).
   ``sim``   the CPU simulator in ``cudacourse.sim`` (checked mode by default).
   ``auto``  cuda when torch sees a GPU and nvcc is usable, else sim; ``CUDA_COURSE_BACKEND`` overrides it.
 
