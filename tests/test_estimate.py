@@ -235,3 +235,31 @@ def test_the_chart_of_a_lesson_is_labelled_as_an_estimate() -> None:
     assert "relu 2^28 fp32 | relu_v3_float4" in names
     with pytest.raises(ValueError, match="no calibration rows"):
         se.calibration_rows("07_host_side")
+
+
+# ----------------------------------------------------------------------------------------------------
+# `cudacourse profile`: the estimate beside the counters, and no number where there is nothing to count
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_profile_prints_the_estimate_beside_the_counters(capsys: pytest.CaptureFixture[str]) -> None:
+    from cudacourse import profile_cli
+
+    assert profile_cli.main(["01_relu", "relu_v3_float4", "--impl", "solution", "--size", "65536"]) == 0
+    out = capsys.readouterr().out
+    assert "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum" in out  # the counters
+    for gpu in ("H100 SXM (80 GB HBM3)", "H200 (141 GB HBM3e)"):
+        assert f"estimate on an {gpu} at this call's sizes (n=65536) (not a measurement;" in out, out[-1500:]
+    assert "estimate relu_v3_float4_kernel: " in out and "bound by " in out
+
+
+def test_profile_of_what_the_simulator_does_not_count_gives_no_number(capsys: pytest.CaptureFixture[str]) -> None:
+    from cudacourse import profile_cli
+
+    assert profile_cli.main(["01_relu", "relu", "--impl", "solution"]) == 2  # relu_triton.py's twin
+    out = capsys.readouterr().out
+    assert "Triton twin (relu_triton.py)" in out and "no estimate" in out and " ms" not in out
+    assert profile_cli.main(["01_relu", "relu_forward", "--impl", "solution"]) == 2  # the torch::Tensor route
+    out = capsys.readouterr().out
+    assert "relu_forward: no estimate" in out and " ms" not in out
+    assert "host work only" in es.render([])  # a call that launched no kernel
