@@ -8,6 +8,10 @@ The SASS tests compile with nvcc and disassemble with the PyPI wheels (`make set
 
 from __future__ import annotations
 
+import re
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from cudacourse import sass as sa
@@ -142,3 +146,95 @@ def test_verb_prints_the_report(capsys: pytest.CaptureFixture) -> None:
     out = capsys.readouterr().out
     assert "relu_v3_float4_kernel" in out and "LDG.E.128" in out and "blocks/SM" in out
     assert sa.main(["01_relu", "no_such_launcher", "--impl", "solution"]) == 1
+
+
+# ----------------------------------------------------------------------------------------------------
+# The SASS excerpts the lessons show (<!-- sass-excerpt: LESSON LAUNCHER KERNEL --> before a ```text block)
+# ----------------------------------------------------------------------------------------------------
+
+_EXCERPT = re.compile(r"<!-- sass-excerpt: (\S+) (\S+) (\S+) -->\n```text\n(.*?)\n```", re.S)
+
+
+def excerpts() -> list[tuple[str, str, str, str, str]]:
+    """(readme, lesson, launcher, kernel, text) of every marked SASS excerpt in the lessons' READMEs."""
+    root = course().root
+    return [(str(p.relative_to(root)), *m.groups()) for p in sorted(root.glob("lessons/*/README.md"))
+            for m in _EXCERPT.finditer(p.read_text())]
+
+
+def _nvcc_release() -> str:
+    nvcc = sa.find_tool("nvcc")
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout if nvcc else ""
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else ""
+
+
+def test_the_lessons_show_sass_excerpts() -> None:
+    got = {(les, fn) for _, les, fn, _, _ in excerpts()}
+    assert {("01_relu", "relu_v3_float4"), ("02_reduce", "warp_sum")} <= got, got
+
+
+@needs_tools
+@pytest.mark.parametrize(("readme", "lesson", "launcher", "kernel", "text"), excerpts(),
+                         ids=[f"{e[1]}-{e[2]}" for e in excerpts()])
+def test_a_lesson_sass_excerpt_is_what_nvcc_makes(readme: str, lesson: str, launcher: str, kernel: str,
+                                                  text: str) -> None:
+    """Each excerpt is regenerated: its command is the one shown, each source line it quotes is that line of the
+    solution's file, and each instruction is in the kernel's SASS under the same source line (same opcode; with
+    the nvcc that made the excerpt, 13.0, the same operands and registers too)."""
+    check_excerpt(readme, lesson, launcher, kernel, text)
+
+
+@needs_tools
+def test_the_excerpt_check_catches_a_wrong_excerpt() -> None:
+    readme, lesson, launcher, kernel, text = next(e for e in excerpts() if e[2] == "relu_v3_float4")
+    for wrong in (text.replace("LDG.E.128.CONSTANT", "LDG.E.64.CONSTANT"),  # another instruction
+                  text.replace("line 169 |", "line 168 |"),  # a source line that is not there
+                  text.replace("/*0180*/ STG.E.128", "/*0180*/ STS.128")):  # an opcode the kernel lacks
+        assert wrong != text
+        with pytest.raises(AssertionError):
+            check_excerpt(readme, lesson, launcher, kernel, wrong)
+
+
+def check_excerpt(readme: str, lesson: str, launcher: str, kernel: str, text: str) -> None:
+    """Assert that one README excerpt is what `make sass` shows today (see the test above)."""
+    lines = text.splitlines()
+    assert lines[0] == f'$ make sass ARGS="{lesson} {launcher} --impl solution"', f"{readme}: {lines[0]}"
+    rep = sa.sass(lesson, launcher, impl="solution")
+    k = rep.kernel(kernel)
+    exact = _nvcc_release() == "13.0"
+    src = rep.path.read_text().split("\n")
+    head = next(ln for ln in lines if ln.startswith("== "))
+    assert head.split("   launched")[0] == f"== {k.name}", head
+    if exact:
+        assert head == f"== {k.name}   launched at line {k.launch.line}: <<<{', '.join(k.launch.config)}>>>"
+        regs = next(ln for ln in lines if ln.strip().startswith("registers "))
+        assert regs.strip().startswith(f"registers {k.resources.registers}/thread,"), (regs, k.resources)
+    where: tuple[str, int] | None = None
+    checked = 0
+    for ln in lines:
+        tag, bar, rest = ln.partition(" | ")
+        if ln.strip() == "...":
+            where = None  # lines left out: the next instruction's source line is not shown
+        if not bar:
+            continue
+        tag = tag.strip()
+        if tag:  # a source line: "line 169" (the kernel's file) or "sm_30_intrinsics.hpp:440" (a header)
+            if tag.startswith("line "):
+                where = (rep.path.name, int(tag.split()[1]))
+                assert src[where[1] - 1].strip() == rest.strip(), f"{readme}: {tag} is not {rest.strip()!r}"
+            else:
+                name, _, num = tag.rpartition(":")
+                where = (name, int(num))
+            continue
+        m = re.match(r"\s*/\*([0-9a-f]{4})\*/ (.*)$", rest)
+        assert m, f"{readme}: not an instruction line: {ln!r}"
+        ins = m.group(2)
+        op = re.sub(r"^@!?U?P\w+\s+", "", ins).split()[0]
+        under = [r for r in k.sass if where is None or (Path(r[3]).name == where[0] and r[2] == where[1])]
+        assert any(re.sub(r"^@!?U?P\w+\s+", "", r[1]).split()[0] == op for r in under), (
+            f"{readme}: no {op} under {where} in {kernel}'s SASS now: regenerate the excerpt")
+        if exact:
+            assert (m.group(1), ins) in {(r[0], r[1]) for r in k.sass}, f"{readme}: {ins} at {m.group(1)}"
+        checked += 1
+    assert checked >= 3
