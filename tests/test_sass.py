@@ -238,3 +238,56 @@ def check_excerpt(readme: str, lesson: str, launcher: str, kernel: str, text: st
             assert (m.group(1), ins) in {(r[0], r[1]) for r in k.sass}, f"{readme}: {ins} at {m.group(1)}"
         checked += 1
     assert checked >= 3
+
+
+# ----------------------------------------------------------------------------------------------------
+# benchmarks/sass_gpu_check.py (run on the GPU machine): its comparison, tried here on the backend's own build
+# ----------------------------------------------------------------------------------------------------
+
+
+def _gpu_check():  # noqa: ANN202 - the benchmark script as a module
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("sass_gpu_check", course().root / "benchmarks/sass_gpu_check.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = mod  # type: ignore[union-attr]  # (its dataclasses look their module up there)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def test_the_gpu_check_verdicts() -> None:
+    g = _gpu_check()
+    assert g.verdict(["@P0 LDG.E R2, [R4]", "EXIT"], ["@P0 LDG.E R2, [R4]", "EXIT"]) == ("SAME", {})
+    assert g.verdict(["FADD R1, R2, R3", "EXIT"], ["FADD R5, R2, R3", "EXIT"]) == ("SAME MIX", {})  # registers
+    assert g.verdict(["LDG.E.128 R4, [R2]"], ["@!P0 LDG.E R4, [R2]"]) == (
+        "DIFFERENT", {"LDG.E": [0, 1], "LDG.E.128": [1, 0]})
+    got = g.compare("f.cu", {"_Z1kv": ["EXIT"], "_Z2onlyv": ["EXIT"]}, {"_Z1kv": ["EXIT"]})
+    assert [(v.kernel, v.verdict) for v in got] == [("_Z1kv", "SAME"), ("_Z2onlyv", "MISSING")]
+    assert "MISSING" in got[1].line() and "only in the sass listing" in got[1].line()
+
+
+@needs_tools
+@pytest.mark.parametrize("rel", ["01_relu/relu.cu", "04_transformer/norms.cu", "05_tensor_cores/attention_tc.cu"])
+def test_the_gpu_check_finds_the_backends_library_the_same_as_what_sass_shows(
+        rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU confirmation's comparison, run here on a shared library that cuda_backend.build_cuda builds with
+    nvcc, as the grader's GPU worker has it built (torch's load_inline, the other path, needs a GPU): every kernel
+    is SAME, instruction for instruction. The three files hold branches (nvdisasm's labels, cuobjdump's
+    addresses), calls into CUDA's internal functions (norms.cu's division) and spilled registers (attention_tc.cu:
+    nvdisasm's SpillRefill notes). A build for another GPU (sm_80) is told apart."""
+    from cudacourse import cuda_backend
+    from cudacourse.module import exposed_functions
+    from cudacourse.source import launcher
+
+    g = _gpu_check()
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    monkeypatch.setattr(cuda_backend, "uses_gpu_worker", lambda backend="auto": True)
+    f = course().root / "solutions" / rel
+    src = f.read_text()
+    lib = cuda_backend.build_cuda(src, str(f), [launcher(src, fn) for fn in exposed_functions(src)])
+    shown = g.shown_listing(f, "9.0a")
+    got = g.compare(rel, shown, g.cuobjdump_listing(lib, sa.find_tool("cuobjdump")))
+    assert len(got) >= 3 and all(v.verdict == "SAME" for v in got), [v.line() for v in got if v.verdict != "SAME"]
+    other = g.compare(rel, shown, g.shown_listing(f, "sm_80"))
+    assert any(v.verdict not in ("SAME", "SAME MIX") for v in other), [v.line() for v in other]
