@@ -306,7 +306,10 @@ def markdown(tab: list[dict], params: dict[str, float]) -> str:
              "results/nvidia-h200/results.json). The constants were fitted (`--fit`) on the H100 rows of lessons "
              "01, 02 and 04 and of the sgemm 2048^3 group (39 rows); the sgemm 4096^3, 4092^3 ragged, linear and "
              "attention rows were added afterwards, and the H200 rows use the same constants (only the measured copy "
-             "bandwidth differs): those are a check, not a fit.", "",
+             "bandwidth differs): those are a check, not a fit. Each row's counters at the bench size are in "
+             "`results/cpu/estimate_counters.json`; `tests/test_estimate.py` recomputes this table from them with "
+             "today's model (it must be this table, no figure worse) and reruns a sample of rows on today's "
+             "simulator (the table must not get worse).", "",
              f"Constants: {', '.join(f'{k} = {v:g}' for k, v in params.items())}.", "",
              "Aims (issue 39): median relative error at most 25% over memory-bound rows, at most 40% over all rows, "
              "rank correlation at least 0.9 inside each group of 3 or more versions.", ""]
