@@ -95,6 +95,18 @@ def test_missing_tools_name_the_setup_extra(monkeypatch: pytest.MonkeyPatch, cap
     assert "make setup EXTRAS=sass" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(sa.find_tool("nvcc") is None, reason=f"nvcc not installed: `{sa.SETUP_HINT}` installs it")
+def test_nvcc_without_a_disassembler_names_the_setup_extra(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """nvcc on the PATH (a CUDA toolkit without cuobjdump, or nvcc alone): the cubin builds, and the verb says which
+    tool is missing and the command that installs it, instead of a traceback."""
+    real = sa.find_tool
+    monkeypatch.setattr(sa, "find_tool", lambda name: real(name) if name == "nvcc" else None)
+    assert sa.main(["01_relu", "relu_v3_float4", "--impl", "solution"]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("error: cuobjdump not found") and "make setup EXTRAS=sass" in out, out
+
+
 # ----------------------------------------------------------------------------------------------------
 # What nvcc made (needs nvcc and the cuobjdump/nvdisasm wheels)
 # ----------------------------------------------------------------------------------------------------
