@@ -9,10 +9,14 @@ The model's constants are fitted on the H100 rows only (a grid search minimising
 with ``--fit``, leaving out the sgemm 4096/4092, linear and attention groups; those and the H200 rows are then a
 check with the same constants (on the H200 only the copy bandwidth differs).
 
-    .venv/bin/python benchmarks/estimate_calibration.py          # table with estimate.CALIBRATED
+    .venv/bin/python benchmarks/estimate_calibration.py          # table with estimate.CALIBRATED (~2-4 min)
     .venv/bin/python benchmarks/estimate_calibration.py --fit    # refit, print the constants, then the table
+    .venv/bin/python benchmarks/estimate_calibration.py --counters results/cpu/estimate_counters.json --fit
+                                                                 # the same from the committed counters (seconds)
 
-Writes results/cpu/estimate_calibration.md (table) and .json (rows, for tests/test_estimate.py).
+Writes results/cpu/estimate_calibration.md (table), .json (rows and summary) and results/cpu/estimate_counters.json
+(each row's launches at the bench size, extrapolated from the simulator). tests/test_estimate.py recomputes the
+table from the committed counters and reruns a sample of rows on the simulator against them.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,12 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 import cudacourse as cc  # noqa: E402
 from cudacourse import estimate as es  # noqa: E402
+from cudacourse.speed_estimate import SMALL_1D, SMALL_GRID, Call, extrapolate  # noqa: E402
 
 SOL = ROOT / "solutions"
-SMALL_1D = (1 << 16, 1 << 17)
-# grid-stride launchers cap their grid at what fills the GPU (132 SMs x 8 blocks on the simulator, as on the H100):
-# sizes above the cap, so that the grid stays constant and the work per thread grows, as at the bench size
-SMALL_GRID = (1 << 20, 1 << 21)
 RESULTS = {"H100": ROOT / "results/nvidia-h100-80gb-hbm3/results.json",
            "H200": ROOT / "results/nvidia-h200/results.json"}
 
@@ -48,21 +48,6 @@ RESULTS = {"H100": ROOT / "results/nvidia-h100-80gb-hbm3/results.json",
 STALE = {("H100", "linear 4096x4096->4096 fp32", "linear"):
          "measured on 2026-11-22 (72d8492), before commit ef1431a (2026-11-25) moved task 3.5's linear onto v8: "
          "15.1 ms there against 3.18 ms for today's kernel on the H200"}
-
-
-@dataclass
-class Call:
-    """One launcher call of a bench row: ``args(size)`` builds its arguments; ``full`` is the bench size;
-    ``work``/``grid``: how counts and blocks grow with the size (``"n"`` linear, ``"n2"``, ``"n3"``)."""
-
-    file: str
-    function: str
-    args: Callable[[int], list]
-    full: int
-    small: tuple[int, int]
-    buffers: dict[str, int]     # bytes of each buffer at the bench size
-    work: str = "n"
-    grid: str = "n"
 
 
 @dataclass
@@ -79,10 +64,6 @@ class Row:
 
 def _f(n: int) -> torch.Tensor:
     return torch.randn(max(n, 1))
-
-
-def _unit(kind: str, n: int) -> float:
-    return float(n) ** {"n": 1, "n2": 2, "n3": 3}[kind]
 
 
 def rows() -> list[Row]:
@@ -180,14 +161,21 @@ def rows() -> list[Row]:
 
 
 _MODULES: dict[tuple[str, str], object] = {}
-_RUNS: dict[tuple[str, str, int], list[es.LaunchCounters]] = {}
+_RUNS: dict[tuple, list[es.LaunchCounters]] = {}
+
+
+def _shape(a: object) -> object:
+    return ("tensor", a.numel(), str(a.dtype)) if isinstance(a, torch.Tensor) else a
 
 
 def _counters(call: Call, size: int) -> list[es.LaunchCounters]:
-    """The launches of one call at ``size`` on the simulator (one run per file, function and size)."""
-    if (call.file, call.function, size) not in _RUNS:
-        _RUNS[(call.file, call.function, size)] = _run(call, size)
-    return _RUNS[(call.file, call.function, size)]
+    """The launches of one call at ``size`` on the simulator, run once per file, function and arguments' shapes
+    (two rows that make the same call share the run; row_sum at 256 rows of 4096 columns and at 256 rows of 1024
+    are two runs: a key of the size alone gave the second the first one's counters)."""
+    key = (call.file, call.function, tuple(_shape(a) for a in call.args(size)))
+    if key not in _RUNS:
+        _RUNS[key] = _run(call, size)
+    return _RUNS[key]
 
 
 def _run(call: Call, size: int) -> list[es.LaunchCounters]:
@@ -212,16 +200,7 @@ def _regs(path: str) -> dict[str, int]:
 
 def launches_at_full(call: Call) -> list[es.LaunchCounters]:
     """The call's launches at its bench size, extrapolated from the two small sizes."""
-    s1, s2 = call.small
-    c1 = _counters(call, s1)
-    if s1 == s2 == call.full:
-        return c1
-    c2 = _counters(call, s2)
-    if len(c1) != len(c2):
-        raise RuntimeError(f"{call.function}: {len(c1)} launches at {s1}, {len(c2)} at {s2}")
-    u = [_unit(call.work, x) for x in (s1, s2, call.full)]
-    b = [_unit(call.grid, x) for x in (s1, s2, call.full)]
-    return [a.scaled(c, *u[:2], u[2], *b[:2], b[2]) for a, c in zip(c1, c2, strict=True)]
+    return extrapolate(call, lambda size: _counters(call, size))
 
 
 def measured(gpu: str) -> dict[tuple[str, str], float]:
@@ -327,7 +306,10 @@ def markdown(tab: list[dict], params: dict[str, float]) -> str:
              "results/nvidia-h200/results.json). The constants were fitted (`--fit`) on the H100 rows of lessons "
              "01, 02 and 04 and of the sgemm 2048^3 group (39 rows); the sgemm 4096^3, 4092^3 ragged, linear and "
              "attention rows were added afterwards, and the H200 rows use the same constants (only the measured copy "
-             "bandwidth differs): those are a check, not a fit.", "",
+             "bandwidth differs): those are a check, not a fit. Each row's counters at the bench size are in "
+             "`results/cpu/estimate_counters.json`; `tests/test_estimate.py` recomputes this table from them with "
+             "today's model (it must be this table, no figure worse) and reruns a sample of rows on today's "
+             "simulator (the table must not get worse).", "",
              f"Constants: {', '.join(f'{k} = {v:g}' for k, v in params.items())}.", "",
              "Aims (issue 39): median relative error at most 25% over memory-bound rows, at most 40% over all rows, "
              "rank correlation at least 0.9 inside each group of 3 or more versions.", ""]
@@ -372,21 +354,28 @@ def collect(rs: list[Row], known: dict[str, list] | None = None) -> dict[str, li
     return counts
 
 
+COUNTERS = ROOT / "results/cpu/estimate_counters.json"
+
+
+def read_counters(path: Path = COUNTERS) -> dict[str, list[list[es.LaunchCounters]]]:
+    """Simulated counters per row (``"group|name"``: per call, its launches at the bench size) from a JSON file."""
+    raw = json.loads(path.read_text())
+    return {k: [[es.LaunchCounters(**c) for c in call] for call in v] for k, v in raw.items()}
+
+
 def main() -> int:
     """Run the simulator on every row, optionally fit, write the table."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fit", action="store_true", help="refit the constants on the H100 rows first")
     ap.add_argument("--counters", type=Path, default=None,
-                    help="a JSON file of the simulated counters: read when it exists (no simulator runs), else written")
+                    help="read the simulated counters of the rows it holds from this JSON file (as written to "
+                         "results/cpu/estimate_counters.json) instead of running the simulator for them")
     a = ap.parse_args()
     rs = rows()
-    known: dict[str, list] = {}
-    if a.counters and a.counters.exists():
-        raw = json.loads(a.counters.read_text())
-        known = {k: [[es.LaunchCounters(**c) for c in call] for call in v] for k, v in raw.items()}
+    known = read_counters(a.counters) if a.counters else {}
     counts = collect(rs, known)
-    if a.counters:
-        a.counters.write_text(json.dumps({k: [[vars(c) for c in call] for call in v] for k, v in counts.items()}))
+    COUNTERS.write_text(json.dumps({k: [[vars(c) for c in call] for call in v] for k, v in counts.items()}, indent=0,
+                                   sort_keys=True) + "\n")
     params = fit(rs, counts) if a.fit else dict(es.CALIBRATED)
     tab = table(rs, counts, params)
     (ROOT / "results/cpu/estimate_calibration.md").write_text(markdown(tab, params))

@@ -157,8 +157,11 @@ class LearnerOutput:
     - the closing count leaves out pytest's "68 deselected" (the other tasks' tests, never meant to run).
     """
 
-    def __init__(self, titles: dict[str, str]) -> None:
+    def __init__(self, titles: dict[str, str], estimate_impl: str | None = None, estimates: bool = True) -> None:
         self.titles = titles
+        self.estimates = estimates
+        self.estimate_impl = estimate_impl  # the files the estimates run: None = this process's settings
+        self.not_graded_gpu: list[str] = []  # speed tasks skipped here for want of a GPU, in order
         self.shown: dict[str, str] = {}  # a message without its numbers -> the case words of its first failure
         self.texts: dict[str, str] = {}  # the same key -> the message shown in full
 
@@ -174,6 +177,7 @@ class LearnerOutput:
     def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
         """Rename a failure's heading and shorten a repeated message (after the course plugin's own brief form)."""
         report = yield
+        self._note_gpu_skip(item, report)
         if not report.failed or item.config.get_verbosity() >= 0:  # (make check passes -q; -v or --verbose: ids)
             return report
         mark = item.get_closest_marker("task")
@@ -199,9 +203,39 @@ class LearnerOutput:
                     report.longrepr = f"{short}\n  The rest: the same as for {where} above."
         return report
 
+    def _note_gpu_skip(self, item: Any, report: Any) -> None:
+        """Remember a task skipped as "not graded: needs a GPU" (the simulator): its estimate is shown at the end."""
+        from cudacourse.results import GPU_SKIP_REASON
+
+        mark = item.get_closest_marker("task")
+        reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else ""
+        if mark is not None and mark.args and GPU_SKIP_REASON in str(reason):
+            task = str(mark.args[0])
+            if task not in self.not_graded_gpu:
+                self.not_graded_gpu.append(task)
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """Drop the count of deselected tests from the closing line (the other tasks' tests)."""
+        """Drop the count of deselected tests from the closing line (the other tasks' tests); then, for each speed
+        task not graded here (no GPU), the estimated time on an H100 and an H200 (issue 39), labelled so."""
         terminalreporter.stats.pop("deselected", None)
+        if not self.estimates or not self.not_graded_gpu:
+            return
+        from cudacourse.lessons import lesson_dir
+        from cudacourse.speed_estimate import NOT_GRADED, estimate_task
+
+        terminalreporter.write_sep("-", f"estimated GPU times of the speed tasks ({NOT_GRADED})")
+        terminalreporter.write_line("A model's figures from the simulator's counters, not a measurement: "
+                                    "cudacourse/estimate.py; its errors: results/cpu/estimate_calibration.md.")
+        c = course()
+        for tid in self.not_graded_gpu:
+            task = next(t for t in c.tasks() if t.id == tid)
+            try:
+                folder = lesson_dir(task.lesson, self.estimate_impl)
+                lines = [ln for e in estimate_task(task, folder) for ln in e.lines()]
+            except Exception as e:  # noqa: BLE001 - an estimate never breaks a check: it says why it is absent
+                lines = [f"task {tid}: no estimate ({type(e).__name__}: {e}) ({NOT_GRADED})"]
+            for ln in lines:
+                terminalreporter.write_line(ln)
 
 
 def started_tasks(c: Course, lessons: list[LessonInfo]) -> tuple[list[str], list[str]]:
@@ -224,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--solution", action="store_true", help="check the reference solutions instead of lessons/")
     p.add_argument("--verbose", action="store_true", help="every message in full, failures named by their test ids")
     p.add_argument("--seed", type=int, default=None, help="the random inputs of an earlier run (its printed seed)")
+    p.add_argument("--no-estimate", action="store_true",
+                   help="on the simulator, skip the estimated GPU time of the speed tasks (a few seconds each)")
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in argv:
@@ -262,4 +298,5 @@ def main(argv: list[str] | None = None) -> int:
     import pytest
 
     titles = {t.id: t.title for t in c.tasks()}
-    return int(pytest.main(pytest_args(c, lessons, task_ids, extra), plugins=[LearnerOutput(titles)]))
+    out = LearnerOutput(titles, "solution" if args.solution else None, estimates=not args.no_estimate)
+    return int(pytest.main(pytest_args(c, lessons, task_ids, extra), plugins=[out]))

@@ -208,10 +208,13 @@ def registers_of(path: str) -> dict[str, int]:
     return {sass.base_name(k): r.registers for k, r in sass.parse_ptxas((d / "ptxas.txt").read_text()).items()}
 
 
+NOT_COUNTED = ("the simulator runs only CUDA kernels of the course's files; cuBLAS calls, Triton twins and host work "
+               "are not counted, so no time is invented for them")
+
+
 def not_estimated(what: str) -> str:
     """The message for a call the model cannot estimate (cuBLAS, Triton, host work)."""
-    return (f"{what}: no estimate (the simulator runs only CUDA kernels of the course's files; cuBLAS calls, Triton "
-            "twins and host work are not counted, so no time is invented for them)")
+    return f"{what}: no estimate ({NOT_COUNTED})"
 
 
 def estimate_report(report: Any, gpu: str = "H100", buffer_bytes: dict[str, int] | None = None) -> list[Estimate]:
@@ -220,13 +223,14 @@ def estimate_report(report: Any, gpu: str = "H100", buffer_bytes: dict[str, int]
     return [estimate(counters(k, regs.get(k.kernel.split("<")[0])), GPUS[gpu], buffer_bytes) for k in report.kernels]
 
 
-def render(estimates: list[Estimate], gpu: str = "H100") -> str:
-    """Lines labelled 'estimate' for a profile report."""
+def render(estimates: list[Estimate], gpu: str = "H100", sizes: str = "") -> str:
+    """Lines labelled 'estimate' for a profile report (``sizes``: the call's sizes in words, e.g. ``n=4096``)."""
     g = GPUS[gpu]
     if not estimates:
-        return not_estimated("this call launched no kernel")
+        return not_estimated("this call launched no kernel (host work only)")
     total = sum(e.seconds for e in estimates)
-    out = [f"estimate on an {g.name} (not a measurement; model: cudacourse/estimate.py, errors: "
+    at = f" at this call's sizes ({sizes})" if sizes else ""
+    out = [f"estimate on an {g.name}{at} (not a measurement; model: cudacourse/estimate.py, errors: "
            f"results/cpu/estimate_calibration.md): {1e3 * total:.3g} ms"]
     for e in estimates:
         out.append(f"   estimate {e.kernel}: {e.ms:.3g} ms, bound by {e.bound} (waves {e.parts.get('waves', 0):.0f}, "
@@ -238,4 +242,6 @@ def for_call(report: Any, launcher: Any, args: list, gpus: tuple[str, ...] = ("H
     """The estimate lines of one profiled call (``cudacourse profile``): each GPU's estimate at the call's own
     sizes, every buffer capped at the bytes of the tensor passed for it."""
     sizes = {p.name: t.numel() * t.element_size() for p, t in zip(launcher.params, args, strict=True) if p.pointer}
-    return "\n".join(render(estimate_report(report, g, sizes), g) for g in gpus)
+    words = ", ".join(f"{p.name}={v}" for p, v in zip(launcher.params, args, strict=True)
+                      if not p.pointer and isinstance(v, int))
+    return "\n".join(render(estimate_report(report, g, sizes), g, words) for g in gpus)

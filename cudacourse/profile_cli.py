@@ -29,19 +29,30 @@ def main(argv: list[str]) -> int:
     if backend_name("auto") == "cuda":
         print("(this counts on the CPU simulator; to measure the same metrics on this GPU with Nsight Compute:\n  " +
               ncu_command(f"python -m cudacourse check {a.lesson}") + ")")
-    folder = lesson_dir(a.lesson, a.impl)
-    files = [p for p in sorted(folder.glob("*.cu")) if re.search(rf"\b{re.escape(a.function)}\s*\(", p.read_text())]
-    if not files:
-        print(f"no .cu file in {folder} defines a launcher {a.function!r}")
-        return 2
-    m = load(files[0], [a.function], backend="sim", profile=True)
-    args = random_args(m.launchers[a.function], a.size)
-    m.__getattr__(a.function)(*args)
-    print(m.profile_report())
-    from cudacourse.estimate import for_call  # issue 39: the estimated GPU time, labelled "estimate"
+    # issue 39: the estimated GPU time, labelled "estimate"
+    from cudacourse.estimate import NOT_COUNTED, for_call, not_estimated
 
-    print(for_call(m.profile_report(), m.launchers[a.function], args))
-    m.close()
+    folder = lesson_dir(a.lesson, a.impl)
+    defines = rf"\bdef\s+{re.escape(a.function)}\s*\(|\b{re.escape(a.function)}\s*\("
+    files = [p for p in sorted(folder.glob("*.cu")) if re.search(defines, p.read_text())]
+    if not files:
+        twins = [p.name for p in sorted(folder.glob("*_triton.py")) if re.search(defines, p.read_text())]
+        print(f"no .cu file in {folder} defines a launcher {a.function!r}" +
+              (f"; {a.function} is a Triton twin ({twins[0]}), not a CUDA launcher: no counters and no estimate "
+               f"({NOT_COUNTED})" if twins else ""))
+        return 2
+    try:
+        m = load(files[0], [a.function], backend="sim", profile=True)
+    except ValueError as e:  # a torch::Tensor file: its launches happen inside torch's dispatch
+        print(f"error: {e}\n{not_estimated(a.function)}")
+        return 2
+    try:
+        args = random_args(m.launchers[a.function], a.size)
+        m.__getattr__(a.function)(*args)
+        print(m.profile_report())
+        print(for_call(m.profile_report(), m.launchers[a.function], args))
+    finally:
+        m.close()
     return 0
 
 

@@ -1,21 +1,20 @@
 """What the compiler made of a kernel, without a GPU: PTX, SASS, registers, spills, shared memory, occupancy.
 
-``python -m cudacourse sass 01_relu relu_v3_float4`` (or, in a notebook, ``cc.sass.sass("01_relu",
-"relu_v3_float4")``) compiles the lesson's kernel file with nvcc for an H100/H200 (``sm_90a``, the code the
-course's cuda backend builds there: ``loader.build_cuda`` with ``-O3 -lineinfo``), finds the kernels the
-launcher launches, and shows for each one:
+``make sass ARGS="01_relu relu_v3_float4"`` (in Python: ``from cudacourse import sass; sass.sass("01_relu",
+"relu_v3_float4")``) compiles the lesson's kernel file with nvcc for an H100/H200 (``sm_90a``, with the cuda
+backend's flags: ``-O3 -lineinfo``), finds the kernels the launcher launches, and shows for each one:
 
-- the resources ptxas reports (``-Xptxas -v``): registers per thread, spill stores and loads, stack, static
-  shared memory, barriers;
+- the resources ptxas reports (``-Xptxas -v``): registers per thread, spills, stack, static shared memory, barriers;
 - the theoretical occupancy those give on an H100/H200 for the launch's block size (``cudacourse.occupancy``,
   the CUDA Programming Guide's rules, cited there);
 - the SASS (``nvdisasm -g``: each instruction under the source line it came from, as ``-lineinfo`` records it;
   plain ``cuobjdump -sass`` where nvdisasm is absent) and the PTX nvcc generated.
 
 Tools: nvcc from ``$CUDA_HOME`` or the PATH, else the PyPI wheel ``nvidia-cuda-nvcc``; cuobjdump and nvdisasm
-from the PyPI wheels ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm`` (``make setup EXTRAS=sass``
-installs all three), else the PATH. What a GPU would run is the same cubin: ``cuobjdump -sass`` of the cuda
-backend's library prints the same instructions (benchmarks/sass_gpu_check.py checks it on the GPU machine).
+from the wheels ``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm`` (``make setup EXTRAS=sass`` installs all
+three), else the PATH. ``cuobjdump -sass`` of the cuda backend's library shows the same instructions
+(benchmarks/sass_gpu_check.py compares them, kernel by kernel, on the GPU machine; tests/test_sass.py on a
+library nvcc builds here the backend's way).
 """
 
 from __future__ import annotations
@@ -40,9 +39,7 @@ class ToolMissing(RuntimeError):
     """nvcc, cuobjdump or nvdisasm could not be found; the message names the setup command that installs it."""
 
 
-# ----------------------------------------------------------------------------------------------------
-# Finding the tools (PyPI wheels install them under site-packages/nvidia/cu13/bin)
-# ----------------------------------------------------------------------------------------------------
+# ---- Finding the tools (PyPI wheels install them under site-packages/nvidia/cu13/bin) ----------------------
 
 
 def _wheel_bins() -> list[Path]:
@@ -81,9 +78,7 @@ def require_tool(name: str) -> str:
     return p
 
 
-# ----------------------------------------------------------------------------------------------------
-# Which kernels a launcher launches
-# ----------------------------------------------------------------------------------------------------
+# ---- Which kernels a launcher launches ------------------------------------------------------------------
 
 _LAUNCH = re.compile(r"\b([A-Za-z_]\w*)\s*(<[^;{}]*?>)?\s*<<<")
 
@@ -206,9 +201,7 @@ def _split_args(text: str) -> list[str]:
     return [*parts, cur.strip()] if cur.strip() else parts
 
 
-# ----------------------------------------------------------------------------------------------------
-# Building and reading what nvcc made
-# ----------------------------------------------------------------------------------------------------
+# ---- Building and reading what nvcc made ---------------------------------------------------------------
 
 
 @dataclass
@@ -301,28 +294,45 @@ def base_name(mangled: str) -> str:
 
 
 def _sass_listing(cubin: Path) -> tuple[dict[str, list[tuple[str, str, int, str]]], str]:
-    """SASS per mangled kernel: ``(address, instruction, source line)`` rows (line 0: no line info, or another
-    file), and the tool used. nvdisasm -g where it exists, else cuobjdump -sass (no lines)."""
-    out: dict[str, list[tuple[str, str, int, str]]] = {}
+    """SASS per mangled kernel (:func:`parse_listing`) and the tool used: nvdisasm -g where it exists, else
+    cuobjdump -sass (no source lines)."""
     nvdisasm = find_tool("nvdisasm")
     if nvdisasm:
         text = subprocess.run([nvdisasm, "-g", "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
-        tool = "nvdisasm -g"
-    else:
-        text = subprocess.run([require_tool("cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True,
-                              check=True).stdout
-        tool = "cuobjdump -sass (no source lines: nvdisasm is absent)"
-    cur: list | None = None
-    line, where = 0, ""
+        return parse_listing(text), "nvdisasm -g"
+    text = subprocess.run([require_tool("cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
+    return parse_listing(text), "cuobjdump -sass (no source lines: nvdisasm is absent)"
+
+
+def unpredicated(ins: str) -> str:
+    """An instruction without its guard: ``@!P0 LDG.E.128 R4, ...`` -> ``LDG.E.128 R4, ...``."""
+    return re.sub(r"^@!?U?P\w+\s+", "", ins)
+
+
+def parse_listing(text: str) -> dict[str, list[tuple[str, str, int, str]]]:
+    """``(address, instruction, source line, file)`` rows per mangled kernel of ``nvdisasm -g`` or ``cuobjdump
+    -sass`` output (of a cubin or of a shared library); line 0 where no line info precedes an instruction.
+    nvdisasm's branch and call targets are replaced by the address they stand for (`` BRA `(.L_x_4)`` -> ``BRA
+    0x1a0``), as cuobjdump prints them: the label lines are not kept, the addresses are."""
+    out: dict[str, list[tuple[str, str, int, str]]] = {}
+    labels: dict[str, dict[str, str]] = {}  # per kernel: label -> address
+    cur, name, line, where, pending = None, "", 0, "", []
     for ln in text.splitlines():
         if mm := re.match(r"\s*(?:\.text\.|Function : )(\S+?):?$", ln):
-            cur = out.setdefault(mm.group(1), [])
-            line = 0
+            name = mm.group(1)
+            cur, line = out.setdefault(name, []), 0
         elif mm := re.search(r'//## File "([^"]+)", line (\d+)', ln):
             where, line = mm.group(1), int(mm.group(2))
+        elif mm := re.match(r"([.$\w]+):$", ln):
+            pending.append(mm.group(1))
         elif cur is not None and (mm := re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*(?:/\*.*)?$", ln)):
+            labels.setdefault(name, {}).update({lab: hex(int(mm.group(1), 16)) for lab in pending})
+            pending = []
             cur.append((mm.group(1), mm.group(2).rstrip(" ;"), line, where))
-    return out, tool
+    target = re.compile(r"`\(([^)]+)\)")
+    return {k: [(a, target.sub(lambda m, k=k: labels.get(k, {}).get(m.group(1), m.group(0)), i), n, w)
+                for a, i, n, w in rows] for k, rows in out.items()}
 
 
 def _ptx_of(ptx: str, mangled: str) -> str:
@@ -331,11 +341,6 @@ def _ptx_of(ptx: str, mangled: str) -> str:
         return ""
     end = re.search(r"^}", ptx[mm.start():], re.M)
     return ptx[mm.start(): mm.start() + (end.end() if end else len(ptx))]
-
-
-# ----------------------------------------------------------------------------------------------------
-# The report
-# ----------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -357,7 +362,7 @@ class KernelCode:
 
     def count(self, opcode: str) -> int:
         """How many SASS instructions start with ``opcode`` (``LDG.E.128``, ``SHFL.BFLY``, ``HMMA``)."""
-        return sum(1 for i in self.instructions if re.sub(r"^@!?U?P\w+\s+", "", i).startswith(opcode))
+        return sum(1 for i in self.instructions if unpredicated(i).startswith(opcode))
 
 
 @dataclass
@@ -461,11 +466,6 @@ def sass(lesson: str | os.PathLike, function: str, *, arch: str = DEFAULT_ARCH, 
         raise ValueError(f"none of the kernels {function} launches ({', '.join(la.kernel for la in todo)}) is in "
                          f"the code nvcc made for sm_{normalize_arch(arch)}")
     return SassReport(path, function, normalize_arch(arch), tool, kernels, show)
-
-
-# ----------------------------------------------------------------------------------------------------
-# python -m cudacourse sass LESSON FUNCTION
-# ----------------------------------------------------------------------------------------------------
 
 
 def main(argv: list[str]) -> int:

@@ -312,3 +312,50 @@ def test_a_stub_or_assertion_failure_has_the_course_words_without_a_traceback() 
     with pytest.raises(AssertionError) as bare:
         raise AssertionError("assert 1 == 2")
     assert course_words(bare) == ""
+
+
+def test_a_speed_task_on_the_simulator_shows_its_estimate_labelled_as_one() -> None:
+    """Issue 39: on the simulator a speed task is not graded; `make check` says what the calibrated model estimates
+    for it on an H100 and an H200, against the task's target, and that an estimate is not a grade."""
+    c = course()
+    env = dict(os.environ, PYTHONPATH=str(c.root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("PYTEST_ADDOPTS", None)
+    out = subprocess.run([sys.executable, "-m", "cudacourse", "check", "1.7", "--solution", "--", "--backend", "sim",
+                          "-p", "no:xdist"], cwd=c.root, env=env, capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert re.search(r"(?m)^1\.7 .*not-graded$", text), text  # still not graded: the estimate earns nothing
+    assert "estimated GPU times of the speed tasks (not graded: estimates are not grades)" in text
+    for gpu in ("H100", "H200"):  # the solution moves 2 x 1 GiB at about the copy's speed
+        assert re.search(rf"(?m)^  estimated on an {gpu}: 0\.\d+ ms = (0\.9\d|1\.0\d) of copy, target 0\.85 "
+                         r"\(not graded: estimates are not grades\)$", text), text
+    assert text.index("points (impl=solution") < text.index("estimated on an H100")  # after the points table
+
+
+class _Reporter:
+    """The two methods of pytest's terminal reporter that LearnerOutput's summary uses."""
+
+    def __init__(self) -> None:
+        self.stats: dict = {}
+        self.lines: list[str] = []
+
+    def write_sep(self, sep: str, title: str) -> None:
+        self.lines.append(title)
+
+    def write_line(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_no_estimate_asked_or_possible_prints_no_number() -> None:
+    """`make check ARGS=--no-estimate` prints none; a task the model cannot estimate says why, with no number."""
+    out = checkcmd.LearnerOutput({}, estimates=False)
+    out.not_graded_gpu = ["1.7"]
+    rep = _Reporter()
+    out.pytest_terminal_summary(rep)
+    assert rep.lines == []
+    out = checkcmd.LearnerOutput({})
+    out.not_graded_gpu = ["5.8", "7.6"]
+    out.pytest_terminal_summary(rep)
+    text = "\n".join(rep.lines)
+    assert "task 5.8: no estimate: tensor-core kernels" in text and "task 7.6: no estimate: host work" in text
+    assert " ms " not in text and text.count("not graded: estimates are not grades") == 3  # heading + 2 tasks

@@ -8,6 +8,10 @@ The SASS tests compile with nvcc and disassemble with the PyPI wheels (`make set
 
 from __future__ import annotations
 
+import re
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from cudacourse import sass as sa
@@ -91,6 +95,18 @@ def test_missing_tools_name_the_setup_extra(monkeypatch: pytest.MonkeyPatch, cap
     assert "make setup EXTRAS=sass" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(sa.find_tool("nvcc") is None, reason=f"nvcc not installed: `{sa.SETUP_HINT}` installs it")
+def test_nvcc_without_a_disassembler_names_the_setup_extra(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """nvcc on the PATH (a CUDA toolkit without cuobjdump, or nvcc alone): the cubin builds, and the verb says which
+    tool is missing and the command that installs it, instead of a traceback."""
+    real = sa.find_tool
+    monkeypatch.setattr(sa, "find_tool", lambda name: real(name) if name == "nvcc" else None)
+    assert sa.main(["01_relu", "relu_v3_float4", "--impl", "solution"]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("error: cuobjdump not found") and "make setup EXTRAS=sass" in out, out
+
+
 # ----------------------------------------------------------------------------------------------------
 # What nvcc made (needs nvcc and the cuobjdump/nvdisasm wheels)
 # ----------------------------------------------------------------------------------------------------
@@ -142,3 +158,148 @@ def test_verb_prints_the_report(capsys: pytest.CaptureFixture) -> None:
     out = capsys.readouterr().out
     assert "relu_v3_float4_kernel" in out and "LDG.E.128" in out and "blocks/SM" in out
     assert sa.main(["01_relu", "no_such_launcher", "--impl", "solution"]) == 1
+
+
+# ----------------------------------------------------------------------------------------------------
+# The SASS excerpts the lessons show (<!-- sass-excerpt: LESSON LAUNCHER KERNEL --> before a ```text block)
+# ----------------------------------------------------------------------------------------------------
+
+_EXCERPT = re.compile(r"<!-- sass-excerpt: (\S+) (\S+) (\S+) -->\n```text\n(.*?)\n```", re.S)
+
+
+def excerpts() -> list[tuple[str, str, str, str, str]]:
+    """(readme, lesson, launcher, kernel, text) of every marked SASS excerpt in the lessons' READMEs."""
+    root = course().root
+    return [(str(p.relative_to(root)), *m.groups()) for p in sorted(root.glob("lessons/*/README.md"))
+            for m in _EXCERPT.finditer(p.read_text())]
+
+
+def _nvcc_release() -> str:
+    nvcc = sa.find_tool("nvcc")
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout if nvcc else ""
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else ""
+
+
+def test_the_lessons_show_sass_excerpts() -> None:
+    got = {(les, fn) for _, les, fn, _, _ in excerpts()}
+    assert {("01_relu", "relu_v3_float4"), ("02_reduce", "warp_sum")} <= got, got
+
+
+@needs_tools
+@pytest.mark.parametrize(("readme", "lesson", "launcher", "kernel", "text"), excerpts(),
+                         ids=[f"{e[1]}-{e[2]}" for e in excerpts()])
+def test_a_lesson_sass_excerpt_is_what_nvcc_makes(readme: str, lesson: str, launcher: str, kernel: str,
+                                                  text: str) -> None:
+    """Each excerpt is regenerated: its command is the one shown, each source line it quotes is that line of the
+    solution's file, and each instruction is in the kernel's SASS under the same source line (same opcode; with
+    the nvcc that made the excerpt, 13.0, the same operands and registers too)."""
+    check_excerpt(readme, lesson, launcher, kernel, text)
+
+
+@needs_tools
+def test_the_excerpt_check_catches_a_wrong_excerpt() -> None:
+    readme, lesson, launcher, kernel, text = next(e for e in excerpts() if e[2] == "relu_v3_float4")
+    for wrong in (text.replace("LDG.E.128.CONSTANT", "LDG.E.64.CONSTANT"),  # another instruction
+                  text.replace("line 169 |", "line 168 |"),  # a source line that is not there
+                  text.replace("/*0180*/ STG.E.128", "/*0180*/ STS.128")):  # an opcode the kernel lacks
+        assert wrong != text
+        with pytest.raises(AssertionError):
+            check_excerpt(readme, lesson, launcher, kernel, wrong)
+
+
+def check_excerpt(readme: str, lesson: str, launcher: str, kernel: str, text: str) -> None:
+    """Assert that one README excerpt is what `make sass` shows today (see the test above)."""
+    lines = text.splitlines()
+    assert lines[0] == f'$ make sass ARGS="{lesson} {launcher} --impl solution"', f"{readme}: {lines[0]}"
+    rep = sa.sass(lesson, launcher, impl="solution")
+    k = rep.kernel(kernel)
+    exact = _nvcc_release() == "13.0"
+    src = rep.path.read_text().split("\n")
+    head = next(ln for ln in lines if ln.startswith("== "))
+    assert head.split("   launched")[0] == f"== {k.name}", head
+    if exact:
+        assert head == f"== {k.name}   launched at line {k.launch.line}: <<<{', '.join(k.launch.config)}>>>"
+        regs = next(ln for ln in lines if ln.strip().startswith("registers "))
+        assert regs.strip().startswith(f"registers {k.resources.registers}/thread,"), (regs, k.resources)
+    where: tuple[str, int] | None = None
+    checked = 0
+    for ln in lines:
+        tag, bar, rest = ln.partition(" | ")
+        if ln.strip() == "...":
+            where = None  # lines left out: the next instruction's source line is not shown
+        if not bar:
+            continue
+        tag = tag.strip()
+        if tag:  # a source line: "line 169" (the kernel's file) or "sm_30_intrinsics.hpp:440" (a header)
+            if tag.startswith("line "):
+                where = (rep.path.name, int(tag.split()[1]))
+                assert src[where[1] - 1].strip() == rest.strip(), f"{readme}: {tag} is not {rest.strip()!r}"
+            else:
+                name, _, num = tag.rpartition(":")
+                where = (name, int(num))
+            continue
+        m = re.match(r"\s*/\*([0-9a-f]{4})\*/ (.*)$", rest)
+        assert m, f"{readme}: not an instruction line: {ln!r}"
+        ins = m.group(2)
+        op = re.sub(r"^@!?U?P\w+\s+", "", ins).split()[0]
+        under = [r for r in k.sass if where is None or (Path(r[3]).name == where[0] and r[2] == where[1])]
+        assert any(re.sub(r"^@!?U?P\w+\s+", "", r[1]).split()[0] == op for r in under), (
+            f"{readme}: no {op} under {where} in {kernel}'s SASS now: regenerate the excerpt")
+        if exact:
+            assert (m.group(1), ins) in {(r[0], r[1]) for r in k.sass}, f"{readme}: {ins} at {m.group(1)}"
+        checked += 1
+    assert checked >= 3
+
+
+# ----------------------------------------------------------------------------------------------------
+# benchmarks/sass_gpu_check.py (run on the GPU machine): its comparison, tried here on the backend's own build
+# ----------------------------------------------------------------------------------------------------
+
+
+def _gpu_check():  # noqa: ANN202 - the benchmark script as a module
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("sass_gpu_check", course().root / "benchmarks/sass_gpu_check.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = mod  # type: ignore[union-attr]  # (its dataclasses look their module up there)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+def test_the_gpu_check_verdicts() -> None:
+    g = _gpu_check()
+    assert g.verdict(["@P0 LDG.E R2, [R4]", "EXIT"], ["@P0 LDG.E R2, [R4]", "EXIT"]) == ("SAME", {})
+    assert g.verdict(["FADD R1, R2, R3", "EXIT"], ["FADD R5, R2, R3", "EXIT"]) == ("SAME MIX", {})  # registers
+    assert g.verdict(["LDG.E.128 R4, [R2]"], ["@!P0 LDG.E R4, [R2]"]) == (
+        "DIFFERENT", {"LDG.E": [0, 1], "LDG.E.128": [1, 0]})
+    got = g.compare("f.cu", {"_Z1kv": ["EXIT"], "_Z2onlyv": ["EXIT"]}, {"_Z1kv": ["EXIT"]})
+    assert [(v.kernel, v.verdict) for v in got] == [("_Z1kv", "SAME"), ("_Z2onlyv", "MISSING")]
+    assert "MISSING" in got[1].line() and "only in the sass listing" in got[1].line()
+
+
+@needs_tools
+@pytest.mark.parametrize("rel", ["01_relu/relu.cu", "04_transformer/norms.cu", "05_tensor_cores/attention_tc.cu"])
+def test_the_gpu_check_finds_the_backends_library_the_same_as_what_sass_shows(
+        rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU confirmation's comparison, run here on a shared library that cuda_backend.build_cuda builds with
+    nvcc, as the grader's GPU worker has it built (torch's load_inline, the other path, needs a GPU): every kernel
+    is SAME, instruction for instruction. The three files hold branches (nvdisasm's labels, cuobjdump's
+    addresses), calls into CUDA's internal functions (norms.cu's division) and spilled registers (attention_tc.cu:
+    nvdisasm's SpillRefill notes). A build for another GPU (sm_80) is told apart."""
+    from cudacourse import cuda_backend
+    from cudacourse.module import exposed_functions
+    from cudacourse.source import launcher
+
+    g = _gpu_check()
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    monkeypatch.setattr(cuda_backend, "uses_gpu_worker", lambda backend="auto": True)
+    f = course().root / "solutions" / rel
+    src = f.read_text()
+    lib = cuda_backend.build_cuda(src, str(f), [launcher(src, fn) for fn in exposed_functions(src)])
+    shown = g.shown_listing(f, "9.0a")
+    got = g.compare(rel, shown, g.cuobjdump_listing(lib, sa.find_tool("cuobjdump")))
+    assert len(got) >= 3 and all(v.verdict == "SAME" for v in got), [v.line() for v in got if v.verdict != "SAME"]
+    other = g.compare(rel, shown, g.shown_listing(f, "sm_80"))
+    assert any(v.verdict not in ("SAME", "SAME MIX") for v in other), [v.line() for v in other]
