@@ -116,9 +116,14 @@ def run_trace(m: Any, trace: Trace | list, *, plain: bool = False, limit: int = 
     rows = trace.rows if isinstance(trace, Trace) else list(trace)
     n = len(rows)
     dev = m.device
-    m.alloc_begin(1 if plain else 0, int(limit))
-    for op, a, b, c in rows:
-        m.alloc_op(int(op), int(a), int(b), int(c))
+    from cudacourse.loader import no_sync
+
+    # the calls do not wait for the GPU (as an allocator's callers do not): on a GPU a SPIN then keeps the events
+    # recorded behind it pending until a SYNC; on the simulator queued stream work runs when each call returns
+    with no_sync():
+        m.alloc_begin(1 if plain else 0, int(limit))
+        for op, a, b, c in rows:
+            m.alloc_op(int(op), int(a), int(b), int(c))
     stats = torch.full((max(n, 1) * len(STATS),), float("nan"), dtype=torch.float64, device=dev)
     ptrs = torch.full((max(n, 1),), -1, dtype=torch.int64, device=dev)
     status = torch.full((max(n, 1),), -1, dtype=torch.int32, device=dev)
@@ -162,8 +167,8 @@ def torch_replay(trace: Trace | list, *, limit: int = 0, label: str = "PyTorch")
             if op == MALLOC:
                 with torch.cuda.stream(streams[c]):
                     try:
-                        t = torch.empty(b, dtype=torch.uint8, device="cuda")
-                        live[a], ptr = t, t.data_ptr()
+                        live[a] = torch.empty(b, dtype=torch.uint8, device="cuda")  # (no other reference)
+                        ptr = live[a].data_ptr()
                     except torch.OutOfMemoryError:
                         st = OUT_OF_MEMORY
             elif op == FREE:
