@@ -15,6 +15,7 @@ Two measurements, written under --out (benchmarks/gpu_alloc.sh runs it and commi
    cc_alloc_free) and none (cc_plain_*), each in a fresh process. Output: alloc_plugged.md, alloc_plugged.json.
 
     python3 benchmarks/alloc_bench.py --out DIR [--steps 20] [--only plugged|fragmentation]
+    .venv/bin/python benchmarks/alloc_bench.py --out DIR --replot DIR/alloc_fragmentation.json   (plots only)
 """
 
 from __future__ import annotations
@@ -162,10 +163,22 @@ def plugged(out: Path, steps: int) -> None:
 
 
 def _header(what: str) -> str:
-    sha = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"], capture_output=True,
-                         text=True).stdout.strip() or os.environ.get("ALLOC_BENCH_COMMIT", "")
+    # (ALLOC_BENCH_COMMIT first: a tree extracted inside another checkout would show that checkout's HEAD)
+    sha = os.environ.get("ALLOC_BENCH_COMMIT") or subprocess.run(
+        ["git", "-C", str(ROOT), "log", "-1", "--format=%h %s"], capture_output=True, text=True).stdout.strip()
     return (f"# {what}\n\nmachine: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\ncommit: {sha}\n\n")
+
+
+def replot(path: Path, out: Path) -> None:
+    """The plots again from a measured alloc_fragmentation.json (no GPU needed): plot_memory's current style."""
+    tools = _tools()
+    for name, by_alloc in json.loads(path.read_text()).items():
+        results = [tools.TraceResult([{"reserved_bytes.all.current": r, "allocated_bytes.all.current": a}
+                                      for r, a in zip(v["reserved"], v["allocated"], strict=True)], [], [], "", label)
+                   for label, v in by_alloc.items()]
+        tools.plot_memory(results, out / f"alloc_{name.replace(' ', '_')}.png",
+                          title=f"{name}: reserved (solid), allocated (dashed), measured")
 
 
 def main() -> int:
@@ -173,8 +186,12 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--only", choices=["plugged", "fragmentation"], help="one of the two measurements")
+    ap.add_argument("--replot", type=Path, help="only draw the plots again from this alloc_fragmentation.json")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.replot:
+        replot(args.replot, args.out)
+        return 0
     from cudacourse import settings
 
     settings.configure(impl="solution")  # (and the fresh processes: train_in_fresh_process passes it on)
