@@ -8,7 +8,7 @@
 // submitting the whole step at once.
 //
 // Versions (each launcher is callable from Python as m.<name>(...), tensors for pointers):
-//   pipeline_stage_in / pipeline_run / pipeline_stage_out
+//   pipeline_select / pipeline_stage_in / pipeline_run / pipeline_stage_out
 //                        task 7.1  chunked copy-in, compute, copy-out over N streams; the per-feature
 //                                  coefficients are uploaded once and every stream waits on their event
 //   decode_eager         worked    a decode-like step of three short kernels, launched one by one
@@ -46,14 +46,21 @@ static inline int ceil_div(long long n, int per_block) { return (int)((n + per_b
 // Part 1 (task 7.1): the chunked pipeline. Given: the buffers, the kernel, staging in and out.
 // ----------------------------------------------------------------------------------------------------
 // The pipeline's buffers live between calls: pinned host memory is slow to allocate (the driver locks
-// the pages), so real programs allocate it once and reuse it.
+// the pages), so real programs allocate it once and reuse it. There are kSlots sets of them (the speed test
+// of task 7.5 rotates over several, pipeline_select picks one); the names below are the current set's.
+constexpr int kSlots = 4;
+struct PipelineSlot {
+    float *h_in = nullptr, *h_out = nullptr, *h_coef = nullptr, *d_buf = nullptr, *d_coef = nullptr;
+    long long cap_n = 0;
+    int cap_d = 0;
+};
+static PipelineSlot g_slots[kSlots];
+static int g_slot = 0;
 static float* g_h_in = nullptr;    // pinned host input (n floats): "the data arriving from the host"
 static float* g_h_out = nullptr;   // pinned host output (n floats)
 static float* g_h_coef = nullptr;  // pinned host coefficients (2 * d floats: a, then b)
 static float* g_d_buf = nullptr;   // device working buffer (n floats)
 static float* g_d_coef = nullptr;  // device copy of the coefficients
-static long long g_cap_n = 0;
-static int g_cap_d = 0;
 static cudaStream_t g_streams[kMaxStreams];
 static bool g_have_streams = false;
 
@@ -69,22 +76,35 @@ __global__ void transform_kernel(float* __restrict__ x, const float* __restrict_
     x[i] = v;
 }
 
-// Contract: x holds n floats and coef 2 * d floats (on the backend's device). Copies both into pinned
-// host buffers (allocated on first use and when n or d grows) and fills the pinned output with NaN.
+// Contract: makes buffer set `slot` (0 <= slot < kSlots) the one the other pipeline launchers use.
+void pipeline_select(int slot) {
+    if (slot < 0 || slot >= kSlots) {
+        fprintf(stderr, "pipeline_select: slot %d is not in 0..%d\n", slot, kSlots - 1);
+        return;
+    }
+    g_slot = slot;
+    const PipelineSlot& b = g_slots[slot];
+    g_h_in = b.h_in; g_h_out = b.h_out; g_h_coef = b.h_coef; g_d_buf = b.d_buf; g_d_coef = b.d_coef;
+}
+
+// Contract: x holds n floats and coef 2 * d floats (on the backend's device). Copies both into the current
+// set's pinned host buffers (allocated on first use and when n or d grows) and fills its pinned output with NaN.
 void pipeline_stage_in(const float* x, const float* coef, long long n, int d) {
-    if (n > g_cap_n) {
-        if (g_h_in) { cudaFreeHost(g_h_in); cudaFreeHost(g_h_out); cudaFree(g_d_buf); }
-        CUDA_OK(cudaMallocHost(&g_h_in, n * sizeof(float)));
-        CUDA_OK(cudaHostAlloc(&g_h_out, n * sizeof(float), cudaHostAllocDefault));
-        CUDA_OK(cudaMalloc(&g_d_buf, n * sizeof(float)));
-        g_cap_n = n;
+    PipelineSlot& b = g_slots[g_slot];
+    if (n > b.cap_n) {
+        if (b.h_in) { cudaFreeHost(b.h_in); cudaFreeHost(b.h_out); cudaFree(b.d_buf); }
+        CUDA_OK(cudaMallocHost(&b.h_in, n * sizeof(float)));
+        CUDA_OK(cudaHostAlloc(&b.h_out, n * sizeof(float), cudaHostAllocDefault));
+        CUDA_OK(cudaMalloc(&b.d_buf, n * sizeof(float)));
+        b.cap_n = n;
     }
-    if (d > g_cap_d) {
-        if (g_h_coef) { cudaFreeHost(g_h_coef); cudaFree(g_d_coef); }
-        CUDA_OK(cudaMallocHost(&g_h_coef, 2 * d * sizeof(float)));
-        CUDA_OK(cudaMalloc(&g_d_coef, 2 * d * sizeof(float)));
-        g_cap_d = d;
+    if (d > b.cap_d) {
+        if (b.h_coef) { cudaFreeHost(b.h_coef); cudaFree(b.d_coef); }
+        CUDA_OK(cudaMallocHost(&b.h_coef, 2 * d * sizeof(float)));
+        CUDA_OK(cudaMalloc(&b.d_coef, 2 * d * sizeof(float)));
+        b.cap_d = d;
     }
+    pipeline_select(g_slot);
     CUDA_OK(cudaMemcpy(g_h_in, x, n * sizeof(float), cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(g_h_coef, coef, 2 * d * sizeof(float), cudaMemcpyDeviceToHost));
     for (long long i = 0; i < n; ++i) g_h_out[i] = NAN;   // unwritten output reads as NaN
