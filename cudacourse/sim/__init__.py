@@ -61,8 +61,9 @@ def _gxx_version() -> str:
 
 
 def _runtime_text() -> str:
-    # every header of the runtime (fp16, cooperative groups, host API, cuBLAS, torch stand-ins) and the runtime
-    return "".join(p.read_text() for p in [*sorted(RUNTIME_DIR.glob("*.h")), RUNTIME_DIR / "ccsim_rt.cpp"])
+    # every header of the runtime (fp16, cooperative groups, host API, cuBLAS, torch stand-ins), the runtime and its
+    # parts (rt/)
+    return "".join(p.read_text() for p in [*sorted(RUNTIME_DIR.rglob("*.h")), RUNTIME_DIR / "ccsim_rt.cpp"])
 
 
 def _runtime_flags_and_key() -> tuple[list[str], str]:
