@@ -196,6 +196,13 @@ def stopped_builds(environ: Mapping[str, str] | None = None) -> dict[str, float]
     return out
 
 
+def sim_order(environ: Mapping[str, str] | None = None) -> str | None:
+    """The simulator's thread order (``CUDA_COURSE_SIM_ORDER``: ``forward``, ``reverse``, ``shuffle[:SEED]``), or
+    None when unset (read at each build: tests set it)."""
+    env = os.environ if environ is None else environ
+    return env.get(SIM_ORDER_ENV) or None
+
+
 def triton_one_config(environ: Mapping[str, str] | None = None) -> bool:
     """Whether Triton twins keep one config per kernel (``CUDA_COURSE_TRITON_ONE_CONFIG=1``)."""
     env = os.environ if environ is None else environ
