@@ -5,6 +5,12 @@ every buffer), the worker (``_worker.py``) registers each one as a named buffer 
 ``ccsim_entry_<launcher>``, and every pointer argument is copied back. A crash, an endless loop or a wild write
 never takes the caller down: the worker reports (or is stopped after ``timeout_s``) and the next call starts a
 fresh one.
+
+The worker is started, asked and stopped through the one worker channel (``cudacourse/workers/channel.py``):
+in the sandbox while grading, unconfined otherwise. Its payload transport is JSON lines over the channel's
+socket (:class:`~cudacourse.workers.channel.JsonLines`; the runtime's crash and timeout reports arrive there
+too) and the shared-memory file, which lies in a folder of its own (in ``/dev/shm`` where there is one), the
+one folder a confined worker may write.
 """
 
 from __future__ import annotations
@@ -12,39 +18,25 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from cudacourse.errors import KernelError, KernelTimeout
-from cudacourse.source import SCALAR_CTYPES, Launcher
+from cudacourse.sandbox import Limits, learner_memory
+from cudacourse.source import SCALAR_CTYPES, VECTOR_WIDTH, Launcher
+from cudacourse.workers.channel import Channel, JsonLines, ProtocolError, WorkerDied, WorkerTimeout
 
 from .build import build_module, confine_mode, parse_order
 from .reports import _Symbolizer, make_error, timeout_error
 
 _WORKER = Path(__file__).resolve().parent / "_worker.py"
 _GAP = 64 * 1024  # unmapped-by-any-buffer bytes between tensors, so overruns land outside every buffer
-
-
-def forward_output(log: str | Path, pos: int) -> int:
-    """Copy what a worker printed to ``log`` since byte ``pos`` (kernel printf included) to this process's stdout;
-    returns the new position. Shared by the simulator's worker and the torch worker."""
-    try:
-        with open(log, "rb") as f:
-            f.seek(pos)
-            data = f.read()
-    except OSError:
-        return pos
-    if data:
-        sys.stdout.write(data.decode(errors="replace"))
-        sys.stdout.flush()
-    return pos + len(data)
+_FAILED = (WorkerTimeout, WorkerDied, ProtocolError)  # what the channel raises when an answer does not come
 
 
 class SimLibrary:
@@ -62,16 +54,12 @@ class SimLibrary:
         self.timeout_s = timeout_s
         self.order = order
         self._sym = _Symbolizer(lib, path)
-        self._proc: subprocess.Popen | None = None
-        self._req: int | None = None
-        self._resp: int | None = None
-        self._rbuf = b""
+        self._chan: Channel | None = None  # made at the first call (a folder with the worker's log)
+        self._lines = JsonLines()
+        self._shm_dir: str | None = None   # the shared-memory file's folder, made once
         self._shm_path: str | None = None
         self._shm: mmap.mmap | None = None
         self._shm_size = 0
-        self._log_path: str | None = None
-        self._log_pos = 0
-        self._private: str | None = None  # confined worker's own folder (shared-memory files, scratch)
 
     # ---- building ---------------------------------------------------------------------------------
 
@@ -92,107 +80,57 @@ class SimLibrary:
         lib = build_module(source, path, list(launchers), checked=checked, profile=profile)
         return cls(lib, path, list(launchers), checked, timeout_s, parse_order(order), profile)
 
-    # ---- the worker -------------------------------------------------------------------------------
+    # ---- the worker ---------------------------------------------------------------------------------
 
     def _start(self) -> None:
-        req_r, req_w = os.pipe()
-        resp_r, resp_w = os.pipe()
-        if self._log_path is None:
-            fd, self._log_path = tempfile.mkstemp(prefix="ccsim-out-", suffix=".log")
-            os.close(fd)
-        log = open(self._log_path, "ab")  # noqa: SIM115 - handed to the child
-        self._log_pos = os.path.getsize(self._log_path)
+        """Start a worker on this library (confined while grading) and map the shared memory there."""
+        if self._chan is None:
+            self._chan = Channel("ccsim-")
         env = dict(os.environ)
-        argv = [sys.executable, "-S", str(_WORKER), str(self.lib), str(int(self.checked)), str(self.order[0]),
-                str(self.order[1]), str(req_r), str(resp_w)]
         mode = confine_mode()
-        try:
-            if mode is None:
-                self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                              pass_fds=(req_r, resp_w), env=env, close_fds=True)
-            else:
-                # Grading: the worker reads its library and _worker.py, writes only its private shm folder.
-                from cudacourse.sandbox import Limits, confined_popen, learner_memory
-
-                private = self._private_dir()
-                # The learner's host code runs here: a host allocation of many GB fails here, not on the machine.
-                self._proc = confined_popen(
-                    argv, scratch=Path(private) / "scratch", env=env, read_only=[self.lib.parent, _WORKER],
-                    read_write=[Path(private)], limits=Limits(memory=learner_memory(env), cpu_s=None),
-                    allow_unconfined=mode == "best-effort", stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    pass_fds=(req_r, resp_w))
-        except BaseException:
-            for fd in (req_r, req_w, resp_r, resp_w):
-                os.close(fd)
-            raise
-        finally:
-            log.close()
-        os.close(req_r)
-        os.close(resp_w)
-        self._req, self._resp = req_w, resp_r
-        self._rbuf = b""
+        # Grading: the worker reads its library and _worker.py, writes only the shared memory's folder; the
+        # learner's host code runs here, so a host allocation of many GB fails here, not on the machine.
+        limits = Limits(memory=learner_memory(env), cpu_s=None) if mode is not None else Limits()
+        self._chan.start(lambda fd: [sys.executable, "-I", "-S", str(_WORKER), str(self.lib), str(int(self.checked)),
+                                     str(self.order[0]), str(self.order[1]), str(fd)],
+                         env=env, confine=mode, limits=limits, read_only=[self.lib.parent, _WORKER],
+                         read_write=[Path(self._shm_folder())])
+        self._lines.clear()
         if self._shm_path:
-            self._send({"op": "map", "path": self._shm_path, "size": self._shm_size})
-            self._recv(30.0)
+            self._ask({"op": "map", "path": self._shm_path, "size": self._shm_size}, 30.0)
 
-    def _private_dir(self) -> str:
-        """The confined worker's private folder (in ``/dev/shm`` where there is one), made once."""
-        if self._private is None:
+    def _shm_folder(self) -> str:
+        """The shared-memory file's folder (in ``/dev/shm`` where there is one), made once."""
+        if self._shm_dir is None:
             d = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-            self._private = tempfile.mkdtemp(prefix="ccsim-", dir=d)
-        return self._private
+            try:
+                self._shm_dir = tempfile.mkdtemp(prefix="ccsim-shm-", dir=d)
+            except PermissionError:
+                # inside a sandbox that keeps /dev/shm out (lesson 07's custom_op.py loads its kernels in the torch
+                # worker, nested in the task's sandbox: Landlock refuses what access() would allow): its temp folder
+                self._shm_dir = tempfile.mkdtemp(prefix="ccsim-shm-")
+        return self._shm_dir
 
     def _kill(self) -> None:
-        if self._proc is not None:
-            if self._private is not None:  # confined: the worker and whatever it started (setsid or not)
-                from cudacourse.sandbox import stop_group
+        """Stop the worker and whatever it started (the next call starts a fresh one)."""
+        if self._chan is not None:
+            self._chan.kill()
 
-                stop_group(self._proc)
-            else:
-                try:
-                    self._proc.kill()
-                except OSError:
-                    pass
-                self._proc.wait()
-        for fd in (self._req, self._resp):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._proc = self._req = self._resp = None
+    def _ask(self, obj: dict, timeout: float) -> dict:
+        """Send one request and return the worker's answer (one JSON line) within ``timeout`` seconds; raises the
+        channel's ``WorkerTimeout``, ``WorkerDied`` or ``ProtocolError``."""
+        assert self._chan is not None
+        line = (json.dumps(obj) + "\n").encode()
+        return self._chan.ask(lambda sock: sock.sendall(line), self._lines.receive, timeout)
 
-    def _send(self, obj: dict) -> None:
-        assert self._req is not None
-        os.write(self._req, (json.dumps(obj) + "\n").encode())
+    def _running(self) -> bool:
+        return self._chan is not None and self._chan.running
 
     def _drain(self) -> None:
         """Drop what arrived between calls: only a child the learner's code forked writes then (its exit()
         report would otherwise be read as the answer to the next call and fail another task)."""
-        if self._resp is None:
-            return
-        self._rbuf = b""
-        while select.select([self._resp], [], [], 0)[0]:
-            if not os.read(self._resp, 65536):
-                break
-
-    def _recv(self, timeout: float) -> dict | None:
-        """One JSON line from the worker; None on timeout; {"eof": True} if it died silently."""
-        assert self._resp is not None
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._rbuf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            r, _, _ = select.select([self._resp], [], [], left)
-            if not r:
-                return None
-            chunk = os.read(self._resp, 65536)
-            if not chunk:
-                return {"eof": True}
-            self._rbuf += chunk
-        line, _, self._rbuf = self._rbuf.partition(b"\n")
-        return json.loads(line.decode(errors="replace"))
+        if self._chan is not None and self._chan.sock is not None:
+            self._lines.drain(self._chan.sock)
 
     def _ensure_shm(self, size: int) -> None:
         if self._shm is not None and size <= self._shm_size:
@@ -203,28 +141,16 @@ class SimLibrary:
             self._shm.close()
         if self._shm_path:
             os.unlink(self._shm_path)
-        if confine_mode() is not None:
-            d: str | None = self._private_dir()  # the one folder a confined worker may write
-        else:
-            d = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        try:
-            fd, self._shm_path = tempfile.mkstemp(prefix="ccsim-", dir=d)
-        except PermissionError:
-            # inside a sandbox that keeps /dev/shm out (lesson 07's custom_op.py loads its kernels in the torch
-            # worker, nested in the task's sandbox: Landlock refuses what access() would allow): its temp folder
-            fd, self._shm_path = tempfile.mkstemp(prefix="ccsim-")
+        fd, self._shm_path = tempfile.mkstemp(prefix="ccsim-", dir=self._shm_folder())
         os.ftruncate(fd, size)
         self._shm = mmap.mmap(fd, size)
         os.close(fd)
         self._shm_size = size
-        if self._proc is not None:
-            self._send({"op": "map", "path": self._shm_path, "size": size})
-            if self._recv(30.0) is None:
+        if self._running():
+            try:
+                self._ask({"op": "map", "path": self._shm_path, "size": size}, 30.0)
+            except _FAILED:
                 self._kill()
-
-    def _flush_log(self) -> None:
-        if self._log_path:
-            self._log_pos = forward_output(self._log_path, self._log_pos)
 
     # ---- calling ----------------------------------------------------------------------------------
 
@@ -272,99 +198,103 @@ class SimLibrary:
                     # through a typed view of the shared memory: copy_ accepts any strides, so a strided
                     # 1-element view or an offset into a larger storage copies like a plain tensor
                     shm[o:o + nbytes].view(a.dtype).copy_(a.detach().reshape(-1))
-                elem = a.element_size() * (2 if p.base in ("float2", "int2", "double2", "__half2") else
-                                           4 if p.base in ("float4", "int4") else 1)
+                elem = a.element_size() * VECTOR_WIDTH.get(p.base, 1)
                 params.append({"kind": "ptr", "offset": o, "nbytes": nbytes, "name": p.name, "elem": elem})
             else:
                 ctype = SCALAR_CTYPES.get(p.base, "c_int")
                 v = a.item() if hasattr(a, "item") else a
                 v = bool(v) if ctype == "c_bool" else float(v) if ctype in ("c_float", "c_double") else int(v)
                 params.append({"kind": "scalar", "ctype": ctype, "value": v})
-        if self._proc is None or self._proc.poll() is not None:
-            self._kill()
-            self._start()
         err: KernelError | None = None
-        self._drain()
-        try:
-            self.calls += 1
-            self._send({"op": "call", "name": name, "params": params, "profile": bool(self.profile)})
-        except OSError:
-            self._kill()
-            self._start()
-            self._send({"op": "call", "name": name, "params": params, "profile": bool(self.profile)})
+        self.calls += 1
         self.last_profile = None
-        resp = self._recv(self.timeout_s)
-        if resp is not None and "profile" in resp:
-            self.last_profile = resp["profile"]
-        if resp is None:
+        try:
+            if not self._running():
+                self._kill()
+                self._start()
+            self._drain()
+            resp = self._ask({"op": "call", "name": name, "params": params, "profile": bool(self.profile)},
+                             self.timeout_s)
+        except WorkerTimeout:
             err = self._timeout(name)
-        elif resp.get("eof"):
+        except WorkerDied:
             self._kill()
             err = KernelError(f"KernelError: the simulator worker died while running launcher {name} (no report; "
                               "killed by the system, e.g. out of memory?)")
             err.kind = "crash"
-        elif "error" in resp or resp.get("kind") in ("crash", "assert", "exit"):
-            rec = resp.get("error", resp)
-            err = make_error(rec, self._sym, name, self.path)
-            if "error" not in resp:
-                self._kill()  # a crash, a host assert or exit(): the worker ends after its report
+        except ProtocolError as e:
+            self._kill()
+            err = KernelError(f"KernelError: the simulator worker answered nonsense while running launcher {name} "
+                              f"({e}); it was stopped, and the next call starts a fresh one.")
+            err.kind = "crash"
+        else:
+            if "profile" in resp:
+                self.last_profile = resp["profile"]
+            if "error" in resp or resp.get("kind") in ("crash", "assert", "exit"):
+                rec = resp.get("error", resp)
+                err = make_error(rec, self._sym, name, self.path)
+                if "error" not in resp:
+                    self._kill()  # a crash, a host assert or exit(): the worker ends after its report
         # copy every pointer argument back (even const ones: a kernel writing an input must be visible)
         for p, (o, a, nbytes) in zip(la.params, layout, strict=True):
             if p.pointer and a is not None and nbytes:
                 a.copy_(shm[o:o + nbytes].view(a.dtype).view(a.shape))
         del shm
-        self._flush_log()
+        assert self._chan is not None
+        self._chan.forward_output()
         if err is not None:
             raise err
 
     def profile_trace(self) -> dict | None:
         """Profile mode: the last call's counters with the accesses the runtime recorded (for pictures);
         None when the worker that ran the call is gone."""
-        if not self.profile or self._proc is None or self._proc.poll() is not None:
+        if not self.profile or not self._running():
             return None
         self._drain()
-        self._send({"op": "trace"})
-        resp = self._recv(max(self.timeout_s, 30.0))
-        return resp.get("profile") if resp else None
+        try:
+            resp = self._ask({"op": "trace"}, max(self.timeout_s, 30.0))
+        except _FAILED:
+            self._kill()
+            return None
+        return resp.get("profile")
 
     def _timeout(self, name: str) -> KernelTimeout:
+        """Ask the worker which kernel and thread were running (SIGUSR1: the runtime answers with a status line),
+        stop it, and say so."""
         rec: dict = {}
-        if self._proc is not None and self._proc.poll() is None:
+        if self._running():
+            assert self._chan is not None and self._chan.proc is not None
             try:
-                self._proc.send_signal(signal.SIGUSR1)
-                got = self._recv(1.0)
-                if got and got.get("kind") == "timeout":
+                self._chan.proc.send_signal(signal.SIGUSR1)
+                got = self._chan.ask(lambda sock: None, self._lines.receive, 1.0)
+                if got.get("kind") == "timeout":
                     rec = got
-            except OSError:
+            except (OSError, *_FAILED):
                 pass
         self._kill()
         return timeout_error(rec, name, self.timeout_s, self._sym, self.path)
 
     def close(self) -> None:
         """Stop the worker and release the shared memory."""
-        if self._proc is not None and self._proc.poll() is None and self._req is not None:
-            try:
-                self._send({"op": "exit"})
-                self._proc.wait(timeout=2)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self._kill()
+        if self._chan is not None:
+            if self._running():
+                assert self._chan.sock is not None and self._chan.proc is not None
+                try:
+                    self._chan.sock.sendall(b'{"op": "exit"}\n')
+                    self._chan.proc.wait(timeout=2)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            self._chan.close()
+            self._chan = None
         if self._shm is not None:
             try:
                 self._shm.close()
             except BufferError:
                 pass
             self._shm = None
-        for p in (self._shm_path, self._log_path):
-            if p:
-                try:
-                    os.unlink(p)
-                except OSError:
-                    pass
-        self._shm_path = self._log_path = None
-        if self._private is not None:
-            shutil.rmtree(self._private, ignore_errors=True)
-            self._private = None
+        if self._shm_dir is not None:
+            shutil.rmtree(self._shm_dir, ignore_errors=True)
+        self._shm_dir = self._shm_path = None
 
     def __del__(self) -> None:
         try:
