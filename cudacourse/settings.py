@@ -37,7 +37,7 @@ Knobs that are not run settings (they do not travel to child processes as settin
                                    autotuning them all (set by the plugin while grading on a GPU;
                                    :func:`triton_one_config`)
 ``CUDA_COURSE_SIM_ORDER``          the simulator's thread order (``forward``, ``reverse``,
-                                   ``shuffle[:SEED]``); still read in ``sim/__init__.py``
+                                   ``shuffle[:SEED]``; :func:`sim_order`)
 =================================  ================================================================
 
 A worker keeps the last two (:data:`WORKER_KNOBS`): they change how its learner code runs.

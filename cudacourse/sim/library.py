@@ -305,5 +305,5 @@ class SimLibrary:
     def __enter__(self) -> SimLibrary:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *_exc: object) -> None:
         self.close()

@@ -171,6 +171,15 @@ void report_unwritten(Worker* w) {
               "write), with a __syncthreads() in between.", w->L, &w->bidx, &f->v.ti, nullptr, 0, f->park_pc);
 }
 
+// The block ends early (an error was reported, or another block's aborted the launch): its fibers' contexts are
+// stale and made afresh next time; `stop_launch` also stops the launch's other blocks. Returns false, run_block's
+// answer.
+bool abandon_block(Worker* w, Launch* L, unsigned n, bool stop_launch) {
+    for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
+    if (stop_launch) L->abort.store(true);
+    return false;
+}
+
 bool run_block(Worker* w, Launch* L, unsigned long long bl) {
     unsigned n = L->nthreads;
     while (w->fibers.size() < n) w->fibers.push_back(fiber_new(w, (int)w->fibers.size()));
@@ -200,18 +209,13 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
             if (w->ngheld) global_release(w);
             break;
         }
-        if (L->abort.load(std::memory_order_relaxed)) {
-            for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
-            return false;
-        }
+        if (L->abort.load(std::memory_order_relaxed)) return abandon_block(w, L, n, false);
         int r = complete_warp_ops(w, n);
-        if (r < 0) { for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true; L->abort.store(true); return false; }
+        if (r < 0) return abandon_block(w, L, n, true);
         if (r > 0) continue;
         if (!w->parked.empty()) {   // nothing can move, and no thread wrote what the parked threads wait to read
             report_unwritten(w);
-            for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
-            L->abort.store(true);
-            return false;
+            return abandon_block(w, L, n, true);
         }
         unsigned exited = 0, atbar = 0, atwarp = 0;
         Fiber *fe = nullptr, *fb = nullptr, *fw = nullptr;
@@ -250,9 +254,7 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
                   "and guard only the memory accesses (e.g. if (i < n) ...). (Undefined per the CUDA Programming Guide; "
                   "real GPUs often seem to work, then hang or give wrong results.)";
             set_error("barrier", msg, L, &w->bidx, &fe->v.ti, fb->wfile, fb->wline, 0);
-            for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
-            L->abort.store(true);
-            return false;
+            return abandon_block(w, L, n, true);
         } else {
             // every live thread waits at a barrier: same call site, then release
             bool same = true; Fiber* odd = nullptr;
@@ -268,11 +270,7 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
                     f->wres = f->wop == 1 ? (unsigned long long)cnt : f->wop == 2 ? (cnt == (int)n) : f->wop == 3 ? (cnt > 0) : 0;
                     f->state = F_READY;
                 }
-                if (!w->pend.empty() && resolve_all_pending(w)) {
-                    for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
-                    L->abort.store(true);
-                    return false;
-                }
+                if (!w->pend.empty() && resolve_all_pending(w)) return abandon_block(w, L, n, true);
                 w->epoch++;
                 w->prof_barriers++;
                 continue;
@@ -285,9 +283,7 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
                   "CUDA Programming Guide.)";
         }
         set_error("barrier", msg, L, &w->bidx, &who->v.ti, who->wfile, who->wline, 0);
-        for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
-        L->abort.store(true);
-        return false;
+        return abandon_block(w, L, n, true);
     }
 }
 }  // namespace

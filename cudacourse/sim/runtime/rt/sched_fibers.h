@@ -102,27 +102,32 @@ Fiber* fiber_new(Worker* w, int idx) {
     return f;
 }
 
-inline void switch_to_fiber(Worker* w, Fiber* f) {
+// Save the running context in (from_sp, from_uc), a fiber's or the scheduler's, and resume the one in (to_sp, to_uc);
+// x86-64 keeps only the stack pointer (the registers are on the stack), elsewhere ucontext holds it all.
+#if defined(__x86_64__)
+#define CCSIM_SWITCH(from_sp, from_uc, to_sp, to_uc) ccsim_ctx_switch(&(from_sp), (to_sp))
+#else
+#define CCSIM_SWITCH(from_sp, from_uc, to_sp, to_uc) swapcontext(&(from_uc), &(to_uc))
+#endif
+
+// CUDA thread f runs on this OS thread from now on: the built-ins read its view, a timeout report names it.
+inline void make_current(Worker* w, Fiber* f) {
     t_fiber = f;
     ccsim_cur_view = &f->v;
     threadIdx = f->v.ti;
     g_cur_fiber[w->id & 63] = f;
-#if defined(__x86_64__)
-    ccsim_ctx_switch(&w->sched_sp, f->sp);
-#else
-    swapcontext(&w->sched_uc, &f->uc);
-#endif
+}
+
+inline void switch_to_fiber(Worker* w, Fiber* f) {
+    make_current(w, f);
+    CCSIM_SWITCH(w->sched_sp, w->sched_uc, f->sp, f->uc);
     t_fiber = nullptr;
     ccsim_cur_view = nullptr;
     g_cur_fiber[w->id & 63] = nullptr;
 }
 
 inline void yield_to_sched(Fiber* f) {
-#if defined(__x86_64__)
-    ccsim_ctx_switch(&f->sp, f->w->sched_sp);
-#else
-    swapcontext(&f->uc, &f->w->sched_uc);
-#endif
+    CCSIM_SWITCH(f->sp, f->uc, f->w->sched_sp, f->w->sched_uc);
 }
 
 // A fiber that blocks (barrier, warp operation) or exits hands the CPU straight to the next runnable
@@ -136,15 +141,8 @@ inline void yield_next(Fiber* f) {
     while (++w->pos < n) {
         Fiber* g = w->fibers[order[w->pos]];
         if (g->state != F_READY) continue;
-        t_fiber = g;
-        ccsim_cur_view = &g->v;
-        threadIdx = g->v.ti;
-        g_cur_fiber[w->id & 63] = g;
-#if defined(__x86_64__)
-        ccsim_ctx_switch(&f->sp, g->sp);
-#else
-        swapcontext(&f->uc, &g->uc);
-#endif
+        make_current(w, g);
+        CCSIM_SWITCH(f->sp, f->uc, g->sp, g->uc);
         return;
     }
     yield_to_sched(f);

@@ -21,8 +21,6 @@ std::vector<std::thread> g_pool;
 int g_nworkers = 0;
 std::atomic<int> g_worker_ids{0};
 
-void sig_handler(int sig, siginfo_t* si, void* uc);
-
 Worker* my_worker() {
     Worker* w = t_worker;
     if (w) return w;
