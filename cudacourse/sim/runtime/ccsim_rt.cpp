@@ -54,7 +54,8 @@ constexpr int MAX_THREADS = 1024;
 
 // F_PARKED: stopped before a shared-memory read of bytes no thread has written yet, until the barrier
 // interval resolves (another thread writes them: a race; nobody can: an uninitialised read). Never resumed.
-enum FState { F_READY, F_BARRIER, F_WARP, F_EXITED, F_ABORTED, F_PARKED };
+// F_HOP: waits on an mbarrier phase or a named barrier (ccsim_hopper_rt.h wakes it).
+enum FState { F_READY, F_BARRIER, F_WARP, F_EXITED, F_ABORTED, F_PARKED, F_HOP };
 
 struct Worker;
 struct PSlot;
@@ -172,6 +173,17 @@ struct Worker {
     uint64_t prof_barriers = 0;      // __syncthreads() releases in the running block
     std::unordered_map<uintptr_t, PSlot>* prof = nullptr;   // per-pc requests of the running block
 };
+
+// [hopper hooks] Hopper's asynchronous machinery (ccsim_hopper_rt.h, included at the end of this file)
+extern bool g_hop_used;
+extern __thread int t_hop_watch;
+void hop_block_begin(Worker* w, Launch* L);
+void hop_shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc);
+void hop_stack_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc);
+void hop_syncthreads(Worker* w, unsigned n);
+bool hop_any_ready(Worker* w, unsigned n);
+bool hop_deadlock(Worker* w, unsigned n);
+// [/hopper hooks]
 
 // ===================================================================================================
 // Globals
@@ -497,6 +509,7 @@ void block_reset_shared(Worker* w, Launch* L) {
         shadow_mark(w, RZ, L->smem, 0, 0);
         shadow_mark(w, RZ + L->smem, w->arena_used - RZ - L->smem, SH_RED, 0);
     }
+    if (g_hop_used) hop_block_begin(w, L);   // [hopper hook]
 }
 
 std::string launch_cfg(const Launch* L) {
@@ -698,6 +711,7 @@ void parked_race(Fiber* f, size_t i, uint8_t bm, uintptr_t pc) {
 
 void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
     RtGuard guard;
+    if (g_hop_used) hop_shared_access(f, a, size, kind, pc);   // [hopper hook]
     Worker* w = f->w;
     size_t off = a - (uintptr_t)w->arena;
     size_t w0 = off / 4, w1 = (off + size - 1) / 4;
@@ -1252,7 +1266,10 @@ __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int
     Fiber* f = t_fiber;
     if (!f || t_in_rt) return;
     f->last_pc = pc;
-    if (a - f->base < REGION) return;                         // own stack and control block
+    if (a - f->base < REGION) {                               // own stack and control block
+        if (t_hop_watch) hop_stack_access(f, a, size, kind & 3, (uintptr_t)pc - g_base);   // [hopper hook]
+        return;
+    }
     if (a == (uintptr_t)&ccsim_cur_view) return;              // the built-ins' TLS slots
     if (a - (uintptr_t)&threadIdx < sizeof(dim3) || a - (uintptr_t)&blockIdx < sizeof(dim3) ||
         a - (uintptr_t)&blockDim < sizeof(dim3) || a - (uintptr_t)&gridDim < sizeof(dim3)) return;
@@ -1576,8 +1593,14 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
         int r = complete_warp_ops(w, n);
         if (r < 0) { for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true; L->abort.store(true); return false; }
         if (r > 0) continue;
+        if (g_hop_used && hop_any_ready(w, n)) continue;   // [hopper hook] woken by an mbarrier or named barrier
         if (!w->parked.empty()) {   // nothing can move, and no thread wrote what the parked threads wait to read
             report_unwritten(w);
+            for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
+            L->abort.store(true);
+            return false;
+        }
+        if (g_hop_used && hop_deadlock(w, n)) {   // [hopper hook] waits on an mbarrier nothing can complete
             for (unsigned i = 0; i < n; ++i) w->fibers[i]->fresh = true;
             L->abort.store(true);
             return false;
@@ -1644,6 +1667,7 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
                 }
                 w->epoch++;
                 w->prof_barriers++;
+                if (g_hop_used) hop_syncthreads(w, n);   // [hopper hook]
                 continue;
             }
             who = fb;
@@ -3050,3 +3074,5 @@ API const char* ccsim_api_profile_json(int with_trace) {
 API void ccsim_api_quiet(int delta) { t_in_rt += delta; }
 API void ccsim_api_set_error(const char* kind, const char* msg) { set_error(kind, msg, nullptr, nullptr, nullptr, nullptr, 0, 0); }
 API unsigned long ccsim_api_base(void) { return (unsigned long)g_base; }
+
+#include "ccsim_hopper_rt.h"  // [hopper hook] Hopper's asynchronous machinery (mbarrier, TMA, wgmma)
