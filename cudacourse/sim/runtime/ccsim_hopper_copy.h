@@ -78,6 +78,15 @@ void async_write_check(Fiber* fb, HB* h, size_t i, unsigned t, const char* f, in
                      "fence.proxy.async.)", f, l);
         }
     }
+    if (s.tbar && !s.ark) {   // the previous copy's data was never read by anyone: the stage was not released
+        RtGuard g;
+        const Issue& is = h->issues[s.tissue];
+        hop_fail("race", "issues a TMA copy at " + lno(f, l) + " that overwrites " + smem_name(w, a) + ", which the copy at " +
+                 lno(is.f, is.l) + " filled for phase " + std::to_string(s.tphase) + " of " + bar_name(w, h, s.tbar - 1) +
+                 " and which no thread has read yet: the producer refills a stage before its consumers have used and "
+                 "released it. Wait on the barrier the consumers arrive on when they are done with the stage (mbar_wait "
+                 "on 'empty', parity of the stage's previous use) before refilling it.", f, l);
+    }
     if (s.ark && !async_read_done(h, s, t)) {
         RtGuard g;
         const Issue& is = h->issues[s.arissue];

@@ -210,13 +210,24 @@ bool hop_any_ready(Worker* w, unsigned n) {
 bool hop_deadlock(Worker* w, unsigned n) {
     HB* h = hb();
     if (!h || !h->active) return false;
+    // Whom to name, whatever the thread order: a wait on a barrier whose arrivals are complete but whose bytes do
+    // not add up (expect_tx); else a wait for a phase after one this thread never observed (a wrong parity);
+    // else any mbarrier wait; else a named barrier. The lowest thread number among equals.
     Fiber* who = nullptr;
+    int best = -1;
     unsigned waiting = 0, atbar = 0, exited = 0;
     for (unsigned i = 0; i < n; ++i) {
         Fiber* f = w->fibers[i];
         if (f->state == F_HOP) {
             waiting++;
-            if (!who || (h->ta[who->tid].wkind != 1 && h->ta[i].wkind == 1)) who = f;
+            const TA& q = h->ta[i];
+            int rank = 0;
+            if (q.wkind == 1) {
+                const MBar& b = h->bars[q.wbar];
+                uint32_t seen = q.wbar < (int)q.obs.size() ? q.obs[q.wbar] : 0;
+                rank = (b.pending == 0 && b.tx != 0) ? 3 : (seen < b.completed) ? 2 : 1;
+            }
+            if (rank > best) { best = rank; who = f; }
         } else if (f->state == F_BARRIER) atbar++;
         else if (f->state == F_EXITED) exited++;
     }
@@ -234,7 +245,13 @@ bool hop_deadlock(Worker* w, unsigned n) {
                                 lno(b.ph_expect_f, b.ph_expect_l) + ")" : std::string("no expect_tx")) + ", " +
                (b.ph_copy_f ? "the TMA copies on it delivered " + std::to_string(b.ph_delivered) + " bytes (last at " +
                               lno(b.ph_copy_f, b.ph_copy_l) + ")" : std::string("no TMA copy completed on it")) + ").";
-        if (b.pending == 0 && b.tx > 0)
+        const uint32_t seen = ta.wbar < (int)ta.obs.size() ? ta.obs[ta.wbar] : 0;
+        if (b.pending != 0 && seen < b.completed)
+            msg += " This thread has not waited for phase " + std::to_string(b.completed - 1) + " of this barrier, which "
+                   "completed: the wait's parity (" + std::to_string(ta.wparity) + ") names the phase after the one it "
+                   "needs. The k-th completion of a barrier, counting from 0, has parity k & 1 (for a stage used for the "
+                   "u-th time, u counting from 0: parity u & 1).";
+        else if (b.pending == 0 && b.tx > 0)
             msg += " The expect_tx byte count is larger than what the copies deliver: each tma_load_2d delivers its whole "
                    "box (box rows x box columns x element size, zero-filled past the matrix edge), so expect_tx must "
                    "announce the sum of the boxes issued on this barrier in this phase.";
