@@ -78,7 +78,7 @@ void async_write_check(Fiber* fb, HB* h, size_t i, unsigned t, const char* f, in
                      "fence.proxy.async.)", f, l);
         }
     }
-    if (s.tbar && !s.ark) {   // the previous copy's data was never read by anyone: the stage was not released
+    if (s.tbar && !s.ark && !s.grt) {   // the previous copy's data was never read by anyone: the stage was not released
         RtGuard g;
         const Issue& is = h->issues[s.tissue];
         hop_fail("race", "issues a TMA copy at " + lno(f, l) + " that overwrites " + smem_name(w, a) + ", which the copy at " +

@@ -198,6 +198,26 @@ void hop_syncthreads(Worker*, unsigned n) {
     }
 }
 
+// A warp collective (__syncwarp, shuffles, the rendezvous of ldmatrix/mma/wgmma) orders its lanes' earlier
+// accesses before their later ones: the lanes' clocks are joined.
+void hop_warp_collective(Worker*, unsigned warp, unsigned lanes) {
+    HB* h = hb();
+    if (!h || !h->active || !g_checked) return;
+    const unsigned n = h->n;
+    h->tmp.assign(n, 0);
+    for (unsigned l = 0; l < 32; ++l)
+        if ((lanes >> l) & 1u) {
+            const uint32_t* r = &h->vc[(size_t)(warp * 32 + l) * n];
+            for (unsigned i = 0; i < n; ++i) h->tmp[i] = std::max(h->tmp[i], r[i]);
+        }
+    for (unsigned l = 0; l < 32; ++l)
+        if ((lanes >> l) & 1u) {
+            const unsigned t = warp * 32 + l;
+            std::memcpy(&h->vc[(size_t)t * n], h->tmp.data(), n * sizeof(uint32_t));
+            vcat(h, t, t) = h->tmp[t] + 1;
+        }
+}
+
 bool hop_any_ready(Worker* w, unsigned n) {
     HB* h = hb();
     if (!h || !h->active) return false;

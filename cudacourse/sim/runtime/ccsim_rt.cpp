@@ -183,6 +183,7 @@ void hop_stack_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t 
 void hop_syncthreads(Worker* w, unsigned n);
 bool hop_any_ready(Worker* w, unsigned n);
 bool hop_deadlock(Worker* w, unsigned n);
+void hop_warp_collective(Worker* w, unsigned warp, unsigned lanes);
 // [/hopper hooks]
 
 // ===================================================================================================
@@ -1460,6 +1461,7 @@ int complete_warp_ops(Worker* w, unsigned n) {
                 }
             }
             uint32_t seq = ++w->wseq[wi];
+            if (g_hop_used) hop_warp_collective(w, wi, group);   // [hopper hook] the lanes are ordered after it
             unsigned ballot = 0; unsigned long long sum = 0;
             for (unsigned lj = 0; lj < lanes; ++lj)
                 if ((group >> lj) & 1u) {
