@@ -343,6 +343,12 @@ API void ccsim_hop_bulk_wait(int n, int read_only, const char* f, int l) {
 // wgmma
 // ---------------------------------------------------------------------------------------------------
 namespace {
+// The warp rendezvous of a .sync.aligned operation (a missing or exited lane is reported as for any warp
+// collective); the model's checks do not need the lanes' clocks joined there.
+void internal_sync(Fiber* fb, const char* f, int l) {
+    if (g_checked) hb()->ta[fb->tid].internal = true;
+    ccsim_rt_warp(W_SYNC, 0xffffffffu, 0, 0, 32, f, l);
+}
 struct Desc { uint32_t start, lbo, sbo, base_off, swizzle; };
 Desc decode_desc(uint64_t d) {
     return Desc{(uint32_t)(d & 0x3FFF) << 4, (uint32_t)((d >> 16) & 0x3FFF) << 4, (uint32_t)((d >> 32) & 0x3FFF) << 4,
@@ -438,7 +444,7 @@ API void ccsim_hop_wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, int 
         RtGuard g;
         hop_fail("kernel", "issues wgmma m64n" + std::to_string(n) + "k16: N must be a multiple of 8 from 8 to 256.", f, l);
     }
-    ccsim_rt_warp(W_SYNC, 0xffffffffu, 0, 0, 32, f, l);   // .sync.aligned: the whole warp executes it together
+    internal_sync(fb, f, l);   // .sync.aligned: the whole warp executes it together
     TA& ta = h->ta[t];
     if (g_checked) {
         if (ta.need_fence) {
@@ -491,19 +497,19 @@ API void ccsim_hop_wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, int 
 
 API void ccsim_hop_wgmma_fence(const char* f, int l) {
     Fiber* fb = hop_thread(f, l);
-    ccsim_rt_warp(W_SYNC, 0xffffffffu, 0, 0, 32, f, l);
+    internal_sync(fb, f, l);
     hb()->ta[fb->tid].need_fence = false;
 }
 
 API void ccsim_hop_wgmma_commit(const char* f, int l) {
     Fiber* fb = hop_thread(f, l);
-    ccsim_rt_warp(W_SYNC, 0xffffffffu, 0, 0, 32, f, l);
+    internal_sync(fb, f, l);
     hb()->ta[fb->tid].wg_committed++;
 }
 
 API void ccsim_hop_wgmma_wait(int n, const char* f, int l) {
     Fiber* fb = hop_thread(f, l);
-    ccsim_rt_warp(W_SYNC, 0xffffffffu, 0, 0, 32, f, l);
+    internal_sync(fb, f, l);
     HB* h = hb();
     TA& ta = h->ta[fb->tid];
     uint32_t target = ta.wg_committed > (uint32_t)n ? ta.wg_committed - (uint32_t)n : 0;
@@ -523,7 +529,7 @@ API void ccsim_hop_setmaxnreg(int inc, int n, const char* f, int l) {
         hop_fail("kernel", std::string("calls setmaxnreg.") + (inc ? "inc" : "dec") + " with " + std::to_string(n) +
                  " registers: the count must be a multiple of 8 from 24 to 256 (PTX ISA: setmaxnreg).", f, l);
     }
-    ccsim_rt_warp(W_SYNC, 0xffffffffu, 0, 0, 32, f, l);
+    internal_sync(fb, f, l);
     const unsigned G = (unsigned)fb->tid / 128;
     if (G < h->regs.size()) h->regs[G] = n;
     long long total = 0;
@@ -540,6 +546,6 @@ API void ccsim_hop_setmaxnreg(int inc, int n, const char* f, int l) {
 
 API int ccsim_hop_elect_one(const char* f, int l) {
     Fiber* fb = hop_thread(f, l);
-    ccsim_rt_warp(W_SYNC, 0xffffffffu, 0, 0, 32, f, l);
+    internal_sync(fb, f, l);
     return (fb->tid & 31) == 0;
 }

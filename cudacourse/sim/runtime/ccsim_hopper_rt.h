@@ -45,6 +45,7 @@ struct TA {                                   // per CUDA thread
     uint32_t bk_committed, bk_read_retired;
     std::vector<uint32_t> bk_retire_clk;
     int wkind, wbar, wnb; unsigned wparity; const char* wf; int wl; uint64_t wgen;
+    bool internal;                            // in the model's own warp rendezvous (no clock join needed)
     std::vector<uint32_t> obs;                // per barrier: phases whose completion this thread observed
     std::vector<LastWait> lastwait;
     std::vector<uint32_t> fences;             // clocks of this thread's fence.proxy.async
@@ -171,7 +172,7 @@ void hop_block_begin(Worker* w, Launch* L) {
         t.wg_committed = t.wg_retired = t.wg_seq = 0; t.wg_retire_clk.clear();
         t.acc_lo = t.acc_hi = 0; t.acc_inflight = false; t.need_fence = true; t.acc_f = nullptr; t.acc_l = 0;
         t.bk_committed = t.bk_read_retired = 0; t.bk_retire_clk.clear();
-        t.wkind = 0; t.obs.clear(); t.lastwait.clear(); t.fences.clear();
+        t.wkind = 0; t.internal = false; t.obs.clear(); t.lastwait.clear(); t.fences.clear();
     }
     for (NB& b : h->nb) { b.count = 0; b.arrived = 0; b.who.clear(); b.vc.clear(); }
     h->wgc.resize(((h->n + 127) / 128) * 4);
@@ -204,6 +205,11 @@ void hop_warp_collective(Worker*, unsigned warp, unsigned lanes) {
     HB* h = hb();
     if (!h || !h->active || !g_checked) return;
     const unsigned n = h->n;
+    const unsigned first = warp * 32 + (unsigned)__builtin_ctz(lanes ? lanes : 1);
+    if (first < n && h->ta[first].internal) {   // wgmma/fence/commit/wait/setmaxnreg: orders nothing the checks use
+        for (unsigned l = 0; l < 32; ++l) if (((lanes >> l) & 1u) && warp * 32 + l < n) h->ta[warp * 32 + l].internal = false;
+        return;
+    }
     h->tmp.assign(n, 0);
     for (unsigned l = 0; l < 32; ++l)
         if ((lanes >> l) & 1u) {
