@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from cudacourse.errors import CompileError, UnsupportedError
+from cudacourse.sim.hopper_ptx import hopper_asm_message
 from cudacourse.source import Launcher, line_of, mask
 
 # ----------------------------------------------------------------------------------------------------
@@ -255,8 +256,9 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
 
     # --- refused constructs -------------------------------------------------------------------------
     for mm in re.finditer(r"\b(asm|__asm__|__asm)\b\s*(volatile\b|__volatile__\b)?\s*\(", m):
-        raise _err(UnsupportedError, "inline PTX/assembly (asm(...)) cannot run on the CPU simulator; write the "
-                   "operation in plain CUDA C++ (or run this file on a GPU)", path, line_of(source, mm.start()))
+        hopper = hopper_asm_message(source, mm.start())  # [hopper hook] names a Hopper instruction (issue 38)
+        raise _err(UnsupportedError, hopper or "inline PTX/assembly (asm(...)) cannot run on the CPU simulator; write "
+                   "the operation in plain CUDA C++ (or run this file on a GPU)", path, line_of(source, mm.start()))
     for pattern, what in _REFUSED:
         mm = re.search(pattern, m)
         if mm:
