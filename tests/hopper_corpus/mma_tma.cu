@@ -11,6 +11,7 @@
 //   mma_tma_nofence   the kernel before the fix: the TMA's next write to the stage (the async proxy) is not
 //                     ordered after the ldmatrix reads (generic proxy); 4 of 30 runs differed on the H100. The
 //                     simulator reports it in checked mode at the producer's tma_load_2d.
+//   elect_count(out)  4 warps, the elected lane of each adds 1 to out[0] (elect_one: 4 in all)
 // Run it: the simulator (tests/sim/test_hopper_corpus.py), or an sm_90a build on an H100/H200
 // (benchmarks/gpu_hopper_corpus.sh).
 // ====================================================================================================
@@ -117,4 +118,12 @@ void mma_tma_fence(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int
 }
 void mma_tma_nofence(const __nv_bfloat16* A, const __nv_bfloat16* W, float* C, int M, int N, int K) {
     corpus_mma::launch<false>(A, W, C, M, N, K);
+}
+
+__global__ void elect_kernel(int* out) {
+    if (elect_one()) atomicAdd(out, 1);
+}
+void elect_count(int* out) {
+    if (!cc_sm90a_built()) return;
+    elect_kernel<<<1, 128>>>(out);
 }

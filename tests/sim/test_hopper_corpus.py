@@ -89,3 +89,11 @@ def test_inline_hopper_ptx_is_refused_naming_the_instruction(tmp_path: Path) -> 
         cc.load(str(src), ["run"], backend="sim")
     assert e.value.line == 3
     assert "multicast" in str(e.value) and "cluster" in str(e.value), str(e.value)
+
+
+def test_elect_one_picks_one_lane_per_warp(tmp_path: Path) -> None:
+    folder = _stage(tmp_path)
+    m = cc.load(str(folder / "mma_tma.cu"), ["elect_count"], backend="sim", check=True)
+    out = torch.zeros(1, dtype=torch.int32)
+    m.elect_count(out)
+    assert int(out.item()) == 4
