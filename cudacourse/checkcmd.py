@@ -60,7 +60,7 @@ def _saying_runtime_builds() -> Iterator[None]:
     """While active, the simulator's runtime build (once per machine and runtime version: most of a first
     check's time) is announced as what it is, before it starts: a learner saw "building relu.cu ... built in
     18.2 s" and could not tell why later builds of the same file took 2 s."""
-    import cudacourse.sim as sim
+    import cudacourse.sim.build as sim  # where runtime_object looks up cached
 
     plain = sim.cached
 

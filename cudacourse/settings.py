@@ -37,7 +37,7 @@ Knobs that are not run settings (they do not travel to child processes as settin
                                    autotuning them all (set by the plugin while grading on a GPU;
                                    :func:`triton_one_config`)
 ``CUDA_COURSE_SIM_ORDER``          the simulator's thread order (``forward``, ``reverse``,
-                                   ``shuffle[:SEED]``); still read in ``sim/__init__.py``
+                                   ``shuffle[:SEED]``; :func:`sim_order`)
 =================================  ================================================================
 
 A worker keeps the last two (:data:`WORKER_KNOBS`): they change how its learner code runs.
@@ -194,6 +194,13 @@ def stopped_builds(environ: Mapping[str, str] | None = None) -> dict[str, float]
             with contextlib.suppress(ValueError):
                 out[name] = float(secs)
     return out
+
+
+def sim_order(environ: Mapping[str, str] | None = None) -> str | None:
+    """The simulator's thread order (``CUDA_COURSE_SIM_ORDER``: ``forward``, ``reverse``, ``shuffle[:SEED]``), or
+    None when unset (read at each build: tests set it)."""
+    env = os.environ if environ is None else environ
+    return env.get(SIM_ORDER_ENV) or None
 
 
 def triton_one_config(environ: Mapping[str, str] | None = None) -> bool:

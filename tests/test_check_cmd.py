@@ -156,7 +156,7 @@ def test_check_output_is_the_courses_messages_each_hint_once(tmp_path: Path) -> 
 def test_the_simulator_runtime_build_is_announced_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A learner's first check said "building 01_relu/relu.cu ... built in 18.2 s", most of it the simulator's runtime
     (built once); later builds took 2 s. The runtime's build now has its own line, printed only when it is built."""
-    import cudacourse.sim as sim
+    import cudacourse.sim.build as sim  # where runtime_object looks up cached
     from cudacourse import settings
 
     built = []

@@ -1,9 +1,10 @@
 """Isolated worker process of the CPU simulator: loads one built module and runs its launchers.
 
-Started by ``SimLibrary`` as ``python _worker.py LIB CHECKED ORDER SEED REQ_FD RESP_FD``. It imports
-nothing heavy (no torch) so it starts in a few tens of milliseconds. Requests arrive as JSON lines on
-REQ_FD; every answer is one JSON line on RESP_FD. A crash inside the module is reported on RESP_FD by the
-runtime's signal handler (then the process exits), so the parent always learns what happened.
+Started by ``SimLibrary`` through the worker channel (``cudacourse/workers/channel.py``) as
+``python _worker.py LIB CHECKED ORDER SEED FD``, FD its end of the channel's socket. It imports nothing heavy
+(no torch) so it starts in a few tens of milliseconds. Requests arrive as JSON lines on FD; every answer is one
+JSON line on FD. A crash inside the module is reported on FD by the runtime's signal handler (then the process
+exits), so the parent always learns what happened.
 
 Buffers live in a shared-memory file mapped by both processes; the parent copies tensors in and out.
 """
@@ -14,15 +15,17 @@ import ctypes
 import json
 import mmap
 import os
+import socket
 import sys
 
 
 def main() -> None:
-    """Serve requests until the parent closes the request pipe."""
-    lib_path, checked, order, seed, req_fd, resp_fd = sys.argv[1:7]
+    """Serve requests until the parent closes its end of the socket (or asks the worker to exit)."""
+    lib_path, checked, order, seed, fd = sys.argv[1:6]
     me = os.getpid()
-    req = os.fdopen(int(req_fd), "r")
-    resp_fd_i = int(resp_fd)
+    sock = socket.socket(fileno=int(fd))
+    req = sock.makefile("rb")
+    resp_fd_i = int(fd)  # the runtime's crash and timeout reports are written here too
     lib = ctypes.CDLL(lib_path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     lib.ccsim_api_init.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_int]
     lib.ccsim_api_init(int(checked), int(order), int(seed), resp_fd_i)
@@ -37,8 +40,7 @@ def main() -> None:
     mm = None
 
     def answer(obj: dict) -> None:
-        data = (json.dumps(obj) + "\n").encode()
-        os.write(resp_fd_i, data)
+        sock.sendall((json.dumps(obj) + "\n").encode())
 
     for line in req:
         msg = json.loads(line)
@@ -57,7 +59,7 @@ def main() -> None:
             continue
         if op == "trace":  # the last call's profile with its recorded accesses (pictures)
             raw = lib.ccsim_api_profile_json(1).decode(errors="replace")
-            os.write(resp_fd_i, ('{"profile": ' + raw + "}\n").encode())
+            sock.sendall(('{"profile": ' + raw + "}\n").encode())
             continue
         if op == "call":
             lib.ccsim_api_begin_call()
@@ -99,7 +101,7 @@ def main() -> None:
                 out = {"error": json.loads(err.decode(errors="replace")) if err else {"kind": "crash"}}
             if profile:  # the counters of this call's launches, passed through as the runtime wrote them
                 raw = lib.ccsim_api_profile_json(0).decode(errors="replace")
-                os.write(resp_fd_i, (json.dumps(out)[:-1] + ', "profile": ' + raw + "}\n").encode())
+                sock.sendall((json.dumps(out)[:-1] + ', "profile": ' + raw + "}\n").encode())
             else:
                 answer(out)
             continue

@@ -1,7 +1,7 @@
 """Where a learner's file is compiled, and how compiler output gets the learner's real path back.
 
-Shared by the simulator's build (``cudacourse/sim/__init__.py``) and its device-call check (``devcheck.py``), which
-must not import the package that imports it.
+Shared by the simulator's build (``build.py``), its torch route (``torch_route.py``) and its device-call check
+(``devcheck.py``).
 """
 
 from __future__ import annotations

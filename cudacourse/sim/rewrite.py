@@ -20,6 +20,16 @@ from cudacourse.errors import CompileError, UnsupportedError
 from cudacourse.sim.hopper_ptx import hopper_asm_message
 from cudacourse.source import Launcher, line_of, mask
 
+from .scan import (
+    at_file_scope,
+    brace_scopes,
+    in_preprocessor_line,
+    kernel_expr_start,
+    match_forward,
+    split_top,
+    token_spans,
+)
+
 # ----------------------------------------------------------------------------------------------------
 # Headers
 # ----------------------------------------------------------------------------------------------------
@@ -79,124 +89,6 @@ def _err(cls: type[CompileError], msg: str, path: str, line: int) -> CompileErro
 
 
 # ----------------------------------------------------------------------------------------------------
-# Scanning helpers on the masked text
-# ----------------------------------------------------------------------------------------------------
-
-_OPEN = {"(": ")", "[": "]", "{": "}"}
-_CLOSE = {")", "]", "}"}
-
-
-def _match_forward(m: str, i: int) -> int:
-    """Index of the bracket closing the one at ``i`` (``(``, ``[`` or ``{``); -1 if none."""
-    stack = []
-    for j in range(i, len(m)):
-        c = m[j]
-        if c in _OPEN:
-            stack.append(_OPEN[c])
-        elif c in _CLOSE:
-            if not stack or stack.pop() != c:
-                return -1
-            if not stack:
-                return j
-    return -1
-
-
-def _split_top(text: str, sep: str = ",") -> list[str]:
-    """Split at ``sep`` outside (), [], {} and template angle brackets."""
-    parts, depth, angle, cur = [], 0, 0, []
-    for c in text:
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif c == "<" and depth == 0:
-            angle += 1
-        elif c == ">" and depth == 0 and angle > 0:
-            angle -= 1
-        if c == sep and depth == 0 and angle == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    parts.append("".join(cur))
-    return parts
-
-
-def _in_preprocessor_line(m: str, i: int) -> bool:
-    """True when offset ``i`` lies on a preprocessor line (following backslash continuations)."""
-    start = m.rfind("\n", 0, i) + 1
-    while True:
-        if m[start:].lstrip(" \t").startswith("#"):
-            return True
-        if start == 0:
-            return False
-        prev_end = start - 1
-        prev_start = m.rfind("\n", 0, prev_end) + 1
-        if m[prev_start:prev_end].rstrip(" \t\r").endswith("\\"):
-            start = prev_start
-            continue
-        return False
-
-
-def _kernel_expr_start(m: str, i: int) -> int:
-    """Start of the kernel expression ending just before offset ``i`` (``k``, ``ns::k<T, 4>``)."""
-    j = i
-    while j > 0 and m[j - 1] in " \t\n":
-        j -= 1
-    while True:
-        if j > 0 and m[j - 1] == ">":  # template arguments
-            depth, k = 0, j - 1
-            while k >= 0:
-                if m[k] == ">":
-                    depth += 1
-                elif m[k] == "<":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                k -= 1
-            j = k
-            while j > 0 and m[j - 1] in " \t\n":
-                j -= 1
-        k = j
-        while k > 0 and (m[k - 1].isalnum() or m[k - 1] == "_"):
-            k -= 1
-        if k == j:
-            return -1
-        j = k
-        if j >= 2 and m[j - 2:j] == "::":
-            j -= 2
-            continue
-        return j
-
-
-def _token_spans(m: str, lo: int, hi: int, word: str) -> list[tuple[int, int]]:
-    """``[lo, hi)`` cut into spans, each occurrence of the identifier ``word`` in masked ``m`` its own span."""
-    out, last = [], lo
-    for mm in re.finditer(rf"\b{word}\b", m[lo:hi]):
-        out += [(last, lo + mm.start()), (lo + mm.start(), lo + mm.end())]
-        last = lo + mm.end()
-    return [*out, (last, hi)]
-
-
-def _brace_scopes(m: str) -> list[tuple[int, int, bool]]:
-    """Every ``{...}`` block as (open, close, is_namespace_like)."""
-    out, stack = [], []
-    for i, c in enumerate(m):
-        if c == "{":
-            head = m[max(0, i - 200):i]
-            ns = bool(re.search(r"(\bnamespace\b[\s\w:]*|\bextern\s*\"\s*\")\s*$", head))
-            stack.append((i, ns))
-        elif c == "}" and stack:
-            o, ns = stack.pop()
-            out.append((o, i, ns))
-    return out
-
-
-def _at_file_scope(scopes: list[tuple[int, int, bool]], i: int) -> bool:
-    return not any(o < i < c and not ns for o, c, ns in scopes)
-
-
-# ----------------------------------------------------------------------------------------------------
 # The rewrite
 # ----------------------------------------------------------------------------------------------------
 
@@ -215,7 +107,7 @@ def _kernel_key(expr: str) -> str:
             e = e[cast.end():]
         elif e.startswith("&"):
             e = e[1:]
-        elif e.startswith("(") and _match_forward(e, 0) == len(e) - 1:
+        elif e.startswith("(") and match_forward(e, 0) == len(e) - 1:
             e = e[1:-1]
         else:
             return e.replace('"', "'")
@@ -238,6 +130,277 @@ def _torch_prepass(source: str) -> str:
     return source
 
 
+@dataclass
+class _Unit:
+    """What the passes of :func:`rewrite` share: the learner's ``source``, its masked twin ``m`` (comments and string
+    contents blanked), the file name for messages (``path``) and for ``#line`` (``qpath``, quoted), and the edits
+    so far. A pass reads ``source`` and ``m`` and adds edits, or raises naming the learner's line."""
+
+    source: str
+    m: str
+    path: str
+    qpath: str
+    edits: list[_Edit]
+
+    def line(self, i: int) -> int:
+        """The learner's line of offset ``i``."""
+        return line_of(self.source, i)
+
+
+def _refuse_unsupported(u: _Unit) -> None:
+    """Refuse inline PTX/assembly and the constructs of ``_REFUSED`` (textures, grid-wide sync, clusters)."""
+    for mm in re.finditer(r"\b(asm|__asm__|__asm)\b\s*(volatile\b|__volatile__\b)?\s*\(", u.m):
+        hopper = hopper_asm_message(u.source, mm.start())  # [hopper hook] names a Hopper instruction (issue 38)
+        raise _err(UnsupportedError, hopper or "inline PTX/assembly (asm(...)) cannot run on the CPU simulator; write "
+                   "the operation in plain CUDA C++ (or run this file on a GPU)", u.path, u.line(mm.start()))
+    for pattern, what in _REFUSED:
+        mm = re.search(pattern, u.m)
+        if mm:
+            raise _err(UnsupportedError, f"{what} is not supported by the CPU simulator (line "
+                       f"{u.line(mm.start())}): {_REFUSED_FIX.get(pattern, 'run this file on a GPU')}",
+                       u.path, u.line(mm.start()))
+
+
+def _map_includes(u: _Unit) -> None:
+    """Drop the includes of headers the runtime provides (CUDA's, torch's CUDA-only ones, ``sm_*``); refuse the
+    headers of ``UNSUPPORTED_HEADERS`` naming what they hold."""
+    for mm in _INCLUDE_RE.finditer(u.source):
+        if not u.m[mm.start():mm.end()].lstrip().startswith("#"):
+            continue  # inside a comment
+        name = mm.group(1).strip()
+        for prefix, what in UNSUPPORTED_HEADERS.items():
+            if name.startswith(prefix):
+                raise _err(UnsupportedError, f"#include <{name}>: {what} is not supported by the CPU simulator",
+                           u.path, u.line(mm.start()))
+        if name in MAPPED_HEADERS or name.startswith(TORCH_CUDA_PREFIXES) or name.startswith("sm_"):
+            u.edits.append(_Edit(mm.start(), mm.end(), ""))
+
+
+def _drop_pragma_unroll(u: _Unit) -> None:
+    """Drop ``#pragma unroll`` (g++ would warn; unrolling does not change semantics)."""
+    for mm in re.finditer(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*", u.m, re.M):
+        u.edits.append(_Edit(mm.start(), mm.end(), ""))
+
+
+def _launch(u: _Unit, i: int) -> _Edit:
+    """The edit for the launch whose ``<<<`` is at offset ``i``: ``k<<<cfg>>>(args)`` from the kernel's name to
+    the closing parenthesis becomes ``::ccsim::launch(...)``, its lines kept."""
+    m, source, path = u.m, u.source, u.path
+    line = u.line(i)
+    if in_preprocessor_line(m, i):
+        raise _err(UnsupportedError, "a kernel launch <<<...>>> inside a macro cannot be rewritten by the CPU "
+                   "simulator; write the launch in a function", path, line)
+    k0 = kernel_expr_start(m, i)
+    if k0 < 0:
+        raise _err(CompileError, "cannot find the kernel name before <<<", path, line)
+    # configuration up to the matching >>>
+    j, depth = i + 3, 0
+    while j < len(m):
+        c = m[j]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif depth == 0 and m.startswith(">>>", j):
+            break
+        j += 1
+    if j >= len(m):
+        raise _err(CompileError, "kernel launch: no closing >>>", path, line)
+    cfg = source[i + 3:j]
+    p = j + 3
+    while p < len(m) and m[p] in " \t\n":
+        p += 1
+    if p >= len(m) or m[p] != "(":
+        raise _err(CompileError, "kernel launch: expected '(' with the kernel's arguments after >>>", path, line)
+    close = match_forward(m, p)
+    if close < 0:
+        raise _err(CompileError, "kernel launch: unbalanced parentheses in the arguments", path, line)
+    # NULL is an integer in C++ (g++: __null, a long) and would stop being a null pointer constant once
+    # forwarded through the launch's argument copy; nullptr converts to every pointer parameter.
+    args = "".join("nullptr" if m[a:b] == "NULL" else source[a:b] for a, b in
+                   token_spans(m, p + 1, close, "NULL"))
+    kexpr = " ".join(source[k0:i].split())
+    cfg_parts = [c.strip() for c in split_top(" ".join(cfg.split()))]
+    if not 2 <= len(cfg_parts) <= 4 or not all(cfg_parts):
+        raise _err(CompileError, f"kernel launch <<<{cfg.strip()}>>> needs 2 to 4 arguments (grid, block[, "
+                   "shared bytes[, stream]])", path, line)
+    args_flat = " ".join(args.split())
+    kname = kexpr.replace('"', "'")
+    text = (f'::ccsim::launch("{kname}", __FILE__, __LINE__, ::ccsim::LaunchCfg({", ".join(cfg_parts)}), '
+            f"[&](auto... ccsim_a) {{ {kexpr}(ccsim_a...); }}" + (f", {args_flat})" if args_flat else ")"))
+    nl = source.count("\n", k0, close + 1)
+    return _Edit(k0, close + 1, text + "\n" * nl)
+
+
+def _rewrite_launches(u: _Unit) -> None:
+    """``k<<<g, b, smem, stream>>>(args)`` becomes ``::ccsim::launch(...)`` with the arguments copied once (see
+    :func:`_launch`); a launch inside a macro is refused."""
+    pos = 0
+    while True:
+        i = u.m.find("<<<", pos)
+        if i < 0:
+            break
+        edit = _launch(u, i)
+        u.edits.append(edit)
+        pos = edit.end
+
+
+def _rewrite_func_attributes(u: _Unit) -> None:
+    """``cudaFuncSetAttribute(kernel, attr, value)`` is keyed by the kernel's text, as launches are named."""
+    m, source = u.m, u.source
+    for mm in re.finditer(r"\bcudaFuncSetAttribute\s*\(", m):
+        if in_preprocessor_line(m, mm.start()):
+            continue
+        p = mm.end() - 1
+        close = match_forward(m, p)
+        if close < 0:
+            continue
+        parts = split_top(source[p + 1:close])
+        if len(parts) != 3:
+            continue
+        key = _kernel_key(parts[0])
+        nl = source.count("\n", mm.start(), close + 1)
+        text = f'::ccsim::func_set_attribute("{key}", {" ".join(source[p + 1:close].split())})'
+        u.edits.append(_Edit(mm.start(), close + 1, text + "\n" * nl))
+
+
+def _statement_start(m: str, i: int) -> int:
+    """Where the statement holding offset ``i`` starts (after the previous ``;``, ``{`` or ``}``, or the end of a
+    preprocessor line), white space skipped."""
+    s = i
+    while s > 0 and m[s - 1] not in ";{}":
+        if m[s - 1] == "\n" and in_preprocessor_line(m, s - 2 if s >= 2 else 0) and m[s - 2] != "\n":
+            break
+        s -= 1
+    while s < i and m[s] in " \t\r\n":
+        s += 1
+    return s
+
+
+def _shared_declarators(u: _Unit, stmt: str, extern: bool, line: int, site: int,
+                        file_scope: bool) -> tuple[list[str], list[str], int]:
+    """The replacement of each declarator of the ``__shared__`` statement ``stmt`` (masked): the declarations (at
+    file scope, accessor functions) and, at file scope, the ``#define`` of each name; returns them with the next
+    site number."""
+    body = _SHARED_DROP.sub(" ", stmt).strip()
+    decls = split_top(body)
+    first = _DECL_RE.match(decls[0].strip())
+    if not first or not first.group("type").strip():
+        raise _err(UnsupportedError, f"cannot understand the __shared__ declaration '{' '.join(stmt.split())}'",
+                   u.path, line)
+    base_type = first.group("type").strip().rstrip("*& ").strip()
+    out, defines = [], []
+    for k, d in enumerate(decls):
+        dm = _DECL_RE.match(d.strip())
+        if not dm:
+            raise _err(UnsupportedError, f"cannot understand the __shared__ declarator '{d.strip()}'", u.path, line)
+        typ = dm.group("type").strip() if k == 0 else (base_type + " " + dm.group("type").strip()).strip()
+        name, dims = dm.group("name"), "".join(dm.group("dims").split())
+        if dm.group("init"):
+            raise _err(CompileError, f"__shared__ variable '{name}' cannot have an initializer (CUDA forbids it); "
+                       "assign it inside the kernel, then __syncthreads()", u.path, line)
+        if extern:
+            if not dims.startswith("[]"):
+                raise _err(UnsupportedError, f"extern __shared__ '{name}' must be declared as an unsized array "
+                           f"({typ} {name}[])", u.path, line)
+            rest = dims[2:]
+            if rest:
+                expr = f"(({typ}(*){rest})::ccsim::dyn_shared<char>())"
+                decl = f"{typ} (*const {name}){rest} = {expr};"
+            else:
+                expr = f"(::ccsim::dyn_shared<{typ}>())"
+                decl = f"{typ}* const {name} = {expr};"
+        else:
+            # The site number lives in a function-local static, so every instantiation of a template
+            # (static storage per specialization, as on the GPU) gets its own array.
+            sv = f"ccsim_site_{site}"
+            expr = f'(*::ccsim::shared_alloc<{typ}{dims}>({sv}, __LINE__, "{name}"))'
+            decl = f"static const int {sv} = ::ccsim_rt_new_site(); auto& {name} = {expr};"
+            site += 1
+        if file_scope:
+            out.append(f"static inline auto& ccsim_fs_{name}() {{ static const int {sv} = ::ccsim_rt_new_site(); "
+                       f"return {expr}; }}" if not extern else
+                       f"static inline auto ccsim_fs_{name}() {{ return {expr}; }}")
+            defines.append(f"#define {name} (ccsim_fs_{name}())")
+        else:
+            out.append(decl)
+    return out, defines, site
+
+
+def _rewrite_shared(u: _Unit) -> None:
+    """``__shared__ T a[N][M];`` becomes a reference into the per-block shared-memory arena, and
+    ``extern __shared__ T x[];`` a pointer to its dynamic part (:func:`_shared_declarators`). At file scope each
+    name becomes an accessor function and a ``#define``, followed by a ``#line`` that restores the numbering."""
+    m, source = u.m, u.source
+    scopes = brace_scopes(m)
+    site = 0
+    for mm in re.finditer(r"\b__shared__\b", m):
+        i = mm.start()
+        if in_preprocessor_line(m, i):
+            continue
+        s = _statement_start(m, i)
+        e = m.find(";", i)
+        if e < 0:
+            raise _err(CompileError, "__shared__ declaration without ';'", u.path, u.line(i))
+        stmt = m[s:e]  # masked: comments inside or before the declaration are blanks here
+        extern = bool(re.search(r"\bextern\b", m[s:e]))
+        file_scope = at_file_scope(scopes, i)
+        out, defines, site = _shared_declarators(u, stmt, extern, u.line(i), site, file_scope)
+        nl = source.count("\n", s, e + 1)
+        if file_scope:
+            end_line = u.line(e)
+            text = " ".join(out) + "\n" + "\n".join(defines) + f'\n#line {end_line} "{u.qpath}"\n'
+            u.edits.append(_Edit(s, e + 1, text + "\n" * nl))
+        else:
+            u.edits.append(_Edit(s, e + 1, " ".join(out) + "\n" * nl))
+
+
+# The passes of rewrite(), in order: each reads the unit and adds edits (or raises for the learner's line).
+_PASSES = [_refuse_unsupported, _map_includes, _drop_pragma_unroll, _rewrite_launches, _rewrite_func_attributes,
+           _rewrite_shared]
+
+
+def _apply(source: str, edits: list[_Edit]) -> str:
+    """``source`` with ``edits`` made, in order of position; an edit inside an earlier one is skipped (a launch
+    inside a replaced region)."""
+    out_parts, last = [], 0
+    for ed in sorted(edits, key=lambda e: e.start):
+        if ed.start < last:
+            continue
+        out_parts.append(source[last:ed.start])
+        out_parts.append(ed.text)
+        last = ed.end
+    out_parts.append(source[last:])
+    return "".join(out_parts)
+
+
+def _entry_points(launchers: list[Launcher] | tuple[Launcher, ...]) -> str:
+    """The C entry point ``ccsim_entry_<name>(void** argv)`` of each launcher, appended after the learner's file:
+    it names the launcher (host-work report), calls it, ends the call (queued stream work, checks) and turns a
+    kernel failure or a C++ exception into the call's error."""
+    text = "\n\n// ---- entry points generated by cudacourse.sim (not part of the learner's file) ----\n"
+    text += '#line 1 "<cudacourse generated entry points>"\n'
+    text += 'extern "C" void ccsim_api_set_error(const char*, const char*);\n'
+    text += 'extern "C" void ccsim_rt_end_call(void);\nextern "C" void ccsim_rt_launcher_name(const char*);\n'
+    for la in launchers:
+        argv = []
+        for k, p in enumerate(la.params):
+            if p.pointer:
+                argv.append(f"({p.base}*)a[{k}]")
+            else:
+                argv.append(f"*({p.base}*)a[{k}]")
+        text += (f'extern "C" __attribute__((visibility("default"))) int ccsim_entry_{la.name}(void** a) {{\n'
+                 f"    (void)a;\n"
+                 f'    try {{ ccsim_rt_launcher_name("{la.name}"); {la.name}({", ".join(argv)}); '
+                 f"ccsim_rt_end_call(); ::ccsim::launch_check(); }}\n"
+                 f"    catch (const ::ccsim::KernelFailure&) {{ return 1; }}\n"
+                 f'    catch (const std::exception& e) {{ ccsim_api_set_error("crash", e.what()); return 1; }}\n'
+                 f'    catch (...) {{ ccsim_api_set_error("crash", "the launcher threw a C++ exception"); '
+                 f"return 1; }}\n"
+                 f"    return 0;\n}}\n")
+    return text
+
+
 def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Launcher, ...] = (), *,
             torch: bool = False, entries: bool = True, line_path: str | None = None) -> str:
     """Rewrite learner CUDA C++ ``source`` into C++ for the simulator runtime.
@@ -246,217 +409,21 @@ def rewrite(source: str, path: str | None, launchers: list[Launcher] | tuple[Lau
     False). ``torch`` selects the classic ``torch::Tensor`` route. ``line_path`` is the file name the
     ``#line`` directives give the compiler (default ``path``). Raises ``UnsupportedError`` or
     ``CompileError`` naming the learner's line (``path``).
+
+    The work is done by the passes of ``_PASSES`` in turn, on the masked source, each adding line-preserving
+    edits that are made at the end; the torch route's pre-pass edits the source itself first.
     """
     path = path or "<source>"
     if torch:
         source = _torch_prepass(source)
-    m = mask(source)
-    edits: list[_Edit] = []
-    qpath = (line_path or path).replace("\\", "\\\\").replace('"', '\\"')
-
-    # --- refused constructs -------------------------------------------------------------------------
-    for mm in re.finditer(r"\b(asm|__asm__|__asm)\b\s*(volatile\b|__volatile__\b)?\s*\(", m):
-        hopper = hopper_asm_message(source, mm.start())  # [hopper hook] names a Hopper instruction (issue 38)
-        raise _err(UnsupportedError, hopper or "inline PTX/assembly (asm(...)) cannot run on the CPU simulator; write "
-                   "the operation in plain CUDA C++ (or run this file on a GPU)", path, line_of(source, mm.start()))
-    for pattern, what in _REFUSED:
-        mm = re.search(pattern, m)
-        if mm:
-            raise _err(UnsupportedError, f"{what} is not supported by the CPU simulator (line "
-                       f"{line_of(source, mm.start())}): {_REFUSED_FIX.get(pattern, 'run this file on a GPU')}",
-                       path, line_of(source, mm.start()))
-
-    # --- includes -----------------------------------------------------------------------------------
-    for mm in _INCLUDE_RE.finditer(source):
-        if not m[mm.start():mm.end()].lstrip().startswith("#"):
-            continue  # inside a comment
-        name = mm.group(1).strip()
-        for prefix, what in UNSUPPORTED_HEADERS.items():
-            if name.startswith(prefix):
-                raise _err(UnsupportedError, f"#include <{name}>: {what} is not supported by the CPU simulator",
-                           path, line_of(source, mm.start()))
-        if name in MAPPED_HEADERS or name.startswith(TORCH_CUDA_PREFIXES) or name.startswith("sm_"):
-            edits.append(_Edit(mm.start(), mm.end(), ""))
-
-    # --- #pragma unroll: dropped (g++ would warn; unrolling does not change semantics) ---------------
-    for mm in re.finditer(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*", m, re.M):
-        edits.append(_Edit(mm.start(), mm.end(), ""))
-
-    # --- launches -----------------------------------------------------------------------------------
-    pos = 0
-    while True:
-        i = m.find("<<<", pos)
-        if i < 0:
-            break
-        line = line_of(source, i)
-        if _in_preprocessor_line(m, i):
-            raise _err(UnsupportedError, "a kernel launch <<<...>>> inside a macro cannot be rewritten by the CPU "
-                       "simulator; write the launch in a function", path, line)
-        k0 = _kernel_expr_start(m, i)
-        if k0 < 0:
-            raise _err(CompileError, "cannot find the kernel name before <<<", path, line)
-        # configuration up to the matching >>>
-        j, depth = i + 3, 0
-        while j < len(m):
-            c = m[j]
-            if c in "([{":
-                depth += 1
-            elif c in ")]}":
-                depth -= 1
-            elif depth == 0 and m.startswith(">>>", j):
-                break
-            j += 1
-        if j >= len(m):
-            raise _err(CompileError, "kernel launch: no closing >>>", path, line)
-        cfg = source[i + 3:j]
-        p = j + 3
-        while p < len(m) and m[p] in " \t\n":
-            p += 1
-        if p >= len(m) or m[p] != "(":
-            raise _err(CompileError, "kernel launch: expected '(' with the kernel's arguments after >>>", path, line)
-        close = _match_forward(m, p)
-        if close < 0:
-            raise _err(CompileError, "kernel launch: unbalanced parentheses in the arguments", path, line)
-        # NULL is an integer in C++ (g++: __null, a long) and would stop being a null pointer constant once
-        # forwarded through the launch's argument copy; nullptr converts to every pointer parameter.
-        args = "".join("nullptr" if m[a:b] == "NULL" else source[a:b] for a, b in
-                       _token_spans(m, p + 1, close, "NULL"))
-        kexpr = " ".join(source[k0:i].split())
-        cfg_parts = [c.strip() for c in _split_top(" ".join(cfg.split()))]
-        if not 2 <= len(cfg_parts) <= 4 or not all(cfg_parts):
-            raise _err(CompileError, f"kernel launch <<<{cfg.strip()}>>> needs 2 to 4 arguments (grid, block[, "
-                       "shared bytes[, stream]])", path, line)
-        args_flat = " ".join(args.split())
-        kname = kexpr.replace('"', "'")
-        text = (f'::ccsim::launch("{kname}", __FILE__, __LINE__, ::ccsim::LaunchCfg({", ".join(cfg_parts)}), '
-                f"[&](auto... ccsim_a) {{ {kexpr}(ccsim_a...); }}" + (f", {args_flat})" if args_flat else ")"))
-        nl = source.count("\n", k0, close + 1)
-        edits.append(_Edit(k0, close + 1, text + "\n" * nl))
-        pos = close + 1
-
-    # --- cudaFuncSetAttribute(kernel, attr, value): keyed by the kernel's text, as launches are named ---
-    for mm in re.finditer(r"\bcudaFuncSetAttribute\s*\(", m):
-        if _in_preprocessor_line(m, mm.start()):
-            continue
-        p = mm.end() - 1
-        close = _match_forward(m, p)
-        if close < 0:
-            continue
-        parts = _split_top(source[p + 1:close])
-        if len(parts) != 3:
-            continue
-        key = _kernel_key(parts[0])
-        nl = source.count("\n", mm.start(), close + 1)
-        text = f'::ccsim::func_set_attribute("{key}", {" ".join(source[p + 1:close].split())})'
-        edits.append(_Edit(mm.start(), close + 1, text + "\n" * nl))
-
-    # --- __shared__ declarations ----------------------------------------------------------------------
-    scopes = _brace_scopes(m)
-    site = 0
-    for mm in re.finditer(r"\b__shared__\b", m):
-        i = mm.start()
-        if _in_preprocessor_line(m, i):
-            continue
-        s = i
-        while s > 0 and m[s - 1] not in ";{}":
-            if m[s - 1] == "\n" and _in_preprocessor_line(m, s - 2 if s >= 2 else 0) and m[s - 2] != "\n":
-                break
-            s -= 1
-        while s < i and m[s] in " \t\r\n":
-            s += 1
-        e = m.find(";", i)
-        if e < 0:
-            raise _err(CompileError, "__shared__ declaration without ';'", path, line_of(source, i))
-        stmt = m[s:e]  # masked: comments inside or before the declaration are blanks here
-        line = line_of(source, i)
-        extern = bool(re.search(r"\bextern\b", m[s:e]))
-        body = _SHARED_DROP.sub(" ", stmt).strip()
-        decls = _split_top(body)
-        first = _DECL_RE.match(decls[0].strip())
-        if not first or not first.group("type").strip():
-            raise _err(UnsupportedError, f"cannot understand the __shared__ declaration '{' '.join(stmt.split())}'",
-                       path, line)
-        base_type = first.group("type").strip().rstrip("*& ").strip()
-        file_scope = _at_file_scope(scopes, i)
-        out, defines = [], []
-        for k, d in enumerate(decls):
-            dm = _DECL_RE.match(d.strip())
-            if not dm:
-                raise _err(UnsupportedError, f"cannot understand the __shared__ declarator '{d.strip()}'", path, line)
-            typ = dm.group("type").strip() if k == 0 else (base_type + " " + dm.group("type").strip()).strip()
-            name, dims = dm.group("name"), "".join(dm.group("dims").split())
-            if dm.group("init"):
-                raise _err(CompileError, f"__shared__ variable '{name}' cannot have an initializer (CUDA forbids it); "
-                           "assign it inside the kernel, then __syncthreads()", path, line)
-            if extern:
-                if not dims.startswith("[]"):
-                    raise _err(UnsupportedError, f"extern __shared__ '{name}' must be declared as an unsized array "
-                               f"({typ} {name}[])", path, line)
-                rest = dims[2:]
-                if rest:
-                    expr = f"(({typ}(*){rest})::ccsim::dyn_shared<char>())"
-                    decl = f"{typ} (*const {name}){rest} = {expr};"
-                else:
-                    expr = f"(::ccsim::dyn_shared<{typ}>())"
-                    decl = f"{typ}* const {name} = {expr};"
-            else:
-                # The site number lives in a function-local static, so every instantiation of a template
-                # (static storage per specialization, as on the GPU) gets its own array.
-                sv = f"ccsim_site_{site}"
-                expr = f'(*::ccsim::shared_alloc<{typ}{dims}>({sv}, __LINE__, "{name}"))'
-                decl = f"static const int {sv} = ::ccsim_rt_new_site(); auto& {name} = {expr};"
-                site += 1
-            if file_scope:
-                out.append(f"static inline auto& ccsim_fs_{name}() {{ static const int {sv} = ::ccsim_rt_new_site(); "
-                           f"return {expr}; }}" if not extern else
-                           f"static inline auto ccsim_fs_{name}() {{ return {expr}; }}")
-                defines.append(f"#define {name} (ccsim_fs_{name}())")
-            else:
-                out.append(decl)
-        nl = source.count("\n", s, e + 1)
-        if file_scope:
-            end_line = line_of(source, e)
-            text = " ".join(out) + "\n" + "\n".join(defines) + f'\n#line {end_line} "{qpath}"\n'
-            edits.append(_Edit(s, e + 1, text + "\n" * nl))
-        else:
-            edits.append(_Edit(s, e + 1, " ".join(out) + "\n" * nl))
-
-    # --- apply ----------------------------------------------------------------------------------------
-    edits.sort(key=lambda e: e.start)
-    out_parts, last = [], 0
-    for ed in edits:
-        if ed.start < last:
-            continue  # nested in a previous edit (e.g. a launch inside a replaced region)
-        out_parts.append(source[last:ed.start])
-        out_parts.append(ed.text)
-        last = ed.end
-    out_parts.append(source[last:])
-    body = "".join(out_parts)
-
+    u = _Unit(source, mask(source), path, (line_path or path).replace("\\", "\\\\").replace('"', '\\"'), [])
+    for run_pass in _PASSES:
+        run_pass(u)
     if torch:
         head = ('#include <torch/extension.h>\n#define CCSIM_TORCH 1\n#include "ccsim.h"\n#include "ccsim_torch.h"\n')
     else:
         head = '#include "ccsim.h"\n'
-    text = head + f'#line 1 "{qpath}"\n' + body
+    text = head + f'#line 1 "{u.qpath}"\n' + _apply(source, u.edits)
     if entries and launchers:
-        text += "\n\n// ---- entry points generated by cudacourse.sim (not part of the learner's file) ----\n"
-        text += '#line 1 "<cudacourse generated entry points>"\n'
-        text += 'extern "C" void ccsim_api_set_error(const char*, const char*);\n'
-        text += 'extern "C" void ccsim_rt_end_call(void);\nextern "C" void ccsim_rt_launcher_name(const char*);\n'
-        for la in launchers:
-            argv = []
-            for k, p in enumerate(la.params):
-                if p.pointer:
-                    argv.append(f"({p.base}*)a[{k}]")
-                else:
-                    argv.append(f"*({p.base}*)a[{k}]")
-            text += (f'extern "C" __attribute__((visibility("default"))) int ccsim_entry_{la.name}(void** a) {{\n'
-                     f"    (void)a;\n"
-                     f'    try {{ ccsim_rt_launcher_name("{la.name}"); {la.name}({", ".join(argv)}); '
-                     f"ccsim_rt_end_call(); ::ccsim::launch_check(); }}\n"
-                     f"    catch (const ::ccsim::KernelFailure&) {{ return 1; }}\n"
-                     f'    catch (const std::exception& e) {{ ccsim_api_set_error("crash", e.what()); return 1; }}\n'
-                     f'    catch (...) {{ ccsim_api_set_error("crash", "the launcher threw a C++ exception"); '
-                     f"return 1; }}\n"
-                     f"    return 0;\n}}\n")
+        text += _entry_points(launchers)
     return text

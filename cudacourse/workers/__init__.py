@@ -11,6 +11,6 @@
 ``exports.py``          the checking process's objects a torch worker may call back
 ======================  =================================================================================
 
-The simulator's worker (``cudacourse/sim/_worker.py``, client ``sim.SimLibrary``) still keeps its own start,
-ask and kill; it is the next to move onto ``channel.py`` (docs/ARCHITECTURE.md).
+The simulator's worker (``cudacourse/sim/_worker.py``, client ``sim.SimLibrary`` in ``sim/library.py``) is a
+client of ``channel.py`` too; it lives with the simulator.
 """

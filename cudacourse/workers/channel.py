@@ -1,19 +1,24 @@
 """The one channel to a worker process: start it in the sandbox, ask with a deadline, see it die, stop it.
 
 Every worker that runs learner code for the checking process (the GPU worker, ``gpu.py``; the torch worker,
-``torch.py``) holds one :class:`Channel`. The channel owns what is the same for all of them:
+``torch.py``; the simulator's worker, ``cudacourse/sim/library.py``) holds one :class:`Channel`. The channel owns
+what is the same for all of them:
 
 - a private folder (``tempfile.mkdtemp``) holding the worker's scratch folder and its output log
   (``output.log``: the worker's stdout and stderr, kernel ``printf`` included);
 - the process, started by :func:`cudacourse.sandbox.confined_popen` with one end of a UNIX socket pair
-  passed to it (the worker's program gets the descriptor's number on its command line);
+  passed to it (the worker's program gets the descriptor's number on its command line); outside grading
+  (``confine`` None: notebooks, the course's own tests) the simulator's worker starts as a plain child in a
+  session of its own;
 - :meth:`Channel.ask`: send a request and wait for the answer, at most a deadline; a worker that stays
   silent raises :class:`WorkerTimeout`, one that died (or closed its end) :class:`WorkerDied` with its exit
   status, and an answer that breaks the protocol :class:`ProtocolError`;
-- :meth:`Channel.kill`: the worker and everything it started, stopped as a whole (``sandbox.stop_group``).
+- :meth:`Channel.kill`: the worker and everything it started, stopped as a whole (``sandbox.stop_group``;
+  an unconfined worker: its session's process group).
 
 What travels over the socket is each worker's own business (its *payload transport*: JSON lines and file
-descriptors for the GPU worker, framed JSON headers and raw tensor bytes for the torch worker, ``wire.py``).
+descriptors for the GPU worker, JSON lines and a shared-memory file for the simulator's (:class:`JsonLines` reads
+both), framed JSON headers and raw tensor bytes for the torch worker, ``wire.py``).
 So is what a failure means to the learner: the worker's client turns the three exceptions into the course's
 ``KernelTimeout`` and ``KernelError``, with words that fit it, after stopping the worker; its next call
 starts a fresh one (:attr:`Channel.running` says whether one runs).
@@ -21,11 +26,16 @@ starts a fresh one (:attr:`Channel.running` says whether one runs).
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -59,20 +69,29 @@ class Channel:
         self.log = self.private / "output.log"
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
+        self.confined = False
         self._log_pos = 0
 
-    def start(self, argv: Callable[[int], list[str]], *, env: Mapping[str, str], confine: str, limits: Limits,
-              read_only: Iterable[Path] = (), read_write: Iterable[Path] = (), gpu: bool = False) -> None:
+    def start(self, argv: Callable[[int], list[str]], *, env: Mapping[str, str], confine: str | None,
+              limits: Limits, read_only: Iterable[Path] = (), read_write: Iterable[Path] = (),
+              gpu: bool = False) -> None:
         """Start the worker ``argv(fd)`` (``fd``: the number of its end of the socket) confined, its output
         appended to the log. ``confine`` is the grader's mode: ``strict`` refuses to start an unconfined
-        worker, anything else runs it as confined as this machine allows (the report says so)."""
+        worker, anything else runs it as confined as this machine allows (the report says so); None (not
+        grading) starts it unconfined, in a session of its own (``limits`` and the paths do not apply)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.confined = confine is not None
         with open(self.log, "ab") as log:
             try:
-                self.proc = confined_popen(
-                    argv(theirs.fileno()), scratch=self.private / "scratch", env=env, read_only=read_only,
-                    read_write=read_write, limits=limits, gpu=gpu, allow_unconfined=confine != "strict",
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),))
+                if confine is None:
+                    self.proc = subprocess.Popen(argv(theirs.fileno()), env=dict(env), stdin=subprocess.DEVNULL,
+                                                 stdout=log, stderr=log, pass_fds=(theirs.fileno(),),
+                                                 start_new_session=True)
+                else:
+                    self.proc = confined_popen(
+                        argv(theirs.fileno()), scratch=self.private / "scratch", env=env, read_only=read_only,
+                        read_write=read_write, limits=limits, gpu=gpu, allow_unconfined=confine != "strict",
+                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),))
             except BaseException:
                 ours.close()
                 raise
@@ -103,8 +122,15 @@ class Channel:
 
     def kill(self) -> None:
         """Stop the worker and everything it started; close the socket. The folder and its log stay."""
-        if self.proc is not None:
+        if self.proc is not None and self.confined:
             stop_group(self.proc)
+        elif self.proc is not None:  # unconfined: its session (what it forked and did not move elsewhere)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.kill()
+            self.proc.wait()
         if self.sock is not None:
             self.sock.close()
         self.proc = self.sock = None
@@ -118,14 +144,65 @@ class Channel:
 
     def forward_output(self) -> None:
         """Copy what the worker printed since the last call (kernel printf included) to this process's stdout."""
-        from cudacourse.sim import forward_output
-
-        self._log_pos = forward_output(self.log, self._log_pos)
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(self._log_pos)
+                data = f.read()
+        except OSError:
+            return
+        if data:
+            sys.stdout.write(data.decode(errors="replace"))
+            sys.stdout.flush()
+        self._log_pos += len(data)
 
     def close(self) -> None:
         """Stop the worker and remove its folder."""
         self.kill()
         shutil.rmtree(self.private, ignore_errors=True)
+
+
+class JsonLines:
+    """A payload transport's answers as JSON lines: one answer a line, read from the channel's socket.
+
+    ``receive`` is :meth:`Channel.ask`'s ``receive``; what arrived past the line waits for the next one."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def clear(self) -> None:
+        """Forget what arrived (a fresh worker: nothing of the old one's answers belongs to it)."""
+        self._buf = b""
+
+    def receive(self, sock: socket.socket, timeout: float) -> dict:
+        """The next JSON line, waiting at most ``timeout`` seconds: ``TimeoutError`` after that, ``EOFError``
+        when the worker closed its end first, :class:`ProtocolError` for a line that is not a JSON object."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([sock], [], [], left)[0]:
+                raise TimeoutError
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise EOFError
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        try:
+            obj = json.loads(line.decode(errors="replace"))  # (a learner's odd bytes in a message)
+        except ValueError:
+            raise ProtocolError("not a JSON line") from None
+        if not isinstance(obj, dict):
+            raise ProtocolError("not a JSON object")
+        return obj
+
+    def drain(self, sock: socket.socket) -> None:
+        """Drop what arrived unasked (between requests, only a process the learner's code forked writes)."""
+        self._buf = b""
+        while select.select([sock], [], [], 0)[0]:
+            try:
+                if not sock.recv(65536):
+                    break
+            except OSError:
+                break
 
 
 def keep_env(names: Iterable[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:

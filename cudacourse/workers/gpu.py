@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import socket
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudacourse.workers.channel import Channel, ProtocolError, WorkerDied, WorkerTimeout, keep_env
+from cudacourse.workers.channel import Channel, JsonLines, ProtocolError, WorkerDied, WorkerTimeout, keep_env
 from cudacourse.workers.gpu_serve import Vmm
 
 _PROGRAM = Path(__file__).resolve().parent / "gpu_serve.py"
@@ -93,7 +91,7 @@ class GpuWorker:
         self.timeout_s = timeout_s
         self.confine = confine
         self._chan = Channel("ccgpu-")
-        self._rbuf = b""
+        self._lines = JsonLines()
         self._next_id = 1
         # (tensor pointer, bytes) -> its staged copy; sent: the buffer ids the worker has mapped
         self._staged: dict[tuple[int, int], _Staged] = {}
@@ -121,7 +119,7 @@ class GpuWorker:
         self._chan.start(lambda fd: [sys.executable, "-I", "-B", "-S", str(_PROGRAM), str(self.so), str(fd)],
                          env=env, read_only=[self.so.parent, _PROGRAM], limits=Limits(memory=None, cpu_s=None),
                          gpu=True, confine=self.confine)
-        self._rbuf = b""
+        self._lines.clear()
         kinds = {n: ["p" if p.pointer else SCALAR_CTYPES[p.base] for p in la.params]
                  for n, la in self.launchers.items()}
         r = self._ask({"op": "declare", "launchers": kinds, "device": torch.cuda.current_device()},
@@ -141,26 +139,9 @@ class GpuWorker:
         """Send one request (with ``fds``) and wait for its answer; a dead or silent worker is a course error."""
         from cudacourse.errors import KernelError, KernelTimeout
 
-        def receive(sock: socket.socket, timeout: float) -> dict:
-            """One JSON line (the worker answers each request with one)."""
-            deadline = time.monotonic() + timeout
-            while b"\n" not in self._rbuf:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([sock], [], [], left)[0]:
-                    raise TimeoutError
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise EOFError
-                self._rbuf += chunk
-            line, _, self._rbuf = self._rbuf.partition(b"\n")
-            try:
-                return json.loads(line)
-            except ValueError:
-                raise ProtocolError("not a JSON line") from None
-
         try:
             return self._chan.ask(lambda sock: socket.send_fds(sock, [(json.dumps(msg) + "\n").encode()], list(fds)),
-                                  receive, timeout)
+                                  self._lines.receive, timeout)  # the worker answers each request with one line
         except WorkerTimeout:
             self._kill()
             raise KernelTimeout(f"{name}(): the GPU worker was still running after {timeout:g} s (an endless "

@@ -225,12 +225,12 @@ def test_orders_give_same_collective_results(order: str) -> None:
 
 
 def test_order_from_environment(monkeypatch) -> None:
-    from cudacourse.sim import _parse_order
+    from cudacourse.sim.build import parse_order
 
     monkeypatch.setenv("CUDA_COURSE_SIM_ORDER", "shuffle:42")
-    assert _parse_order(None) == (2, 42)
-    assert _parse_order("reverse") == (1, 1)
+    assert parse_order(None) == (2, 42)
+    assert parse_order("reverse") == (1, 1)
     monkeypatch.delenv("CUDA_COURSE_SIM_ORDER")
-    assert _parse_order(None) == (0, 1)
+    assert parse_order(None) == (0, 1)
     with pytest.raises(ValueError):
-        _parse_order("sideways")
+        parse_order("sideways")

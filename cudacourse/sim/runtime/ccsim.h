@@ -399,7 +399,7 @@ enum cudaDeviceAttr {
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
 struct CUstream_st; typedef CUstream_st* cudaStream_t;
-struct ccsim_event; typedef ccsim_event* cudaEvent_t;  // streams and events: ccsim_rt.cpp, ccsim_host_api.h
+struct ccsim_event; typedef ccsim_event* cudaEvent_t;  // streams and events: rt/streams.h, ccsim_host_api.h
 struct cudaDeviceProp {
     char name[256]; size_t totalGlobalMem; size_t sharedMemPerBlock; int regsPerBlock; int warpSize;
     int maxThreadsPerBlock; int maxThreadsDim[3]; int maxGridSize[3]; int multiProcessorCount;
@@ -448,7 +448,7 @@ template <class T> static inline cudaError_t cudaMallocHost(T** p, size_t n) { r
 template <class T> static inline cudaError_t cudaHostAlloc(T** p, size_t n, unsigned = 0) { return cudaMallocHost((void**)p, n); }
 extern "C" cudaError_t ccsim_cudaMallocManaged(void** p, size_t n);
 template <class T> static inline cudaError_t cudaMallocManaged(T** p, size_t n, unsigned = 0) { return ccsim_cudaMallocManaged((void**)p, n); }
-// Device memory is protected from host code while a launcher's host code runs (ccsim_rt.cpp, "device memory
+// Device memory is protected from host code while a launcher's host code runs (rt/mem_buffers.h, "device memory
 // is out of the host code's reach"); the runtime's own host-side accesses open it for their duration.
 extern "C" void ccsim_rt_dev_open(void);
 extern "C" void ccsim_rt_dev_close(void);

@@ -70,34 +70,22 @@ static inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
     return CUBLAS_STATUS_SUCCESS;
 }
 #define cublasDestroy_v2 cublasDestroy
-static inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
-    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    h->stream = s; return CUBLAS_STATUS_SUCCESS;
-}
-static inline cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t* s) {
-    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!s) return CUBLAS_STATUS_INVALID_VALUE;
-    *s = h->stream; return CUBLAS_STATUS_SUCCESS;
-}
-static inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
-    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    h->math = m; return CUBLAS_STATUS_SUCCESS;
-}
-static inline cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t* m) {
-    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!m) return CUBLAS_STATUS_INVALID_VALUE;
-    *m = h->math; return CUBLAS_STATUS_SUCCESS;
-}
+// cublasSet<Name>/cublasGet<Name>: one setting of the handle each (a null handle: not initialised).
+#define CCSIM_CUBLAS_SETTING(Name, T, field)                                                                   \
+    static inline cublasStatus_t cublasSet##Name(cublasHandle_t h, T v) {                                      \
+        if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;                                                          \
+        h->field = v; return CUBLAS_STATUS_SUCCESS;                                                            \
+    }                                                                                                          \
+    static inline cublasStatus_t cublasGet##Name(cublasHandle_t h, T* v) {                                     \
+        if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;                                                          \
+        if (!v) return CUBLAS_STATUS_INVALID_VALUE;                                                            \
+        *v = h->field; return CUBLAS_STATUS_SUCCESS;                                                           \
+    }
+CCSIM_CUBLAS_SETTING(Stream, cudaStream_t, stream)
+CCSIM_CUBLAS_SETTING(MathMode, cublasMath_t, math)
 // Both pointer modes read the scalar where it is: device and host memory are one address space here.
-static inline cublasStatus_t cublasSetPointerMode(cublasHandle_t h, cublasPointerMode_t m) {
-    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    h->pointer_mode = m; return CUBLAS_STATUS_SUCCESS;
-}
-static inline cublasStatus_t cublasGetPointerMode(cublasHandle_t h, cublasPointerMode_t* m) {
-    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!m) return CUBLAS_STATUS_INVALID_VALUE;
-    *m = h->pointer_mode; return CUBLAS_STATUS_SUCCESS;
-}
+CCSIM_CUBLAS_SETTING(PointerMode, cublasPointerMode_t, pointer_mode)
+#undef CCSIM_CUBLAS_SETTING
 #define cublasSetStream_v2 cublasSetStream
 #define cublasGetStream_v2 cublasGetStream
 #define cublasSetPointerMode_v2 cublasSetPointerMode

@@ -1,7 +1,7 @@
 // ccsim_host_api.h - runtime-API calls that the simulator implements on top of ccsim_rt.cpp's exports,
 // the modelled GPU's numbers, and the device clock. Included at the end of ccsim.h.
 //
-// Streams (the model is in ccsim_rt.cpp, "Streams, events and graphs"): work on a created stream is
+// Streams (the model is in rt/streams.h): work on a created stream is
 // queued and runs at a synchronisation point (a stream/event/device synchronize or query, a synchronous
 // copy or launch on the default stream, cudaFree, the launcher's return), in an ADVERSARIAL order that
 // respects only what CUDA promises: each stream's own order, cudaStreamWaitEvent, and the legacy default
@@ -112,7 +112,7 @@ static inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes
 static inline cudaError_t cudaMemPrefetchAsync(const void*, size_t, int, cudaStream_t = nullptr) { return cudaSuccess; }
 
 // ---------------------------------------------------------------------------------------------------
-// Streams, events, pinned memory, CUDA graphs (implemented in ccsim_rt.cpp)
+// Streams, events, pinned memory, CUDA graphs (implemented in rt/streams.h and rt/host_api.h)
 // ---------------------------------------------------------------------------------------------------
 #define cudaEventDefault 0x0
 #define cudaEventBlockingSync 0x1

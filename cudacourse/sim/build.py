@@ -1,0 +1,162 @@
+"""Building for the simulator: the runtime object, a learner's module, each g++ step confined while grading.
+
+``runtime_object`` compiles the runtime (``runtime/ccsim_rt.cpp`` and its parts, uninstrumented) once per flags
+into the build cache; ``build_module`` rewrites a learner's file (``rewrite.py``), compiles it (checked mode:
+with g++'s thread-sanitizer instrumentation, whose hooks the runtime implements), checks that device code calls
+only device functions (``devcheck.py``) and links it with the runtime into ``lib.so``, cached by content and
+flags. While grading (the settings' ``confine``) every g++ step runs in the sandbox (``_compile``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from cudacourse.buildcache import cached, content_key, local_headers
+from cudacourse.errors import CompileError
+from cudacourse.source import Launcher
+
+from . import devcheck
+from .paths import RUNTIME_DIR, _copy_for_compiler, _line_path
+from .rewrite import rewrite
+
+_COMMON = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing", "-fno-finite-loops", "-pthread",
+           "-w"]
+_LINES = ["-g1"]  # line tables only: crash and timeout reports name the learner's line
+_CHECKED = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0"]
+_BRANCHES = ["-fsanitize-coverage=trace-pc"]  # profile="branches": every basic block a CUDA thread enters
+_GXX_VERSION: str | None = None
+
+
+def _gxx_version() -> str:
+    global _GXX_VERSION
+    if _GXX_VERSION is None:
+        _GXX_VERSION = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+    return _GXX_VERSION
+
+
+def runtime_text() -> str:
+    """Every header of the runtime (fp16, cooperative groups, host API, cuBLAS, torch stand-ins), the runtime and
+    its parts (``rt/``): what a build's cache key covers."""
+    return "".join(p.read_text() for p in [*sorted(RUNTIME_DIR.rglob("*.h")), RUNTIME_DIR / "ccsim_rt.cpp"])
+
+
+def _runtime_flags_and_key() -> tuple[list[str], str]:
+    flags = [*_COMMON, "-Wall"]
+    return flags, content_key(runtime_text(), " ".join(flags), _gxx_version())
+
+
+def seed_runtime(into: Path) -> None:
+    """Copy the compiled runtime from this user's build cache into the build root ``into`` (the checkout's own
+    grade builds in a folder of its own: without this it built the runtime again, 50 s of silence in a
+    learner's first ``make grade`` after ``make check``). Only for grading one's own checkout: an instructor's
+    grade must not load an object from a cache its learners' code could write."""
+    from cudacourse.buildcache import _DONE, build_root
+
+    _flags, key = _runtime_flags_and_key()
+    src, dst = build_root() / "sim-rt" / key, into / "sim-rt" / key
+    if (src / _DONE).exists() and not dst.exists():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.parent / f"{key}.seed{os.getpid()}"
+        shutil.copytree(src, tmp)
+        try:
+            tmp.rename(dst)
+        except OSError:  # another grade seeded it meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def runtime_object() -> Path:
+    """The compiled runtime (``ccsim_rt.o``, uninstrumented, position-independent), cached."""
+    flags, key = _runtime_flags_and_key()
+
+    def build(d: Path) -> None:
+        r = subprocess.run(["g++", *flags, "-I", str(RUNTIME_DIR), "-c", str(RUNTIME_DIR / "ccsim_rt.cpp"),
+                            "-o", str(d / "ccsim_rt.o")], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError("building the simulator runtime failed:\n" + r.stderr[-4000:])
+
+    return cached("sim-rt", key, build) / "ccsim_rt.o"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Confinement while grading (settings.confine, set by the grader): builds and workers of learner code
+# ----------------------------------------------------------------------------------------------------
+
+BUILD_CPU_S = 120  # CPU seconds one confined compile may take (a never-ending template recursion stops)
+
+
+def confine_mode() -> str | None:
+    """The settings' ``confine`` (set by the grader): None outside grading, where nothing is confined."""
+    from cudacourse.settings import current
+
+    return current().confine
+
+
+def _compile(cmd: list[str], d: Path, reads: list[Path], path: str) -> subprocess.CompletedProcess:
+    """Run one g++ step in the build folder ``d``; confined (reads: runtime, lesson folder) when grading."""
+    mode = confine_mode()
+    if mode is None:
+        return subprocess.run(cmd, cwd=d, capture_output=True, text=True)
+    from cudacourse.sandbox import Limits, confined_popen, stop_group
+
+    scratch = d / ".confine"
+    proc = confined_popen(cmd, scratch=scratch, cwd=str(d), env={"PATH": os.environ.get("PATH", os.defpath)},
+                          read_only=reads, read_write=[d], limits=Limits(cpu_s=BUILD_CPU_S),
+                          allow_unconfined=mode == "best-effort", stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate()
+    finally:
+        stop_group(proc)
+        shutil.rmtree(scratch, ignore_errors=True)
+    if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        err = (f"{path}: the build was stopped after {BUILD_CPU_S} s of CPU time (an endless template "
+               "recursion or constexpr evaluation?)\n" + (err or "")[-2000:])
+        raise CompileError(err, file=path, compiler_output=err)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def parse_order(order: str | None) -> tuple[int, int]:
+    """The runtime's thread order (code, seed) from ``order`` or the settings' ``CUDA_COURSE_SIM_ORDER``:
+    ``forward`` (default), ``reverse``, ``shuffle`` or ``shuffle:SEED``."""
+    from cudacourse.settings import sim_order
+
+    order = order or sim_order() or "forward"
+    name, _, seed = order.partition(":")
+    codes = {"forward": 0, "reverse": 1, "shuffle": 2}
+    if name not in codes:
+        raise ValueError(f"thread order must be forward, reverse, shuffle or shuffle:SEED, not {order!r}")
+    return codes[name], int(seed) if seed else 1
+
+
+def build_module(source: str, path: str, launchers: list[Launcher], *, checked: bool,
+                 profile: bool | str) -> Path:
+    """Rewrite and compile ``source`` (cached by content and flags); return the built ``lib.so``.
+
+    ``checked``: with the thread-sanitizer instrumentation the runtime's checks need; ``profile="branches"``
+    adds basic-block hooks. Raises ``CompileError`` (learner's file and line, compiler's words) or
+    ``UnsupportedError``."""
+    text = rewrite(source, path, list(launchers), line_path=_line_path(path))
+    rt = runtime_object()
+    flags = [*_COMMON, *_LINES, *(_CHECKED if checked else []), *(_BRANCHES if profile == "branches" else [])]
+    # a learner file may include its own headers next to it: their contents are in the key, their folder
+    # is not (so that copies of the folder share the build; see SRC_DIR)
+    incs = ["-I", os.path.dirname(os.path.abspath(path))] if os.path.isfile(path) else []
+    key = content_key(text, " ".join(flags), runtime_text(), _gxx_version(), local_headers(path), devcheck.RULES)
+
+    def build(d: Path) -> None:
+        (d / "src.cpp").write_text(text)
+        _copy_for_compiler(d, source, path)
+        reads = [RUNTIME_DIR, rt, *([Path(incs[1])] if incs else [])]
+        devcheck.compile_and_check(_compile, ["g++", "-I", str(RUNTIME_DIR), *incs], flags, d, reads, path,
+                                   RUNTIME_DIR, incs[1:])  # + device code calling host functions refused
+        r = _compile(["g++", "-shared", "-Wl,-Bsymbolic", "-o", "lib.so", "src.o", str(rt), "-pthread", "-ldl"], d,
+                     reads, path)
+        if r.returncode:
+            raise CompileError(f"{path}: linking failed:\n{r.stderr[-3000:]}", file=path,
+                               compiler_output=r.stderr)
+
+    return cached("sim", key, build) / "lib.so"

@@ -1,0 +1,212 @@
+// rt/mem_global.h - part of ccsim_rt.cpp. Memory and checks: global memory.
+//
+// Checked mode's verdict on an access outside every registered buffer (global_bad: out of bounds, named by the
+// nearest buffer and index, or an invalid address) and on one inside (global_access): a per-word shadow of each
+// buffer for races between threads and blocks of one launch (judged by value once the store has landed) and
+// uninitialised reads of cudaMalloc memory. Blocks run on several OS threads, so each word has a lock that a plain
+// store holds until it has landed (global_release).
+// (Included once by ccsim_rt.cpp, after the parts it uses; not a header of its own.)
+
+namespace {
+// ===================================================================================================
+// The access check of checked mode
+// ===================================================================================================
+const Buffer* nearest_buffer(uintptr_t a, long long* dist) {
+    const Buffer* best = nullptr; long long bd = LLONG_MAX;
+    int n = g_nbufs.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) {
+        const Buffer& b = g_bufs[i];
+        if (!b.base) continue;
+        long long d = a < b.base ? (long long)(b.base - a) : (long long)(a - (b.base + b.bytes)) + 1;
+        if (d < bd) { bd = d; best = &b; }
+    }
+    *dist = bd;
+    return best;
+}
+
+void global_bad(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
+    t_in_rt++;
+    Worker* w = f->w;
+    const char* verb = kind == 0 ? "reads" : kind == 1 ? "writes" : "atomically updates";
+    long long dist = 0;
+    const Buffer* b = nearest_buffer(a, &dist);
+    if (b && dist <= (long long)(1 << 20)) {
+        size_t el = b->elem ? b->elem : 1;
+        long long idx = a >= b->base ? (long long)((a - b->base) / el) : -(long long)((b->base - a + el - 1) / el);
+        size_t n = b->bytes / el;
+        bool past = a >= b->base;
+        // Which mistake it is, where the launch is 1-D: a thread whose own grid position (counted in units of
+        // this access, so a float4 thread counts float4s) is past the end has no bounds check; one inside the
+        // data that still reached past it computed its index wrongly (i + 1, a loop bound that lets i reach n).
+        const Launch* L = w->L;
+        std::string why = "A thread reached past the end of the data: either a thread beyond the end has no bounds "
+                          "check, or the index arithmetic is off (an access such as i + 1); check both.";
+        if (past && L->g.y == 1 && L->g.z == 1 && L->b.y == 1 && L->b.z == 1) {
+            unsigned long long gid = (unsigned long long)w->bidx.x * L->b.x + f->v.ti.x;
+            size_t unit = size > el ? size : el;
+            unsigned long long inside = b->bytes / unit;
+            char t[400];
+            if (gid >= inside)
+                snprintf(t, sizeof t, "This thread's position in the grid (blockIdx.x * blockDim.x + threadIdx.x = "
+                         "%llu) is itself past the end: it needs a bounds check that stops it before the access.", gid);
+            else
+                snprintf(t, sizeof t, "This thread's position in the grid (blockIdx.x * blockDim.x + threadIdx.x = "
+                         "%llu) is inside the data, but the index it used is not: the index arithmetic is off (an "
+                         "access such as i + 1, or a loop that lets the index reach the end).", gid);
+            why = t;
+        }
+        char m[900];
+        snprintf(m, sizeof m,
+                 "OutOfBoundsError %s: %s %s %s[%lld] at %s, %s %s (%zu element%s). %s",
+                 where(w->L, w->bidx).c_str(), thr(f).c_str(), verb, b->name, idx, pctok(pc).c_str(),
+                 past ? "past the end of" : "before the start of", b->name, n, n == 1 ? "" : "s",
+                 past ? why.c_str() : "Check the index arithmetic (a negative index or offset).");
+        fail_here("out-of-bounds", m, nullptr, 0, pc);
+    }
+    char m[600];
+    snprintf(m, sizeof m,
+             "KernelError %s: %s %s %u bytes at address 0x%lx at %s, which is not in any buffer passed to the "
+             "launcher, any cudaMalloc allocation, shared memory or the thread's own locals (an invalid/wild "
+             "pointer: check pointer arithmetic, uninitialised pointers and host pointers passed to a kernel).",
+             where(w->L, w->bidx).c_str(), thr(f).c_str(), verb, size, (unsigned long)a, pctok(pc).c_str());
+    fail_here("crash", m, nullptr, 0, pc);
+}
+
+Range g_host_stack{0, 0};
+
+inline uint32_t byte_mask32(uint8_t bm) {
+    uint32_t mask = 0;
+    for (int b = 0; b < 4; ++b) if ((bm >> b) & 1u) mask |= 0xffu << (8 * b);
+    return mask;
+}
+
+// Element index by the buffer's element size; cudaMalloc memory is untyped: by the access size then.
+std::string gname(const Buffer& b, uintptr_t a, unsigned size = 4) {
+    size_t el = b.elem > 1 ? b.elem : (size ? size : 1);
+    return std::string(b.name) + "[" + std::to_string((a - b.base) / el) + "]";
+}
+
+std::string gthread(const Launch* L, uint32_t thr1) {
+    unsigned long long t = thr1 - 1ull;
+    return "thread " + tstr(unlinear(t % L->nthreads, L->b)) + " of block " + tstr(unlinear(t / L->nthreads, L->g));
+}
+
+const char* GLOBAL_NOTE =
+    " Blocks of a launch run in any order and threads of a block are only ordered by __syncthreads(): use atomics, "
+    "let one thread own each element, or split the work into two launches.";
+
+__attribute__((noinline)) void gs_lock_wait(GShadow& s) {
+    for (unsigned spins = 0; __atomic_exchange_n(&s.lock, (uint8_t)1, __ATOMIC_ACQUIRE);) {
+        do {
+            if (++spins > 64) sched_yield();   // the holder may be descheduled (more workers than cores)
+#if defined(__x86_64__)
+            else __builtin_ia32_pause();
+#endif
+        } while (__atomic_load_n(&s.lock, __ATOMIC_RELAXED));
+    }
+}
+inline void gs_lock(GShadow& s) {
+    if (__builtin_expect(__atomic_exchange_n(&s.lock, (uint8_t)1, __ATOMIC_ACQUIRE), 0)) gs_lock_wait(s);
+}
+inline void gs_unlock(GShadow& s) { __atomic_store_n(&s.lock, (uint8_t)0, __ATOMIC_RELEASE); }
+
+// The worker's held stores have landed: decide their conflicts by the bytes they stored, then unlock.
+__attribute__((noinline)) void global_decide(Worker* w) {
+    for (const Worker::GPending& p : w->gconf) {
+        uint32_t now; std::memcpy(&now, (const void*)p.word, 4);
+        if ((now ^ p.old) & byte_mask32(p.bm)) w->gpend.push_back(p);
+    }
+    w->gconf.clear();
+}
+__attribute__((noinline)) void global_unlock_more(Worker* w) {
+    for (GShadow* s : w->gheld_more) gs_unlock(*s);
+    w->gheld_more.clear();
+}
+inline void global_release(Worker* w) {
+    if (__builtin_expect(!w->gconf.empty(), 0)) global_decide(w);
+    for (unsigned i = 0; i < w->ngheld; ++i) gs_unlock(*w->gheld[i]);
+    if (__builtin_expect(w->ngheld == Worker::GHELD, 0)) global_unlock_more(w);
+    w->ngheld = 0;
+}
+
+// A global-memory access by a CUDA thread inside registered buffer b: initialisation (cudaMalloc memory)
+// and races with other threads of the same launch.
+void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int kind, bool vol, uintptr_t pc) {
+    Worker* w = f->w;
+    Launch* L = w->L;
+    uint32_t T = (uint32_t)(w->blin * L->nthreads + (unsigned)f->tid + 1);
+    uint16_t E = (uint16_t)w->epoch;
+    uint32_t S = L->seq;
+    uintptr_t lo_w = (a - b.base) / 4, hi_w = (a + size - 1 - b.base) / 4;
+    for (uintptr_t i = lo_w; i <= hi_w && i * 4 < b.bytes; ++i) {
+        GShadow& s = b.sh[i];
+        uintptr_t wa = b.base + i * 4;
+        uintptr_t lo = std::max(wa, a), hi = std::min(wa + 4, a + size);
+        uint8_t bm = (uint8_t)(((1u << (hi - lo)) - 1u) << (lo - wa));
+        gs_lock(s);   // words in ascending order, nothing else held: no deadlock
+        uint32_t cur; std::memcpy(&cur, (const void*)wa, 4);
+        auto ordered = [&](uint32_t other, uint16_t oe) {
+            return (other - 1ull) / L->nthreads == w->blin && oe != E;   // same block, separated by a barrier
+        };
+        if (kind != 1 && b.track_init && (s.init & bm) != bm) {
+            RtGuard guard;
+            gs_unlock(s);
+            fail_here("uninitialized-read",
+                      "UninitializedReadError " + where(L, w->bidx) + ": " + thr(f) + (kind == 0 ? " reads " : " atomically updates ") +
+                      gname(b, lo, size) + " at " + pctok(pc) + ", which nothing has written since cudaMalloc (device memory starts "
+                      "undefined; compute-sanitizer's initcheck reports this). Initialise it first: cudaMemset/cudaMemcpy, "
+                      "or a kernel that writes every element it later reads." +
+                      std::string(g_streams_used.load() ? " If an async copy or kernel on another stream writes it, this "
+                      "launch's stream is not ordered after that work: record an event after it and cudaStreamWaitEvent "
+                      "on it (the simulator runs unordered stream work in an adversarial order)." : ""), nullptr, 0, pc);
+        }
+        if (kind == 2) { s.init |= bm; gs_unlock(s); continue; }   // atomics never race with each other
+        bool cross_ok = vol || L->fenced.load(std::memory_order_relaxed);
+        if (kind == 0) {
+            if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we) &&
+                ((cur ^ s.wold) & byte_mask32(bm)) && !(cross_ok && (s.wthr - 1ull) / L->nthreads != w->blin)) {
+                RtGuard guard;
+                gs_unlock(s);
+                fail_here("race", "RaceError " + where(L, w->bidx) + ": " + thr(f) + " reads " + gname(b, lo, size) + " at " +
+                          pctok(pc) + ", which " + gthread(L, s.wthr) + " wrote (changing its value) in the same launch with "
+                          "nothing ordering the two, so the read may see either value." + GLOBAL_NOTE, nullptr, 0, pc);
+            }
+            if (!(s.wthr == T && s.wl == S)) { s.rthr = T; s.rl = S; s.re = E; s.rm = bm; }
+            gs_unlock(s);
+            continue;
+        }
+        // a write: its value is not known yet, so the word stays locked until the store has landed; then
+        // global_release compares the bytes it stored with `cur`, the value the last access left (for a
+        // conflicting store: the value that thread stored)
+        if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we)) {
+            w->gconf.push_back({wa, cur, bm, false, s.wthr, (uint16_t)f->tid, pc, &b});
+        } else if (!vol && s.rl == S && s.rthr && s.rthr != T && (s.rm & bm) && !ordered(s.rthr, s.re) &&
+                   !(cross_ok && (s.rthr - 1ull) / L->nthreads != w->blin)) {
+            w->gconf.push_back({wa, cur, bm, true, s.rthr, (uint16_t)f->tid, pc, &b});
+        }
+        if (w->ngheld < Worker::GHELD) w->gheld[w->ngheld++] = &s;
+        else w->gheld_more.push_back(&s);
+        if (!(s.wthr == T && s.wl == S)) { s.wold = cur; s.wm = 0; }
+        s.wthr = T; s.wl = S; s.we = E; s.wm |= bm; s.init |= bm;
+    }
+}
+
+// Block end: report the first conflicting global store that changed the value.
+bool resolve_global_pending(Worker* w) {
+    Launch* L = w->L;
+    for (const auto& p : w->gpend) {
+        std::string msg = "RaceError " + where(L, w->bidx) + ": " + thr_of(w, p.tid) + " writes " + gname(*p.buf, p.word) +
+                          " at " + pctok(p.pc) + (p.war ? " after " + gthread(L, p.other) + " read it" :
+                                                  " after " + gthread(L, p.other) + " wrote a different value to it") +
+                          " in the same launch with nothing ordering the two" +
+                          (p.war ? ", so the reader may see either value." : ": which value survives depends on thread order.") +
+                          GLOBAL_NOTE;
+        dim3 t = unlinear(p.tid, L->b);
+        set_error("race", msg, L, &w->bidx, &t, nullptr, 0, p.pc);
+        w->gpend.clear();
+        return true;
+    }
+    w->gpend.clear();
+    return false;
+}
+}  // namespace
