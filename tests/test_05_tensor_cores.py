@@ -12,8 +12,9 @@ Tasks (ids match the TODOs in the kernel files; titles and points live in lesson
   5.9  speed: bias_gelu_bf16 and rmsnorm_bf16 against the measured copy bandwidth (GPU only)
   5.10 flash_attention_bf16: Q K^T and P V on mma.sync, online softmax in fp32, causal and full
   5.11 speed: flash_attention_bf16 at (8, 16, 4096, 64) against PyTorch SDPA's flash backend (GPU only)
-  5.12 gemm_wgmma: Hopper wgmma + TMA, correct on ragged sizes and fast at 4096^3 (target in lesson.toml; GPU only:
-       compute capability 9.0 and an sm_90a build, which the loader makes there)
+  5.12 gemm_wgmma: Hopper wgmma + TMA, correct on ragged sizes (on a GPU: compute capability 9.0 and an sm_90a build,
+       which the loader makes there; on the CPU simulator: its model of cc_hopper.h, checked mode)
+  5.13 speed: gemm_wgmma at 4096^3 against cuBLAS fp16 (GPU only; target in lesson.toml)
 
 Tolerances come from the formats. bf16 has 8 significant bits: rounding an exact result to bf16 once moves it
 by at most 2^-8 of its size (half a unit in the last place), and that is all a kernel computing in fp32 and
@@ -53,7 +54,7 @@ def _m() -> cc.Lesson:
 # 7.0, bf16 mma.sync, ldmatrix with bf16 fragments and cp.async from 8.0, wgmma and TMA 9.0. Below it a task
 # is not graded.
 NEEDS_CC = {"5.3": (7, 0), "5.4": (7, 0), "5.7": (7, 0), "5.5": (8, 0), "5.6": (8, 0), "5.8": (8, 0),
-            "5.10": (8, 0), "5.11": (8, 0), "5.12": (9, 0)}
+            "5.10": (8, 0), "5.11": (8, 0), "5.12": (9, 0), "5.13": (9, 0)}
 
 
 @pytest.fixture(autouse=True)
@@ -451,7 +452,7 @@ def test_speed_flash_attention_bf16() -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# 5.12 Hopper: wgmma + TMA (GPU only)
+# 5.12 Hopper: wgmma + TMA (a compute capability 9.0 GPU, or the simulator), 5.13 its speed (GPU only)
 # ----------------------------------------------------------------------------------------------------
 
 NO_SM90A = ("not graded: gemm_wgmma_supported says this build has no sm_90a code (a compute capability 9.0 GPU "
@@ -467,7 +468,6 @@ def _wgmma(m: cc.Lesson, A: torch.Tensor, W: torch.Tensor, C: torch.Tensor, M: i
 
 
 @pytest.mark.task("5.12")
-@pytest.mark.gpu
 # N % 4 != 0 stores C from registers, N % 4 == 0 through shared memory by TMA; 2100 x 2052 is 153 block tiles, more
 # than the persistent grid's one block per SM, so blocks take a second tile (and the stage parities carry over).
 @pytest.mark.parametrize(("M", "N", "K"), [(37, 45, 72), (131, 129, 136), (300, 257, 520), (37, 44, 72),
@@ -489,7 +489,7 @@ def test_gemm_wgmma(M: int, N: int, K: int) -> None:
     check.assert_guard(full, M * N, "gemm_wgmma", "5.12")
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 @pytest.mark.gpu
 def test_speed_gemm_wgmma() -> None:
     m = _m()
@@ -497,4 +497,4 @@ def test_speed_gemm_wgmma() -> None:
     sets, ok = _gemm_sets(n, torch.bfloat16)
     _wgmma(m, *sets[0][:3], n, n, n)  # (skips when this build has no sm_90a code)
     ok(0)  # correct first
-    _gemm_judge("5.12", "gemm_wgmma", n, sets, ok, lambda i: m.gemm_wgmma(*sets[i][:3], n, n, n))
+    _gemm_judge("5.13", "gemm_wgmma", n, sets, ok, lambda i: m.gemm_wgmma(*sets[i][:3], n, n, n))

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from cudacourse.errors import CompileError, UnsupportedError
+from cudacourse.sim.hopper_ptx import hopper_asm_message
 from cudacourse.source import Launcher, line_of, mask
 
 from .scan import (
@@ -149,8 +150,9 @@ class _Unit:
 def _refuse_unsupported(u: _Unit) -> None:
     """Refuse inline PTX/assembly and the constructs of ``_REFUSED`` (textures, grid-wide sync, clusters)."""
     for mm in re.finditer(r"\b(asm|__asm__|__asm)\b\s*(volatile\b|__volatile__\b)?\s*\(", u.m):
-        raise _err(UnsupportedError, "inline PTX/assembly (asm(...)) cannot run on the CPU simulator; write the "
-                   "operation in plain CUDA C++ (or run this file on a GPU)", u.path, u.line(mm.start()))
+        hopper = hopper_asm_message(u.source, mm.start())  # [hopper hook] names a Hopper instruction (issue 38)
+        raise _err(UnsupportedError, hopper or "inline PTX/assembly (asm(...)) cannot run on the CPU simulator; write "
+                   "the operation in plain CUDA C++ (or run this file on a GPU)", u.path, u.line(mm.start()))
     for pattern, what in _REFUSED:
         mm = re.search(pattern, u.m)
         if mm:

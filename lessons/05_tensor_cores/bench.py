@@ -10,7 +10,7 @@ ones come from lesson.toml through the ``task`` of the row:
                                     a second ceiling, "ldmatrix + mma.sync from shared memory": task 5.6's
                                     inner loop (64x64 warp tiles, k-tiles of 32, its swizzle, 3 blocks per SM)
                                     on random operands staged once in shared memory, no global loads
-                                    gemm_wgmma (Hopper wgmma + TMA, task 5.12, >= 0.8x; no rows where the
+                                    gemm_wgmma (Hopper wgmma + TMA, task 5.13, >= 0.8x; no rows where the
                                     build has no sm_90a code, i.e. not on a compute capability 9.0 GPU)
   gemm 4096x4096x1024, ragged 4000x4000x4000   the mma.sync versions and gemm_wgmma against cuBLAS fp16
   bias+GELU, RMSNorm 16384x4096 bf16  against the measured copy bandwidth (task 5.9, >= 0.9 of copy), with
@@ -199,7 +199,7 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
     """Benchmark cases for lesson 05 on module ``m`` (``m.device`` is cuda). ``quick``: smaller sizes."""
     n = 2048 if quick else 4096
     allv = [("wmma_gemm_naive", None), ("wmma_gemm_tiled", "5.7"), ("mma_gemm", None), ("mma_gemm_pipelined", "5.8"),
-            ("gemm_wgmma", "5.12")]
+            ("gemm_wgmma", "5.13")]
     group = f"gemm {n}^3 16-bit in, fp32 accumulate"
     out = _gemm_group(m, group, n, n, n, allv, ceiling=_ceiling(m, group)) + [_smem_ceiling(m, group)]
     mma = [("mma_gemm", None), ("mma_gemm_pipelined", None), ("gemm_wgmma", None)]

@@ -9,7 +9,7 @@
 // element, and out-of-range elements arrive as zeros.
 //
 // Versions (callable from Python as m.<name>(...)):
-//   gemm_wgmma   task 5.12 (GPU only)  warp-specialised and persistent: one block per SM walks the 128x256
+//   gemm_wgmma   task 5.12 (5.13: speed) warp-specialised and persistent: one block per SM walks the 128x256
 //                                      block tiles (the last row and column of them shifted back inside
 //                                      the matrix); a producer warpgroup (thread 0 issues TMA) and two consumer
 //                                      warpgroups of 64 x 256, k-tiles of 64, a 4-stage pipeline on full/empty
@@ -19,10 +19,11 @@
 //                                      this build has no sm_90a code or the tensor maps could not be made (then
 //                                      C is not written).
 // Needs compute capability 9.0 and an sm_90a build (TORCH_CUDA_ARCH_LIST="9.0a"); K % 8 == 0 (TMA row strides
-// are multiples of 16 bytes). The simulator compiles this file but does not run it.
+// are multiples of 16 bytes). The CPU simulator runs it too (its model of cc_hopper.h; checked mode
+// reports a missing wait, fence or wgmma_wait at its line).
 //
 // Run it (H100):
-//   make check T=5.12   (task 5.12, on a compute capability 9.0 GPU: sm_90a build)
+//   make check T=5.12   (task 5.12: a compute capability 9.0 GPU with an sm_90a build, or the CPU simulator)
 // ====================================================================================================
 
 #include <cuda_bf16.h>

@@ -563,5 +563,6 @@ static inline cudaError_t cudaLaunchKernel(const void*, dim3, dim3, void**, size
 #include "ccsim_host_api.h"  // cudaMemcpy2D, cudaMemGetInfo, the modelled GPU, clock64
 #include "ccsim_cublas.h"    // the cuBLAS subset (<cublas_v2.h>)
 #include "ccsim_mma.h"       // nvcuda::wmma (<mma.h>); mma.sync, ldmatrix, cp.async for lesson 05's cc_mma.h
+#include "ccsim_hopper.h"    // [hopper hook] tensor maps, mbarrier, TMA, wgmma for lesson 05's cc_hopper.h
 
 #endif  // CCSIM_H

@@ -67,3 +67,4 @@ using namespace ccsim;
 #include "rt/mem_host_work.h"
 #include "rt/streams.h"
 #include "rt/worker_api.h"
+#include "ccsim_hopper_rt.h"  // [hopper hook] Hopper's asynchronous machinery (mbarrier, TMA, wgmma)

@@ -11,7 +11,10 @@ __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int
     Fiber* f = t_fiber;
     if (!f || t_in_rt) return;
     f->last_pc = pc;
-    if (a - f->base < REGION) return;                         // own stack and control block
+    if (a - f->base < REGION) {                               // own stack and control block
+        if (t_hop_watch) hop_stack_access(f, a, size, kind & 3, (uintptr_t)pc - g_base);   // [hopper hook]
+        return;
+    }
     if (a == (uintptr_t)&ccsim_cur_view) return;              // the built-ins' TLS slots
     if (a - (uintptr_t)&threadIdx < sizeof(dim3) || a - (uintptr_t)&blockIdx < sizeof(dim3) ||
         a - (uintptr_t)&blockDim < sizeof(dim3) || a - (uintptr_t)&gridDim < sizeof(dim3)) return;

@@ -46,6 +46,7 @@ void block_reset_shared(Worker* w, Launch* L) {
         shadow_mark(w, RZ, L->smem, 0, 0);
         shadow_mark(w, RZ + L->smem, w->arena_used - RZ - L->smem, SH_RED, 0);
     }
+    if (g_hop_used) hop_block_begin(w, L);   // [hopper hook]
 }
 
 std::string launch_cfg(const Launch* L) {
@@ -247,6 +248,7 @@ void parked_race(Fiber* f, size_t i, uint8_t bm, uintptr_t pc) {
 
 void shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc) {
     RtGuard guard;
+    if (g_hop_used) hop_shared_access(f, a, size, kind, pc);   // [hopper hook]
     Worker* w = f->w;
     size_t off = a - (uintptr_t)w->arena;
     size_t w0 = off / 4, w1 = (off + size - 1) / 4;

@@ -74,6 +74,7 @@ int complete_warp_ops(Worker* w, unsigned n) {
                 }
             }
             uint32_t seq = ++w->wseq[wi];
+            if (g_hop_used) hop_warp_collective(w, wi, group);   // [hopper hook] the lanes are ordered after it
             unsigned ballot = 0; unsigned long long sum = 0;
             for (unsigned lj = 0; lj < lanes; ++lj)
                 if ((group >> lj) & 1u) {
@@ -213,10 +214,12 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
         int r = complete_warp_ops(w, n);
         if (r < 0) return abandon_block(w, L, n, true);
         if (r > 0) continue;
+        if (g_hop_used && hop_any_ready(w, n)) continue;   // [hopper hook] woken by an mbarrier or named barrier
         if (!w->parked.empty()) {   // nothing can move, and no thread wrote what the parked threads wait to read
             report_unwritten(w);
             return abandon_block(w, L, n, true);
         }
+        if (g_hop_used && hop_deadlock(w, n)) return abandon_block(w, L, n, true);   // [hopper hook] a wait nothing can end
         unsigned exited = 0, atbar = 0, atwarp = 0;
         Fiber *fe = nullptr, *fb = nullptr, *fw = nullptr;
         for (unsigned i = 0; i < n; ++i) {
@@ -273,6 +276,7 @@ bool run_block(Worker* w, Launch* L, unsigned long long bl) {
                 if (!w->pend.empty() && resolve_all_pending(w)) return abandon_block(w, L, n, true);
                 w->epoch++;
                 w->prof_barriers++;
+                if (g_hop_used) hop_syncthreads(w, n);   // [hopper hook]
                 continue;
             }
             who = fb;

@@ -25,7 +25,8 @@ constexpr int MAX_THREADS = 1024;
 
 // F_PARKED: stopped before a shared-memory read of bytes no thread has written yet, until the barrier
 // interval resolves (another thread writes them: a race; nobody can: an uninitialised read). Never resumed.
-enum FState { F_READY, F_BARRIER, F_WARP, F_EXITED, F_ABORTED, F_PARKED };
+// F_HOP: waits on an mbarrier phase or a named barrier (ccsim_hopper_rt.h wakes it).
+enum FState { F_READY, F_BARRIER, F_WARP, F_EXITED, F_ABORTED, F_PARKED, F_HOP };
 
 struct Worker;
 struct PSlot;
@@ -143,6 +144,18 @@ struct Worker {
     uint64_t prof_barriers = 0;      // __syncthreads() releases in the running block
     std::unordered_map<uintptr_t, PSlot>* prof = nullptr;   // per-pc requests of the running block
 };
+
+// [hopper hooks] Hopper's asynchronous machinery (ccsim_hopper_rt.h, included at the end of ccsim_rt.cpp)
+extern bool g_hop_used;
+extern __thread int t_hop_watch;
+void hop_block_begin(Worker* w, Launch* L);
+void hop_shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc);
+void hop_stack_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t pc);
+void hop_syncthreads(Worker* w, unsigned n);
+bool hop_any_ready(Worker* w, unsigned n);
+bool hop_deadlock(Worker* w, unsigned n);
+void hop_warp_collective(Worker* w, unsigned warp, unsigned lanes);
+// [/hopper hooks]
 
 // ===================================================================================================
 // Globals
