@@ -42,8 +42,9 @@ FMT = {"e4m3": (torch.float8_e4m3fn, 448.0), "e5m2": (torch.float8_e5m2, 57344.0
 
 def header(command: str) -> str:
     """Machine, load, commit and command lines for a results file."""
-    commit = subprocess.run(["git", "-C", str(ROOT), "log", "--oneline", "-1"], capture_output=True,
-                            text=True).stdout.strip()
+    stamp = ROOT / "COMMIT"  # a copy of the course without its .git (the GPU machine's) names its commit here
+    commit = stamp.read_text().strip() if stamp.is_file() else subprocess.run(
+        ["git", "-C", str(ROOT), "log", "--oneline", "-1"], capture_output=True, text=True).stdout.strip()
     load = " ".join(f"{v:.1f}" for v in os.getloadavg())
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     return (f"# machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; GPU: {gpu}; load average "

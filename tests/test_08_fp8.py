@@ -321,7 +321,7 @@ def test_worked_scale_and_scaled_cast() -> None:
 # 8.3 Quantization layouts
 # ----------------------------------------------------------------------------------------------------
 
-SHAPES_83 = [(1, 5), (3, 128), (5, 512), (7, 300), (16, 1024), (2, 1031)]
+SHAPES_83 = [(1, 5), (3, 128), (5, 512), (7, 300), (16, 1024), (2, 1031), (2, 8300)]  # 8300: 65 groups, a second step
 
 
 def _activations(rows: int, cols: int, g: torch.Generator) -> torch.Tensor:

@@ -32,7 +32,8 @@
 
 #include "cc_hopper_fp8.h"
 
-// kFp8Waves 64-row slices of A per consumer warpgroup: block tiles of (128 kFp8Waves) x 128.
+// The graded launcher's shape: kFp8Waves 64-row slices of A per consumer warpgroup, block tiles of
+// (128 kFp8Waves) x 128. benchmarks/fp8_gemm_variants.py times both shapes on the GPU machine.
 constexpr int kFp8Waves = 1;
 constexpr int kFThreads = 384, kFProducerRegs = 40, kFConsumerRegs = 232;
 
@@ -43,6 +44,29 @@ template <int kWaves> struct Fp8Tile {
     static constexpr unsigned kStageBytes = kTileA + kTileW;
     static constexpr int kSmem = kStages * (int)kStageBytes + 1024 + 2 * kStages * 8;
 };
+
+// ----------------------------------------------------------------------------------------------------
+// Task 8.5: one k-tile's MMAs, and the promotion of their partial sums
+// ----------------------------------------------------------------------------------------------------
+
+// acc (64 x 128 fp32, this thread's 64 registers) = this warpgroup's 64 rows of A's k-tile (as: 64 rows of 128
+// bytes in shared memory, swizzled by TMA) times W's k-tile (ws: 128 rows of 128 bytes) transposed.
+__device__ __forceinline__ void issue_ktile(float* acc, const uint8_t* as, const uint8_t* ws) {
+    // TODO(task 8.5): (~5 lines) wgmma_fence(); then for kk < 4 (#pragma unroll): wgmma_m64n128k32_e4m3(acc,
+    // wgmma_desc(as + kk * 32), wgmma_desc(ws + kk * 32), kk): each consumes 32 bytes (32 e4m3) of every row,
+    // and the flag kk makes the first overwrite acc (a fresh partial sum) and the next three add to it; then
+    // wgmma_commit() (the four MMAs become one group that wgmma_wait0/wgmma_wait1 wait for).
+    // Worked example: the third k32 step of rows 64..127 of stage 2 (kWaves 1) reads as = a_s + 2 * 16384 + 64 *
+    // 128, starting 64 bytes into each row: wgmma_desc(as + 64).
+}
+
+// out += acc scaled: rows r (acc[4j], acc[4j + 1]) by s0 = sa[r] * sw, rows r + 8 (acc[4j + 2], acc[4j + 3]) by
+// s1 = sa[r + 8] * sw (the register layout of cc_hopper_fp8.h).
+__device__ __forceinline__ void promote(float* out, const float* acc, float s0, float s1) {
+    // TODO(task 8.5): (~7 lines) for j < 16 (#pragma unroll): out[4j] += s0 * acc[4j], out[4j + 1] += s0 *
+    // acc[4j + 1], out[4j + 2] += s1 * acc[4j + 2], out[4j + 3] += s1 * acc[4j + 3] (fmaf).
+    // Hint: task 8.4's promotion on this layout; acc must have been waited for (wgmma_wait) before it is read.
+}
 
 template <int kWaves>
 __global__ void __launch_bounds__(kFThreads, 1) gemm_fp8_wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -89,48 +113,48 @@ __global__ void __launch_bounds__(kFThreads, 1) gemm_fp8_wgmma_kernel(const __gr
         return;
     }
 
-    // Consumer warpgroups 1 and 2. In wave v, warpgroup wg covers rows 128v + 64(wg - 1) .. + 63 of the tile;
-    // thread (warp w, lane) holds rows 16w + lane/4 and that + 8 of it (the wgmma register layout).
+    // Consumer warpgroups 1 and 2 (worked: the schedule; task 8.5 is issue_ktile and promote). In wave v, warpgroup
+    // wg covers rows 128v + 64(wg - 1) .. + 63 of the tile; thread (warp w, lane) holds rows 16w + lane/4 and that
+    // + 8 of it (the wgmma register layout). Per k-tile and wave: wait for the stage's bytes, issue the MMAs, wait
+    // for them (wgmma_wait0), hand the stage back after the last wave, promote. Waiting for all of them before
+    // promoting leaves the tensor cores to the other consumer warpgroup meanwhile; promoting one k-tile while
+    // the next one's MMAs run (wgmma_wait1 and a second accumulator) makes ptxas serialize the wgmmas (its
+    // warning C7514: the accumulators of an MMA in flight are read), as it did for this kernel with CUDA 13.0.
     setmaxnreg_inc<kFConsumerRegs>();
-    float out[kWaves][64];  // the promoted result, fp32
-    float acc[64];          // one k-tile's partial sums, from the tensor cores
+    float out[kWaves][64];        // the promoted result, fp32
+    float acc[64];                // the partial sums of one k-tile, from the tensor cores
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    const int r_thread = (wg - 1) * 64 + warp_in_wg * 16 + lane / 4;  // + 128 v, + 8 h
     int it = 0;
     for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         const int row0 = (tile / tiles_n) * T::BM, col0 = (tile % tiles_n) * T::BN;
-        const int r_thread = (wg - 1) * 64 + warp_in_wg * 16 + lane / 4;  // + 128 v, + 8 h
 #pragma unroll
         for (int v = 0; v < kWaves; ++v)
 #pragma unroll
             for (int i = 0; i < 64; ++i) out[v][i] = 0.0f;
+        // This k-block's scale products for rows r and r + 8 of wave v (rows past M read row M - 1; they are not
+        // stored). Loaded before the wait for the stage, so their latency hides behind it.
+        auto scales = [&](int t, int v, float& s0, float& s1) {
+            const float sb = __ldg(sw + (long long)(col0 / 128) * k_tiles + t);
+            const int r = row0 + 128 * v + r_thread;
+            s0 = __ldg(sa + (long long)t * M + (r < M ? r : M - 1)) * sb;
+            s1 = __ldg(sa + (long long)t * M + (r + 8 < M ? r + 8 : M - 1)) * sb;
+        };
+        const uint8_t* a_wg = a_s + 64 * (wg - 1) * T::BK;  // this warpgroup's rows of every A tile
         for (int t = 0; t < k_tiles; ++t, ++it) {
             const int s = it % T::kStages;
-            // Worked: this k-block's scales, loaded before the wait so that their latency hides behind it.
-            // Rows past M read row M - 1 (their results are not stored).
-            float sa_r[kWaves][2];
+            float s0[kWaves], s1[kWaves];
 #pragma unroll
-            for (int v = 0; v < kWaves; ++v)
+            for (int v = 0; v < kWaves; ++v) scales(t, v, s0[v], s1[v]);
+            mbar_wait(&full[s], (unsigned)((it / T::kStages) & 1));
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = row0 + 128 * v + r_thread + 8 * h;
-                    sa_r[v][h] = __ldg(sa + (long long)t * M + (r < M ? r : M - 1));
-                }
-            const float sb = __ldg(sw + (long long)(col0 / 128) * k_tiles + t);
-            // TODO(task 8.5): the main loop of a k-tile (~16 lines):
-            //   1. mbar_wait(&full[s], (it / T::kStages) & 1) until its TMA bytes have landed;
-            //   2. for each wave v < kWaves: wgmma_fence(); for kk < 4: wgmma_m64n128k32_e4m3(acc,
-            //      wgmma_desc(as + kk * 32), wgmma_desc(ws + kk * 32), kk) with as = a_s + s * T::kTileA +
-            //      (128 v + 64 (wg - 1)) * 128 (this warpgroup's 64 rows of 128 bytes) and ws = w_s + s * T::kTileW;
-            //      the flag kk makes the first MMA overwrite acc and the next three add to it. wgmma_commit();
-            //      wgmma_wait0() (the partial sums are needed now);
-            //   3. after the last wave, lane 0 of every warp: mbar_arrive(&empty[s]) (the stage is free);
-            //   4. promote: with s0 = sa_r[v][0] * sb and s1 = sa_r[v][1] * sb, for j < 16: out[v][4j] and
-            //      out[v][4j + 1] += s0 * acc[...] (row r), out[v][4j + 2] and out[v][4j + 3] += s1 * acc[...]
-            //      (row r + 8).
-            // Worked example (kWaves 1, wg 2, stage 3): as = a_s + 3 * 16384 + 64 * 128, the second k32 step
-            // starts 32 bytes further: wgmma_desc(as + 32).
-            // Hint: task 8.4's promotion, on the register layout of cc_hopper_fp8.h.
+            for (int v = 0; v < kWaves; ++v) {
+                issue_ktile(acc, a_wg + s * T::kTileA + 128 * v * T::BK, w_s + s * T::kTileW);
+                wgmma_wait0();  // the partial sums are needed now
+                if (v == kWaves - 1 && lane == 0) mbar_arrive(&empty[s]);  // the stage goes back
+                promote(out[v], acc, s0[v], s1[v]);
+            }
         }
         // Worked: the epilogue. Columns 8j + 2(lane % 4) and + 1 of rows r and r + 8, as bf16 pairs where they
         // fit (N even: every row starts 4-byte aligned), one value at a time at the edges.
