@@ -170,8 +170,8 @@ __device__ inline uint8_t float_to_fp8(float x, int kind, bool saturate) {
     uint32_t bits = e < emin ? q : ((uint32_t)(e - emin + 1) << mb) + (q - (1u << mb));
     if (bits > maxf) bits = saturate ? maxf : over;
     return (uint8_t)(sign | bits);
-    // END SOLUTION
     // STUB: return 0;
+    // END SOLUTION
 }
 
 __global__ void cast_to_fp8_kernel(const float* __restrict__ x, uint8_t* __restrict__ y, int n, int kind,
@@ -273,23 +273,14 @@ void cast_scaled_e4m3_amax(const float* x, const float* inv, __nv_fp8_e4m3* y, f
 }
 
 // ----------------------------------------------------------------------------------------------------
-// Worked example: 1x128 quantization, one warp per group of 128 values, the row in registers
+// Worked example: 1x128 quantization, one warp per group of 128 values
 // ----------------------------------------------------------------------------------------------------
-// One block of 256 threads (8 warps) per row; warp k takes the groups k, k + 8, ... of the row: G of them when
-// the row has at most 8G groups (G = 1, 2, 4 or 8: rows of up to 8192 values; a longer row runs kMaxG groups per
-// warp-step, as many steps as it needs). Lane l owns elements 4l .. 4l+3 of a group: four bf16 in one 8-byte
-// load, four fp8 in one 4-byte store (a __nv_fp8x4_e4m3) when the row allows it (cols % 4 == 0 and 8-byte
-// aligned rows), element by element otherwise (and in the last, partial group). All G loads are issued before
-// any value is used, so a warp has G loads in flight rather than one: a memory-bound kernel needs many bytes
-// in flight to keep the memory busy. The group's amax is a warp_max (every lane gets it);
-// scale = amax / 448 goes to scales[g * rows + r], q = e4m3(v * (448 / amax)).
+// Lane l of the warp owns elements 4l .. 4l+3 of the group: four bf16 in one 8-byte load, four fp8 in one
+// 4-byte store (a __nv_fp8x4_e4m3) when the row allows it (cols % 4 == 0 and 8-byte aligned rows), element by
+// element otherwise (and in the last, partial group). The group's amax is a warp_max: every lane gets it.
+// scale = amax / 448 goes to scales[g * rows + r]; q = e4m3(v * (448 / amax)).
 
-constexpr int kMaxG = 8;
 static inline bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7) == 0; }
-static inline int groups_per_warp(int cols) {  // G: 1, 2, 4 or 8 groups of 128 per warp (8 warps per row)
-    const int groups = (cols + 127) / 128, g = (groups + 7) / 8;
-    return g <= 1 ? 1 : g <= 2 ? 2 : g <= 4 ? 4 : kMaxG;
-}
 
 // Elements c .. c+3 of a bf16 row of `cols` (zeros past the end) as float.
 __device__ inline void load4(const __nv_bfloat16* row, int c, int cols, bool vec, float v[4]) {
@@ -312,32 +303,20 @@ __device__ inline void store4(__nv_fp8_e4m3* row, int c, int cols, bool vec, con
             if (c + j < cols) row[c + j] = __nv_fp8_e4m3(v[j] * inv);
     }
 }
-__device__ inline float abs_max4(const float v[4]) {
-    return fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-}
 
-template <int G>
 __global__ void quant_1x128_kernel(const __nv_bfloat16* __restrict__ x, __nv_fp8_e4m3* __restrict__ y,
                                    float* __restrict__ scales, int rows, int cols, int vec) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, r = blockIdx.x;
-    const int groups = (cols + 127) / 128;
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5, r = blockIdx.x, groups = (cols + 127) / 128;
     const __nv_bfloat16* xr = x + (long long)r * cols;
     __nv_fp8_e4m3* yr = y + (long long)r * cols;
-    for (int g0 = warp; g0 < groups; g0 += G * warps) {  // one step for rows of up to 8G groups
-        float v[G][4];
-#pragma unroll
-        for (int i = 0; i < G; ++i) {
-            const int g = g0 + i * warps;
-            if (g < groups) load4(xr, g * 128 + 4 * lane, cols, vec, v[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < G; ++i) {
-            const int g = g0 + i * warps;  // the same for every lane: the warp_max below is warp-uniform
-            if (g >= groups) break;
-            const float amax = fmaxf(warp_max(abs_max4(v[i])), kAmaxFloor);
-            store4(yr, g * 128 + 4 * lane, cols, vec, v[i], kE4m3Max / amax);
-            if (lane == 0) scales[(long long)g * rows + r] = amax / kE4m3Max;
-        }
+    for (int g = threadIdx.x >> 5; g < groups; g += warps) {
+        const int c = g * 128 + 4 * lane;
+        float v[4];
+        load4(xr, c, cols, vec, v);
+        const float amax = fmaxf(warp_max(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])))),
+                                 kAmaxFloor);
+        store4(yr, c, cols, vec, v, kE4m3Max / amax);
+        if (lane == 0) scales[(long long)g * rows + r] = amax / kE4m3Max;
     }
 }
 // Contract: x (rows x cols bf16, row-major) -> y (rows x cols e4m3) and scales (float[ceil(cols/128)][rows]):
@@ -346,73 +325,53 @@ __global__ void quant_1x128_kernel(const __nv_bfloat16* __restrict__ x, __nv_fp8
 void quant_1x128(const __nv_bfloat16* x, __nv_fp8_e4m3* y, float* scales, int rows, int cols) {
     if (rows <= 0 || cols <= 0) return;
     const int vec = cols % 4 == 0 && aligned8(x) && aligned8(y) ? 1 : 0;
-    switch (groups_per_warp(cols)) {
-        case 1: quant_1x128_kernel<1><<<rows, kBlock>>>(x, y, scales, rows, cols, vec); break;
-        case 2: quant_1x128_kernel<2><<<rows, kBlock>>>(x, y, scales, rows, cols, vec); break;
-        case 4: quant_1x128_kernel<4><<<rows, kBlock>>>(x, y, scales, rows, cols, vec); break;
-        default: quant_1x128_kernel<kMaxG><<<rows, kBlock>>>(x, y, scales, rows, cols, vec); break;
-    }
+    quant_1x128_kernel<<<rows, kBlock>>>(x, y, scales, rows, cols, vec);
 }
 
 // ----------------------------------------------------------------------------------------------------
 // Task 8.3: RMSNorm fused with the 1x128 quantization; 128x128 block quantization of a weight
 // ----------------------------------------------------------------------------------------------------
 // The input of a linear layer in a transformer block is RMSNorm(x) * w. Quantizing it in a kernel of its own
-// would write the normalized row in bf16 and read it again; fused, the row is read once into registers, its sum
-// of squares taken, and the normalized values quantized group by group on their way out: 2 bytes in and 1
-// (+ a scale per 128) out per element. Rows longer than 8192 values (more than kMaxG groups per warp) are read
-// a second time, from cache, for the second pass.
+// would write the normalized row in bf16 and read it again; fused, x is read, the row's sum of squares taken,
+// and the normalized values quantized group by group on their way out: 2 bytes in and 1 (+ a scale per 128)
+// out per element. The row is read twice (once for the sum, once to normalize), the second time from cache.
 
-template <int G>
 __global__ void rmsnorm_quant_1x128_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                                            __nv_fp8_e4m3* __restrict__ y, float* __restrict__ scales, int rows,
                                            int cols, float eps, int vec) {
     __shared__ float scratch[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, r = blockIdx.x;
-    const int groups = (cols + 127) / 128;
-    const bool held = groups <= G * warps;  // the whole row fits in v[][]: no second read
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5, r = blockIdx.x, groups = (cols + 127) / 128;
     const __nv_bfloat16* xr = x + (long long)r * cols;
     __nv_fp8_e4m3* yr = y + (long long)r * cols;
-    float v[G][4];
-    // TODO(task 8.3): (~24 lines) quant_1x128_kernel's walk over the groups g = warp + i * warps (i < G), in two
-    // passes:
-    //   1. load4 every group of this warp into v[i] (all loads first, as the worked kernel does) and add their
-    //      squares to ss; for a row longer than G * warps groups (held == false) continue over the groups
-    //      g0 = warp + G * warps, ... adding their squares too (loading into v[0] is fine: they are read again).
-    //      Then rstd = rsqrtf(block_sum(ss, scratch) / cols + eps) (every thread calls block_sum).
-    //   2. per group (reloading it with load4 when held is false, or when g0 > warp): load4 the weights w at the
-    //      same columns, v = x * rstd * w in fp32, amax = max(warp_max(abs_max4(v)), kAmaxFloor), store4(yr, c,
-    //      cols, vec, v, kE4m3Max / amax), and lane 0 writes scales[g * rows + r] = amax / kE4m3Max.
-    // Worked example (cols = 4096: 32 groups, G = 4): warp 3 holds groups 3, 11, 19, 27, i.e. columns
-    // 384 + 4 lane .., 1408 + 4 lane .., 2432 + .., 3456 + ..; held is true.
-    // Hint: the `g < groups` tests are the same for every lane of a warp, so warp_max inside them is safe.
+    // TODO(task 8.3): (~16 lines) two passes over the groups g = warp, warp + warps, ... with c = g*128 + 4*lane
+    // as quant_1x128_kernel walks them:
+    //   1. the sum of squares of this thread's values (load4 from xr), block_sum over the block (every thread
+    //      calls it), rstd = rsqrtf(total / cols + eps);
+    //   2. per group: load4 x and w (w at the same columns c), v[j] = x[j] * rstd * w[j] in fp32, the group's
+    //      amax = max(warp_max of |v|, kAmaxFloor), store4(yr, c, cols, vec, v, kE4m3Max / amax), and lane 0
+    //      writes scales[g * rows + r] = amax / kE4m3Max.
+    // Hint: quant_1x128_kernel is step 2 without the norm.
     // BEGIN SOLUTION
     float ss = 0.0f;
-    for (int g0 = warp; g0 < groups; g0 += G * warps) {
-#pragma unroll
-        for (int i = 0; i < G; ++i) {
-            const int g = g0 + i * warps;
-            if (g < groups) {
-                load4(xr, g * 128 + 4 * lane, cols, vec, v[i]);
-                ss += v[i][0] * v[i][0] + v[i][1] * v[i][1] + v[i][2] * v[i][2] + v[i][3] * v[i][3];
-            }
-        }
+    for (int g = threadIdx.x >> 5; g < groups; g += warps) {
+        float v[4];
+        load4(xr, g * 128 + 4 * lane, cols, vec, v);
+        ss += v[0] * v[0] + v[1] * v[1] + v[2] * v[2] + v[3] * v[3];
     }
     const float rstd = rsqrtf(block_sum(ss, scratch) / (float)cols + eps);
-    for (int g0 = warp; g0 < groups; g0 += G * warps) {
-#pragma unroll
-        for (int i = 0; i < G; ++i) {
-            const int g = g0 + i * warps, c = g * 128 + 4 * lane;
-            if (g >= groups) break;
-            if (!held) load4(xr, c, cols, vec, v[i]);
-            float wv[4];
-            load4(w, c, cols, vec, wv);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) v[i][j] = v[i][j] * rstd * wv[j];
-            const float amax = fmaxf(warp_max(abs_max4(v[i])), kAmaxFloor);
-            store4(yr, c, cols, vec, v[i], kE4m3Max / amax);
-            if (lane == 0) scales[(long long)g * rows + r] = amax / kE4m3Max;
+    for (int g = threadIdx.x >> 5; g < groups; g += warps) {
+        const int c = g * 128 + 4 * lane;
+        float v[4], wv[4];
+        load4(xr, c, cols, vec, v);
+        load4(w, c, cols, vec, wv);
+        float m = 0.0f;
+        for (int j = 0; j < 4; ++j) {
+            v[j] = v[j] * rstd * wv[j];
+            m = fmaxf(m, fabsf(v[j]));
         }
+        const float amax = fmaxf(warp_max(m), kAmaxFloor);
+        store4(yr, c, cols, vec, v, kE4m3Max / amax);
+        if (lane == 0) scales[(long long)g * rows + r] = amax / kE4m3Max;
     }
     // END SOLUTION
 }
@@ -422,49 +381,36 @@ void rmsnorm_quant_1x128(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_fp
                          int cols, float eps) {
     if (rows <= 0 || cols <= 0) return;
     const int vec = cols % 4 == 0 && aligned8(x) && aligned8(w) && aligned8(y) ? 1 : 0;
-    switch (groups_per_warp(cols)) {
-        case 1: rmsnorm_quant_1x128_kernel<1><<<rows, kBlock>>>(x, w, y, scales, rows, cols, eps, vec); break;
-        case 2: rmsnorm_quant_1x128_kernel<2><<<rows, kBlock>>>(x, w, y, scales, rows, cols, eps, vec); break;
-        case 4: rmsnorm_quant_1x128_kernel<4><<<rows, kBlock>>>(x, w, y, scales, rows, cols, eps, vec); break;
-        default: rmsnorm_quant_1x128_kernel<kMaxG><<<rows, kBlock>>>(x, w, y, scales, rows, cols, eps, vec); break;
-    }
+    rmsnorm_quant_1x128_kernel<<<rows, kBlock>>>(x, w, y, scales, rows, cols, eps, vec);
 }
 
-// One block of 256 threads per 128x128 block of the weight, held in registers: warp k takes rows k, k + 8, ...,
-// k + 120 of the block (16 rows), each lane four columns of each row (c = 4 * lane). Edge blocks hold fewer rows
-// (masked) or columns (load4/store4 stop at cols).
+// One block of 256 threads per 128x128 block of the weight: warp k takes rows k, k + 8, ..., each lane four
+// columns of the row (c = 4 * lane). Edge blocks hold fewer rows or columns.
 __global__ void quant_128x128_kernel(const __nv_bfloat16* __restrict__ w, __nv_fp8_e4m3* __restrict__ q,
                                      float* __restrict__ scales, int rows, int cols, int vec) {
     __shared__ float scratch[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const int r0 = blockIdx.y * 128, nr = rows - r0 < 128 ? rows - r0 : 128;  // rows of this block
     const int c = blockIdx.x * 128 + 4 * lane;  // the 32 lanes cover the block's 128 columns
-    float v[16][4];
-    // TODO(task 8.3): (~16 lines) with the block's rows rr = warp + 8 * i (i < 16, #pragma unroll; rows rr >= nr are
-    // outside the matrix: skip them):
-    //   1. load4 each row rr into v[i] (from w + (r0 + rr) * cols, all 16 loads before any use), m = the max of
-    //      abs_max4(v[i]); amax = max(block_max(m, scratch), kAmaxFloor) (every thread calls block_max);
-    //   2. store4 each row to q with inv = kE4m3Max / amax; thread 0 writes
+    // TODO(task 8.3): (~12 lines) two passes over rows rr = warp, warp + warps, ... < nr of this block:
+    //   1. m = the max |value| of this thread's load4(w + (r0 + rr) * cols, c, cols, vec, v); amax =
+    //      max(block_max(m, scratch), kAmaxFloor) (every thread calls it);
+    //   2. store4 each of those rows to q with inv = kE4m3Max / amax; thread 0 writes
     //      scales[blockIdx.y * gridDim.x + blockIdx.x] = amax / kE4m3Max.
-    // Worked example: block (1, 2) of a 300 x 300 matrix: rows 256..299 (nr = 44), columns 128..255; warp 3 holds
-    // rows 259, 267, ..., 299 (i = 0..5); i = 6 would be row 307: skipped.
     // Hint: columns past the matrix read as 0 and are not stored (load4/store4 check cols).
     // BEGIN SOLUTION
     float m = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-        const int rr = warp + 8 * i;
-        if (rr < nr) {
-            load4(w + (long long)(r0 + rr) * cols, c, cols, vec, v[i]);
-            m = fmaxf(m, abs_max4(v[i]));
-        }
+    for (int rr = threadIdx.x >> 5; rr < nr; rr += warps) {
+        float v[4];
+        load4(w + (long long)(r0 + rr) * cols, c, cols, vec, v);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
     }
     const float amax = fmaxf(block_max(m, scratch), kAmaxFloor);
     const float inv = kE4m3Max / amax;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-        const int rr = warp + 8 * i;
-        if (rr < nr) store4(q + (long long)(r0 + rr) * cols, c, cols, vec, v[i], inv);
+    for (int rr = threadIdx.x >> 5; rr < nr; rr += warps) {
+        float v[4];
+        load4(w + (long long)(r0 + rr) * cols, c, cols, vec, v);
+        store4(q + (long long)(r0 + rr) * cols, c, cols, vec, v, inv);
     }
     if (threadIdx.x == 0) scales[blockIdx.y * gridDim.x + blockIdx.x] = amax / kE4m3Max;
     // END SOLUTION
