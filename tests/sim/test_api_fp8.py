@@ -155,8 +155,9 @@ def _cuda_include() -> Path | None:
 def test_bit_exact_with_the_toolkit_header():
     """ccsim_fp8.h against the toolkit's cuda_fp8.hpp host code (benchmarks/fp8_header_check/run.sh: all 256 codes,
     every half and bf16 input, random doubles, and here every 997th float, each kind and saturation mode)."""
+    env = {"PATH": "/usr/bin:/bin", "CUDA_INCLUDE": str(_cuda_include())}
     r = subprocess.run(["bash", str(ROOT / "benchmarks" / "fp8_header_check" / "run.sh"), "997"],
-                       capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "CUDA_INCLUDE": str(_cuda_include())})
+                       capture_output=True, text=True, env=env)
     assert r.returncode == 0 and re.search(r"^mismatches: 0$", r.stdout, re.M), r.stdout[-3000:] + r.stderr[-2000:]
 
 
