@@ -195,7 +195,9 @@ HINT_81 = ("compare with cast_to_fp8_intrinsic at the indices shown. Check the s
            "? 0x7E/0x7B : 0x7F/0x7C), with the sign added last; a NaN is 0x7F whatever its sign.")
 
 
-@pytest.mark.task("8.1")
+# The worked examples' own checks carry no task: they pass on the untouched stubs by design (graded tests fail there).
+
+
 @pytest.mark.parametrize("kind", [0, 1], ids=["e4m3", "e5m2"])
 def test_decode_every_code(kind: int) -> None:
     """The worked decoder against PyTorch on all 256 codes (NaN codes must decode to a NaN)."""
@@ -272,15 +274,6 @@ def test_amax(n: int) -> None:
 
 
 @pytest.mark.task("8.2")
-def test_amax_of_zeros() -> None:
-    m = _m()
-    x = torch.zeros(777, device=m.device)
-    out = check.poisoned(1, torch.float32, m.device)
-    m.amax(x, out, 777)
-    assert float(out.item()) == 0.0, f"task 8.2: amax of zeros gave {float(out.item())}, expected 0"
-
-
-@pytest.mark.task("8.2")
 @pytest.mark.parametrize("n", [1, 1000, 20007])
 def test_cast_scaled_e4m3_amax(n: int) -> None:
     """Delayed scaling: the scale comes from an older, smaller amax, so the largest values saturate at 448."""
@@ -302,7 +295,6 @@ def test_cast_scaled_e4m3_amax(n: int) -> None:
                        "folds each block's maximum in.")
 
 
-@pytest.mark.task("8.2")
 def test_worked_scale_and_scaled_cast() -> None:
     m = _m()
     amax = torch.tensor([7.25], device=m.device)
@@ -333,7 +325,6 @@ def _activations(rows: int, cols: int, g: torch.Generator) -> torch.Tensor:
     return x.to(torch.bfloat16)
 
 
-@pytest.mark.task("8.3")
 @pytest.mark.parametrize(("rows", "cols"), SHAPES_83)
 def test_quant_1x128_worked(rows: int, cols: int) -> None:
     m = _m()
