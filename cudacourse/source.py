@@ -77,6 +77,7 @@ POINTER_DTYPES: dict[str, str] = {
     "char": "int8", "signed char": "int8", "int8_t": "int8",
     "unsigned char": "uint8", "uint8_t": "uint8", "bool": "bool",
     "__half": "float16", "half": "float16", "__nv_bfloat16": "bfloat16",
+    "__nv_fp8_e4m3": "float8_e4m3fn", "__nv_fp8_e5m2": "float8_e5m2",  # cuda_fp8.h (lesson 08)
     # Vector types: the tensor holds their scalar lanes; numel must be a multiple of the width.
     "float2": "float32", "float4": "float32", "int2": "int32", "int4": "int32",
     "__half2": "float16", "double2": "float64",

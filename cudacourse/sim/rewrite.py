@@ -40,7 +40,7 @@ MAPPED_HEADERS = {
     "cuda_bf16.hpp", "cooperative_groups.h", "cooperative_groups/reduce.h", "cooperative_groups/scan.h",
     "device_launch_parameters.h", "math_constants.h", "device_functions.h", "vector_types.h", "vector_functions.h",
     "driver_types.h", "library_types.h", "sm_30_intrinsics.h", "sm_60_atomic_functions.h", "crt/math_functions.h",
-    "helper_cuda.h", "cublas_v2.h", "cublas_api.h", "mma.h",
+    "helper_cuda.h", "cublas_v2.h", "cublas_api.h", "mma.h", "cuda_fp8.h", "cuda_fp8.hpp",
 }
 # Torch's CUDA-only headers: the classic route gets CPU stand-ins from ccsim_torch.h instead.
 TORCH_CUDA_PREFIXES = ("ATen/cuda/", "c10/cuda/", "ATen/CUDAGeneratorImpl", "THC/")
@@ -56,7 +56,6 @@ UNSUPPORTED_HEADERS = {
     "cublasXt": "cuBLASXt (not available on the simulator)",
     "cublas.h": "the legacy cuBLAS API (not available on the simulator: use <cublas_v2.h>)",
     "cudnn": "cuDNN",
-    "cuda_fp8": "FP8 types (cuda_fp8.h)",
 }
 
 # Constructs g++ would reject with an unhelpful message, or the simulator could not run faithfully: refused

@@ -129,6 +129,7 @@ static inline dim3 make_dim3(unsigned x, unsigned y, unsigned z) { return dim3(x
 // Half and bfloat16 (cuda_fp16.h / cuda_bf16.h): bit-exact conversions, once-rounded arithmetic
 // ---------------------------------------------------------------------------------------------------
 #include "ccsim_fp16.h"
+#include "ccsim_fp8.h"  // __nv_fp8_e4m3/__nv_fp8_e5m2 and their conversions (cuda_fp8.h)
 
 // ---------------------------------------------------------------------------------------------------
 // Math

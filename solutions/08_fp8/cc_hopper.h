@@ -1,0 +1,1 @@
+../05_tensor_cores/cc_hopper.h
