@@ -18,46 +18,77 @@
 //   wgmma_m64n256k16_bf16(d, desc_a, desc_b, accumulate) one warpgroup MMA, D (64x256 fp32) += A B^T
 //   wgmma_fence / wgmma_commit / wgmma_wait0 / wgmma_wait1  ordering of the asynchronous warpgroup MMAs
 //   setmaxnreg_dec<N>() / setmaxnreg_inc<N>()           hand registers between the warpgroups of a block
+//   elect_one()                                         true in one lane of the (fully converged) warp
 //   cc_sm90a_built()                                    true when this file's kernels were compiled for sm_90a
 //
 // PTX ISA sections: "Tensor Memory Accelerator" (cp.async.bulk.tensor), "mbarrier", "Asynchronous Warpgroup
 // Level Matrix Multiply-Accumulate" (wgmma.mma_async, matrix descriptors, register fragments of D).
-// The instructions exist only in sm_90a code: anything else (another GPU, an sm_90 build without the 'a',
-// the CPU simulator) compiles these functions as traps, and cc_sm90a_built() says so before any launch.
+// The instructions exist only in sm_90a code: another GPU or an sm_90 build without the 'a' compiles these
+// functions as traps, and cc_sm90a_built() says so before any launch. The CPU simulator runs them (its model:
+// cudacourse/sim/runtime/ccsim_hopper.h) and diagnoses their misuse in checked mode.
 // ====================================================================================================
 #pragma once
 #include <cstdint>
 
 #ifdef CCSIM
 // ---------------------------------------------------------------------------------------------------
-// CPU simulator: no Hopper instructions. The types exist so the file compiles; nothing here runs.
+// CPU simulator: the same functions call the simulator's model of each instruction
+// (cudacourse/sim/runtime/ccsim_hopper.h: mbarrier phases and transaction counts, TMA boxes with their swizzle,
+// the async proxy, wgmma with its descriptors). In checked mode a missing wait, fence or wgmma_wait is
+// reported at the caller's line. The file:line of the caller goes into every diagnosis.
 // ---------------------------------------------------------------------------------------------------
-struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };
-static inline bool cc_make_tmap_bf16(CUtensorMap*, const void*, int, int, int) { return false; }
-static inline bool cc_make_tmap_f32(CUtensorMap*, const void*, int, int, int) { return false; }
-static inline bool cc_sm90a_built() { return false; }
-#define CC_HOPPER_TRAP ccsim::mma::fail("wgmma and TMA are Hopper instructions (compute capability 9.0, sm_90a): the " \
-                                        "CPU simulator does not run them", __FILE__, __LINE__)
-__device__ inline void mbar_init(uint64_t*, unsigned) { CC_HOPPER_TRAP; }
-__device__ inline void mbar_expect_tx(uint64_t*, unsigned) { CC_HOPPER_TRAP; }
-__device__ inline void mbar_wait(uint64_t*, unsigned) { CC_HOPPER_TRAP; }
-__device__ inline void tma_load_2d(void*, const CUtensorMap*, int, int, uint64_t*) { CC_HOPPER_TRAP; }
-__device__ inline uint64_t wgmma_desc(const void*) { CC_HOPPER_TRAP; }
-__device__ inline void mbar_arrive(uint64_t*) { CC_HOPPER_TRAP; }
-__device__ inline void tma_store_2d(const CUtensorMap*, int, int, const void*) { CC_HOPPER_TRAP; }
-__device__ inline void bulk_commit() {}
-template <int N> __device__ inline void bulk_wait_read() {}
-__device__ inline void bulk_wait_all() {}
-__device__ inline void fence_async_smem() {}
-__device__ inline void warpgroup_sync(int) {}
-__device__ inline void wgmma_m64n256k16_bf16(float*, uint64_t, uint64_t, int) { CC_HOPPER_TRAP; }
-__device__ inline void wgmma_fence() {}
-__device__ inline void wgmma_commit() {}
-__device__ inline void wgmma_wait0() {}
-__device__ inline void wgmma_wait1() {}
-template <int N> __device__ inline void setmaxnreg_dec() {}
-template <int N> __device__ inline void setmaxnreg_inc() {}
-__device__ inline void fence_barrier_init() {}
+#define CC_HOP_WHERE const char* cc_f = __builtin_FILE(), int cc_l = __builtin_LINE()
+static const int cc_hopper_model_on = ccsim_hop_enable();  // the simulator tracks Hopper state in this module
+static inline bool cc_make_tmap_2d(CUtensorMap* map, CUtensorMapDataType type, int elem_bytes, const void* ptr,
+                                   int rows, int cols, int box_rows) {
+    if ((long long)cols * elem_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)cols * elem_bytes};
+    const cuuint32_t box[2] = {(cuuint32_t)(128 / elem_bytes), (cuuint32_t)box_rows};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    return cuTensorMapEncodeTiled(map, type, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+static inline bool cc_make_tmap_bf16(CUtensorMap* map, const void* ptr, int rows, int cols, int box_rows) {
+    return cc_make_tmap_2d(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr, rows, cols, box_rows);
+}
+static inline bool cc_make_tmap_f32(CUtensorMap* map, const void* ptr, int rows, int cols, int box_rows) {
+    return cc_make_tmap_2d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, ptr, rows, cols, box_rows);
+}
+static inline bool cc_sm90a_built() { return true; }  // the simulator runs the sm_90a code path
+__device__ inline uint32_t cc_hopper_smem(const void* p, CC_HOP_WHERE) { return ccsim_hop_smem_addr(p, cc_f, cc_l); }
+__device__ inline void mbar_init(uint64_t* bar, unsigned count, CC_HOP_WHERE) { ccsim_hop_mbar_init(bar, count, cc_f, cc_l); }
+__device__ inline void fence_barrier_init(CC_HOP_WHERE) { ccsim_hop_fence_proxy_async(cc_f, cc_l); }
+__device__ inline void mbar_expect_tx(uint64_t* bar, unsigned bytes, CC_HOP_WHERE) { ccsim_hop_mbar_arrive(bar, bytes, 1, cc_f, cc_l); }
+__device__ inline void mbar_arrive(uint64_t* bar, CC_HOP_WHERE) { ccsim_hop_mbar_arrive(bar, 0, 0, cc_f, cc_l); }
+__device__ inline void mbar_wait(uint64_t* bar, unsigned parity, CC_HOP_WHERE) { ccsim_hop_mbar_wait(bar, parity, cc_f, cc_l); }
+__device__ inline void tma_load_2d(void* dst, const CUtensorMap* map, int col, int row, uint64_t* bar, CC_HOP_WHERE) {
+    ccsim_hop_tma_load(dst, map, col, row, bar, cc_f, cc_l);
+}
+__device__ inline void tma_store_2d(const CUtensorMap* map, int col, int row, const void* src, CC_HOP_WHERE) {
+    ccsim_hop_tma_store(map, col, row, src, cc_f, cc_l);
+}
+__device__ inline void bulk_commit(CC_HOP_WHERE) { ccsim_hop_bulk_commit(cc_f, cc_l); }
+template <int N> __device__ inline void bulk_wait_read(CC_HOP_WHERE) { ccsim_hop_bulk_wait(N, 1, cc_f, cc_l); }
+__device__ inline void bulk_wait_all(CC_HOP_WHERE) { ccsim_hop_bulk_wait(0, 0, cc_f, cc_l); }
+__device__ inline void fence_async_smem(CC_HOP_WHERE) { ccsim_hop_fence_proxy_async(cc_f, cc_l); }
+__device__ inline void warpgroup_sync(int id, CC_HOP_WHERE) { ccsim_hop_named_barrier(id, 128, cc_f, cc_l); }
+__device__ inline bool elect_one(CC_HOP_WHERE) { return ccsim_hop_elect_one(cc_f, cc_l) != 0; }
+__device__ inline uint64_t wgmma_desc(const void* smem, CC_HOP_WHERE) {
+    const uint64_t addr = ccsim_hop_smem_addr(smem, cc_f, cc_l);
+    return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+__device__ inline void wgmma_fence(CC_HOP_WHERE) { ccsim_hop_wgmma_fence(cc_f, cc_l); }
+__device__ inline void wgmma_commit(CC_HOP_WHERE) { ccsim_hop_wgmma_commit(cc_f, cc_l); }
+__device__ inline void wgmma_wait0(CC_HOP_WHERE) { ccsim_hop_wgmma_wait(0, cc_f, cc_l); }
+__device__ inline void wgmma_wait1(CC_HOP_WHERE) { ccsim_hop_wgmma_wait(1, cc_f, cc_l); }
+template <int N> __device__ inline void setmaxnreg_dec(CC_HOP_WHERE) { ccsim_hop_setmaxnreg(0, N, cc_f, cc_l); }
+template <int N> __device__ inline void setmaxnreg_inc(CC_HOP_WHERE) { ccsim_hop_setmaxnreg(1, N, cc_f, cc_l); }
+__device__ inline void wgmma_m64n256k16_bf16(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate, CC_HOP_WHERE) {
+    ccsim_hop_wgmma(d, 256, desc_a, desc_b, accumulate, 1, cc_f, cc_l);
+}
+#undef CC_HOP_WHERE
 #else
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -135,6 +166,7 @@ __device__ inline void wgmma_wait1() {}
 template <int N> __device__ inline void setmaxnreg_dec() {}
 template <int N> __device__ inline void setmaxnreg_inc() {}
 __device__ inline void fence_barrier_init() {}
+__device__ inline bool elect_one() { __trap(); return false; }
 #else
 // ---------------------------------------------------------------------------------------------------
 // sm_90a (the host pass of nvcc reads this branch too)
@@ -199,6 +231,12 @@ __device__ inline void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.align
 // (dec), the consumers take them (inc). Needs a register cap at entry: __launch_bounds__(threads, 1).
 template <int N> __device__ inline void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ inline void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+// One lane of the warp (all 32 lanes must execute it together): the elected lane gets true.
+__device__ inline bool elect_one() {
+    uint32_t pred = 0;
+    asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}\n" : "=r"(pred));
+    return pred != 0;
+}
 
 // D (64 x 256 fp32, 128 registers per thread of the warpgroup) = A (64 x 16) B^T (B: 256 x 16), both K-major
 // bf16 in shared memory, plus D when accumulate != 0. Register layout of D: warp w of the warpgroup holds rows
