@@ -285,6 +285,9 @@ static void radix_sort(const unsigned* keys, const int* vals, unsigned* keys_out
     int* tmp_vals = reinterpret_cast<int*>(work + n);
     unsigned* counts = work + 2 * (size_t)n;
     unsigned* digit_start = counts + (size_t)RADIX * tiles;
+    // one thread per tile in the offsets kernel's chunks, a multiple of 32, at most 1024
+    int offsets_threads = ceil_div(tiles, WARP) * WARP;
+    if (offsets_threads > 1024) offsets_threads = 1024;
     const unsigned* src_k = keys;
     const int* src_v = vals;
     for (int pass = 0; pass < 32 / RADIX_BITS; ++pass) {
@@ -292,7 +295,7 @@ static void radix_sort(const unsigned* keys, const int* vals, unsigned* keys_out
         unsigned* dst_k = (pass % 2 == 0) ? tmp_keys : keys_out;
         int* dst_v = (pass % 2 == 0) ? tmp_vals : vals_out;
         radix_upsweep_kernel<FLOAT_KEYS><<<tiles, SORT_THREADS>>>(src_k, n, shift, counts, tiles);
-        radix_offsets_kernel<<<RADIX, 1024>>>(counts, tiles, digit_start);
+        radix_offsets_kernel<<<RADIX, offsets_threads>>>(counts, tiles, digit_start);
         radix_digit_starts_kernel<<<1, RADIX>>>(digit_start);
         if (pass == 0 && vals == nullptr)
             radix_downsweep_kernel<FLOAT_KEYS, true><<<tiles, SORT_THREADS>>>(src_k, src_v, dst_k, dst_v, n, shift,
