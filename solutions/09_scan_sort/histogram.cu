@@ -41,10 +41,11 @@ static int sm_count() {
     return count;
 }
 
-// Enough blocks of HIST_THREADS to give each thread about 4 int4 loads, at most 4 blocks per SM.
+// Enough blocks of HIST_THREADS to give each thread about 4 int4 loads, at most 8 blocks per SM (2048 threads:
+// a full SM, so that enough loads are in flight to keep memory busy).
 static int hist_blocks(int n) {
     const int want = ceil_div((long long)n, (long long)HIST_THREADS * 16);
-    const int cap = 4 * sm_count();
+    const int cap = 8 * sm_count();
     return want < 1 ? 1 : (want < cap ? want : cap);
 }
 
