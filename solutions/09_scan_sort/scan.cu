@@ -42,6 +42,10 @@ constexpr unsigned FULL_MASK = 0xffffffffu;
 #ifndef SCAN_ITEMS
 #define SCAN_ITEMS 16
 #endif
+// Blocks per SM the compiler must fit (registers): 2048 threads, a full SM, at 256 threads per block.
+#ifndef SCAN_MIN_BLOCKS
+#define SCAN_MIN_BLOCKS (2048 / SCAN_THREADS)
+#endif
 constexpr int THREADS = SCAN_THREADS;
 constexpr int ITEMS = SCAN_ITEMS;
 constexpr int TILE = THREADS * ITEMS;
@@ -196,23 +200,61 @@ void scan_segments_block_i32(const int* x, int* y, int n) {
 // ----------------------------------------------------------------------------------------------------
 // Given: moving a tile between memory and registers
 // ----------------------------------------------------------------------------------------------------
-// Thread t of a tile holds the ITEMS consecutive elements base + t*ITEMS ... (a "blocked" arrangement).
-// A full tile with 16-byte-aligned rows is moved with 16-byte accesses (ITEMS / 4 per thread); the last,
-// partial tile and unaligned views element by element, with 0 (the identity of +) past the end.
+// Thread t of a tile holds the ITEMS consecutive elements base + t*ITEMS ... (a "blocked" arrangement:
+// what a thread-local scan wants). Read straight from memory that way, lane l of a warp asks for 16 bytes
+// every ITEMS * 4 bytes: a warp's 16-byte load spans 32 * 64 bytes for 512 bytes wanted. So a full tile
+// goes through shared memory, one warp at a time (CUB's "warp transpose"): the warp reads its 32 * ITEMS
+// elements "striped" (lane l takes the 16-byte groups l, l + 32, ...: each load instruction reads 512
+// consecutive bytes), writes them to its part of shared memory, and each lane reads back its ITEMS
+// consecutive elements; stores go the other way. 4 words of padding after every 32 keep the 16-byte
+// shared-memory accesses free of bank conflicts in both directions. The last, partial tile and unaligned
+// views go element by element, with 0 (the identity of +) past the end. (SCAN_TRANSPOSE 0: direct
+// 16-byte loads and stores in the blocked arrangement, for comparison: benchmarks/scan_sweep.py.)
+#ifndef SCAN_TRANSPOSE
+#define SCAN_TRANSPOSE 1
+#endif
 template <typename T> struct Vec4;
 template <> struct Vec4<float> { using type = float4; };
 template <> struct Vec4<int> { using type = int4; };
+
+constexpr int WARP_TILE = WARP * ITEMS;                    // a warp's elements
+constexpr int WARP_TILE_PADDED = WARP_TILE + WARP_TILE / 8;  // + 4 words per 32
+__device__ __forceinline__ int padded(int p) { return p + (p >> 5) * 4; }
+
+// This warp's part of the block's transpose buffer (one buffer per block, shared by loads and stores).
+template <typename T>
+__device__ __forceinline__ T* warp_buffer() {
+    __shared__ __align__(16) T buf[THREADS / WARP][WARP_TILE_PADDED];
+    return buf[threadIdx.x / WARP];
+}
 
 template <typename T>
 __device__ __forceinline__ void load_tile(const T* __restrict__ x, long long base, int n, T (&v)[ITEMS]) {
     using V = typename Vec4<T>::type;
     const long long first = base + (long long)threadIdx.x * ITEMS;
     if (base + TILE <= n && aligned16(x)) {
-        const V* p = reinterpret_cast<const V*>(x + first);
+        const int lane = threadIdx.x & (WARP - 1);
+        const V* p = reinterpret_cast<const V*>(x + base + (long long)(threadIdx.x / WARP) * WARP_TILE);
+        if (SCAN_TRANSPOSE) {
+            T* buf = warp_buffer<T>();
+            V q[ITEMS / 4];
 #pragma unroll
-        for (int k = 0; k < ITEMS / 4; ++k) {
-            const V q = p[k];
-            v[4 * k] = q.x; v[4 * k + 1] = q.y; v[4 * k + 2] = q.z; v[4 * k + 3] = q.w;
+            for (int k = 0; k < ITEMS / 4; ++k) q[k] = p[k * WARP + lane];  // all loads first: in flight together
+#pragma unroll
+            for (int k = 0; k < ITEMS / 4; ++k) *reinterpret_cast<V*>(buf + padded(4 * (k * WARP + lane))) = q[k];
+            __syncwarp();
+#pragma unroll
+            for (int k = 0; k < ITEMS / 4; ++k) {
+                const V r = *reinterpret_cast<const V*>(buf + padded(lane * ITEMS + 4 * k));
+                v[4 * k] = r.x; v[4 * k + 1] = r.y; v[4 * k + 2] = r.z; v[4 * k + 3] = r.w;
+            }
+            __syncwarp();  // the buffer may be written again (store_tile) once every lane has read it
+        } else {
+#pragma unroll
+            for (int k = 0; k < ITEMS / 4; ++k) {
+                const V q = p[lane * (ITEMS / 4) + k];
+                v[4 * k] = q.x; v[4 * k + 1] = q.y; v[4 * k + 2] = q.z; v[4 * k + 3] = q.w;
+            }
         }
     } else {
 #pragma unroll
@@ -225,12 +267,28 @@ __device__ __forceinline__ void store_tile(T* __restrict__ y, long long base, in
     using V = typename Vec4<T>::type;
     const long long first = base + (long long)threadIdx.x * ITEMS;
     if (base + TILE <= n && aligned16(y)) {
-        V* p = reinterpret_cast<V*>(y + first);
+        const int lane = threadIdx.x & (WARP - 1);
+        V* p = reinterpret_cast<V*>(y + base + (long long)(threadIdx.x / WARP) * WARP_TILE);
+        if (SCAN_TRANSPOSE) {
+            T* buf = warp_buffer<T>();
 #pragma unroll
-        for (int k = 0; k < ITEMS / 4; ++k) {
-            V q;
-            q.x = v[4 * k]; q.y = v[4 * k + 1]; q.z = v[4 * k + 2]; q.w = v[4 * k + 3];
-            p[k] = q;
+            for (int k = 0; k < ITEMS / 4; ++k) {
+                V r;
+                r.x = v[4 * k]; r.y = v[4 * k + 1]; r.z = v[4 * k + 2]; r.w = v[4 * k + 3];
+                *reinterpret_cast<V*>(buf + padded(lane * ITEMS + 4 * k)) = r;
+            }
+            __syncwarp();
+#pragma unroll
+            for (int k = 0; k < ITEMS / 4; ++k)
+                p[k * WARP + lane] = *reinterpret_cast<const V*>(buf + padded(4 * (k * WARP + lane)));
+            __syncwarp();
+        } else {
+#pragma unroll
+            for (int k = 0; k < ITEMS / 4; ++k) {
+                V q;
+                q.x = v[4 * k]; q.y = v[4 * k + 1]; q.z = v[4 * k + 2]; q.w = v[4 * k + 3];
+                p[lane * (ITEMS / 4) + k] = q;
+            }
         }
     } else {
 #pragma unroll
@@ -290,8 +348,8 @@ __global__ void scan_tile_offsets_kernel(T* sums, int tiles) {
 }
 
 template <typename T>
-__global__ void scan_tiles_from_offsets_kernel(const T* __restrict__ x, T* __restrict__ y, int n,
-                                               const T* __restrict__ offsets) {
+__global__ void __launch_bounds__(THREADS, SCAN_MIN_BLOCKS)
+scan_tiles_from_offsets_kernel(const T* __restrict__ x, T* __restrict__ y, int n, const T* __restrict__ offsets) {
     __shared__ T s_warp[WARP + 1];
     T v[ITEMS];
     // TODO(task 9.2): load this block's tile (load_tile, base blockIdx.x * TILE), exclusive-scan the
@@ -474,8 +532,8 @@ __device__ T decoupled_look_back(volatile unsigned long long* status, int tile, 
 }
 
 template <typename T>
-__global__ void scan_lookback_kernel(const T* __restrict__ x, T* __restrict__ y, int n,
-                                     unsigned long long* work) {
+__global__ void __launch_bounds__(THREADS, SCAN_MIN_BLOCKS)
+scan_lookback_kernel(const T* __restrict__ x, T* __restrict__ y, int n, unsigned long long* work) {
     __shared__ T s_warp[WARP + 1];
     __shared__ int s_tile;
     __shared__ T s_prefix;
