@@ -15,9 +15,9 @@ so ``|y_i - exact_i| <= 8 sqrt(h_i) u (|x_0| + ... + |x_i|)`` is allowed (Higham
 h_i the roundings on the way to y_i: README, "How exact is a float scan?"); torch.cumsum's own float32 result is
 checked to lie inside the same bound. Sorted keys and indices must equal ``torch.sort(stable=True)`` exactly.
 Sampled ids must equal a reference of the same definition on the same float32 weights and Philox draws
-(``reference_sample``, exact integer sums), except on rows where it lands within 1e-6 of a boundary (the GPU's expf
-may differ from torch's exp in the last bit), and their frequencies must pass a chi-square test against the exact
-float64 distribution.
+(``reference_sample``, exact integer sums); where the reference lands within 1e-6 of a boundary (the GPU's expf may
+differ from torch's exp in the last bit) the id on the other side is accepted too. Their frequencies must pass a
+chi-square test against the exact float64 distribution.
 """
 
 from __future__ import annotations
@@ -318,8 +318,9 @@ HIST_GLOBAL_ONLY = (5000, 20_000)  # more bins than shared memory holds: v2 and 
 @pytest.mark.parametrize("n,bins", HIST_CASES)
 def test_histogram_shared(n: int, bins: int) -> None:
     m = _m()
-    x = _ints(f"9.4-{n}-{bins}", n, -3, bins + 3).to(m.device)  # some values outside [0, bins)
-    _check_hist(m, "v2_shared", x, bins, f"{n} values in {bins} bins", "9.4", HINT_94)
+    x = _ints(f"9.4-{n}-{bins}", n, -3, bins + 3)  # some values outside [0, bins)
+    x[0] = bins // 2  # and at least one inside: an all-zero histogram never passes
+    _check_hist(m, "v2_shared", x.to(m.device), bins, f"{n} values in {bins} bins", "9.4", HINT_94)
 
 
 @pytest.mark.task("9.4")
@@ -511,19 +512,23 @@ def fixed_weights(row: torch.Tensor, temperature: float) -> torch.Tensor:
     return (w * 2.0**40).long()  # exact scaling by a power of 2, then truncation as the kernel's conversion
 
 
+SLACK = 1e-6  # relative: how far a last-bit difference of exp (about 2.4e-7 of a sum) is allowed to move a boundary
+
+
 def reference_sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, seed: int,
-                     offset: int) -> tuple[list[int], list[float]]:
-    """(ids, margins): sampling.cu's definition in exact integer arithmetic on the same float32 weights (the top-k
+                     offset: int) -> tuple[list[int], list[set[int]]]:
+    """(ids, allowed): sampling.cu's definition in exact integer arithmetic on the same float32 weights (the top-k
     prefix, the top-p prefix reaching ceil(p * Z), the first index whose running kept weight exceeds
-    floor(word * total / 2^32)), and per row how close, relative to the kept weight, the top-p cut and the draw
-    came to a boundary (a last-bit difference of exp moves sums by about 2.4e-7 of themselves)."""
-    ids, margins = [], []
+    floor(word * total / 2^32)), and per row the ids a kernel may return when its weights differ from these in the
+    last bit of exp: the top-p cut one token either way and the draw one boundary either way, wherever the reference
+    lands within SLACK (relative) of them. Most rows allow one id only."""
+    ids, allowed = [], []
     for r in range(logits.shape[0]):
         row = logits[r].detach().cpu().float()
         v = row.numel()
         if bool(row.isnan().any()):
             ids.append(-1)
-            margins.append(1.0)
+            allowed.append({-1})
             continue
         t, k = temperature, top_k
         if not t > 0:
@@ -532,28 +537,34 @@ def reference_sample(logits: torch.Tensor, temperature: float, top_k: int, top_p
             k = v
         w = fixed_weights(row, t)
         order = torch.sort(-_order_key(row), stable=True).indices[:k]
-        keep, margin = k, 1.0
+        cuts = [k - 1]
         p = float(torch.tensor(top_p, dtype=torch.float32))
         if p < 1.0:
             cum = torch.cumsum(w[order], 0)
             z = int(cum[-1])
             need = min(max(math.ceil(p * z), 1), z)
             cut = int(torch.searchsorted(cum, torch.tensor(need), right=False))
-            keep = cut + 1
-            lo = int(cum[cut - 1]) if cut > 0 else 0
-            margin = min(abs(int(cum[cut]) - need), abs(need - lo)) / z
-        kept = torch.zeros(v, dtype=torch.int64)
-        kept[order[:keep]] = w[order[:keep]]
-        total = int(kept.sum())
+            cuts = [cut]
+            if cut > 0 and need - int(cum[cut - 1]) < SLACK * z:
+                cuts.append(cut - 1)
+            if cut + 1 < k and int(cum[cut]) - need < SLACK * z:
+                cuts.append(cut + 1)
         word = philox4x32_10([offset & M32, offset >> 32, r, 0], [seed & M32, seed >> 32])[0]
-        target = (total >> 32) * word + (((total & M32) * word) >> 32)  # floor(word * total / 2^32)
-        cdf = torch.cumsum(kept, 0)
-        i = int(torch.searchsorted(cdf, torch.tensor(target), right=True))
-        lo = int(cdf[i - 1]) if i > 0 else 0
-        margin = min(margin, min(int(cdf[i]) - target, target - lo + 1) / total)
-        ids.append(i)
-        margins.append(margin)
-    return ids, margins
+        ok: set[int] = set()
+        for j, cut in enumerate(cuts):
+            kept = torch.zeros(v, dtype=torch.int64)
+            kept[order[:cut + 1]] = w[order[:cut + 1]]
+            total = int(kept.sum())
+            target = (total >> 32) * word + (((total & M32) * word) >> 32)  # floor(word * total / 2^32)
+            cdf = torch.cumsum(kept, 0)
+            slack = int(SLACK * total)
+            for tgt in (target, max(target - slack, 0), min(target + slack, total - 1)):
+                i = int(torch.searchsorted(cdf, torch.tensor(tgt), right=True))
+                ok.add(i)
+                if j == 0 and tgt == target:
+                    ids.append(i)
+        allowed.append(ok)
+    return ids, allowed
 
 
 def _sample(m: Any, logits: torch.Tensor, temperature: float, top_k: int, top_p: float, seed: int,
@@ -568,15 +579,8 @@ def _sample(m: Any, logits: torch.Tensor, temperature: float, top_k: int, top_p:
 def _check_ids(m: Any, logits: torch.Tensor, temperature: float, top_k: int, top_p: float, what: str,
                seed: int = 1234, offset: int = 7) -> None:
     got = _sample(m, logits, temperature, top_k, top_p, seed, offset)
-    want, margins = reference_sample(logits, temperature, top_k, top_p, seed, offset)
-    bad, close = [], 0
-    for r, (g, w, mg) in enumerate(zip(got.tolist(), want, margins, strict=True)):
-        if mg < 1e-6:
-            close += 1
-            continue
-        if g != w:
-            bad.append((r, g, w))
-    assert close <= max(1, logits.shape[0] // 10), f"{close} rows of {what} drew within 1e-6 of a boundary"
+    want, allowed = reference_sample(logits, temperature, top_k, top_p, seed, offset)
+    bad = [(r, g, w) for r, (g, w, ok) in enumerate(zip(got.tolist(), want, allowed, strict=True)) if g not in ok]
     if bad:
         r, g, w = bad[0]
         never = " (never written)" if g == check.INT_POISON else ""
@@ -674,6 +678,8 @@ def _chi_square(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, float
     exp = probs[keep] * n
     stat = float(((counts[keep].double() - exp) ** 2 / exp).sum())
     dof = int(keep.sum()) - 1
+    if dof == 0:  # one token kept: every draw is that token (checked apart), nothing to test here
+        return stat, 1.0
     p = float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
                                       torch.tensor(stat / 2, dtype=torch.float64)))
     return stat, p
@@ -687,7 +693,7 @@ def test_sample_distribution_chi_square(config: tuple[float, int, float], rows: 
     m = _m()
     t, k, p = config
     vocab, rows = 12, _big(m, rows, 100 * rows)
-    base = check.randn((vocab,), check.rng(f"9.6-chi-{config}"), "cpu")
+    base = check.randn((vocab,), check.rng(f"9.6-chi-{config}"), "cpu", scale=0.5)  # flat: several tokens kept
     probs = kept_weights(base, t, k, p)
     probs = probs / probs.sum()
     seed = check.base_seed() & 0xFFFFFFFF
@@ -815,9 +821,9 @@ def test_speed_sampler() -> None:
     wants = [reference_sample(lg.cpu(), t, k, p, 77, i) for i, lg in enumerate(ls)]
 
     def ok(i: int) -> None:
-        want, margins = wants[i]
+        _, allowed = wants[i]
         got = ids[i].cpu().tolist()
-        wrong = [r for r in range(b) if margins[r] >= 1e-6 and got[r] != want[r]]
+        wrong = [r for r in range(b) if got[r] not in allowed[r]]
         assert not wrong, f"sample_top_k_top_p: {len(wrong)} rows drew another token than the reference (task 9.6)"
 
     m.sample_top_k_top_p(ls[0], ids[0], b, v, t, k, p, 77, 0)

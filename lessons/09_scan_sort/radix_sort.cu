@@ -169,7 +169,7 @@ __device__ unsigned warp_rank_digit(unsigned digit, bool valid, unsigned* warp_c
     //   warp_count[digit]; __syncwarp(); return rank.
     // Hint: without the first __syncwarp a leader may store the new count before a peer has read the old
     // one; without the second the next round may read it before it is stored.
-    return 0u;
+    return ~0u;  // no rank (placeholder): the downsweep then writes nothing
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -210,7 +210,11 @@ __global__ void radix_downsweep_kernel(const unsigned* __restrict__ keys_in, con
         val[r] = valid ? (IOTA_VALUES ? (int)(base + p) : vals_in[base + p]) : 0;
         rank[r] = warp_rank_digit(digit_of<FLOAT_KEYS>(key[r], shift), valid, s_warp_count[warp]);
     }
-    __syncthreads();
+    // A rank is below the warp's 512 keys; a tile where one is not (an unwritten warp_rank_digit) writes nothing.
+    int no_rank = 0;
+    for (int r = 0; r < SORT_ITEMS; ++r)
+        if (warp * WARP_KEYS + r * WARP + lane < tile_n && rank[r] >= (unsigned)WARP_KEYS) no_rank = 1;
+    if (__syncthreads_or(no_rank)) return;
 
     // b. per digit: warps' counts -> exclusive prefixes over the warps; the tile's count of the digit
     unsigned tile_count = 0u;
