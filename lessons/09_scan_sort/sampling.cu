@@ -336,6 +336,14 @@ __device__ Kept select_by_mass(const float* row, int vocab, float mx, float inv_
 //   3. the one thread whose range [before, before + its weight) contains target walks its elements
 //      again and writes the index where the running weight passes target to s.choice;
 //   4. after a barrier every thread reads s.choice: stop if set, else carry the chunk's totals on.
+// Worked example of a chunk loop with a carry (scan.cu's scan_tile_offsets_kernel):
+//     for (int base = 0; base < tiles; base += blockDim.x) {
+//         const int i = base + threadIdx.x;
+//         T total;
+//         const T ex = block_exclusive_scan(i < tiles ? sums[i] : T(0), s_warp, &total);
+//         if (i < tiles) sums[i] = carry + ex;
+//         carry += total;
+//     }
 __device__ int pick_token(const float* row, int vocab, float mx, float inv_t, Kept kept, unsigned long long target,
                           SamplerShared& s) {
     if (threadIdx.x == 0) s.choice = -1;

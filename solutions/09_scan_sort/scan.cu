@@ -139,6 +139,12 @@ void scan_segments_warp_i32(const int* x, int* y, int n) {
 //   3. each thread adds its warp's prefix to its own exclusive value within the warp.
 // s_warp is shared scratch of 33 T (the warps' prefixes and the block total). The function ends with a
 // barrier, so a caller may use it again, e.g. in a loop.
+// Worked example of the same shape (lesson 02's block_reduce_sum, a reduction instead of a scan):
+//     v = warp_reduce_sum(v);
+//     if (lane == 0) s_warp[warp] = v;
+//     __syncthreads();
+//     if (warp == 0) v = warp_reduce_sum(lane < nwarps ? s_warp[lane] : 0.0f);
+//     __syncthreads();
 template <typename T>
 __device__ T block_exclusive_scan(T v, T* s_warp, T* total) {
     const int lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP;
