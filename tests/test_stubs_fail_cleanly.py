@@ -27,7 +27,8 @@ CLEAN = {"AssertionError", "Failed"}
 # code handles (5.1's and 5.2's ragged rows, which take worked one-element kernels) is checked after one that runs
 # the task's kernel.
 EVERY_CASE_FAILS = {"test_01_relu.py", "test_02_reduce.py", "test_03_gemm.py", "test_04_transformer.py",
-                    "test_05_tensor_cores.py", "test_06_training.py", "test_07_host_side.py", "test_08_fp8.py"}
+                    "test_05_tensor_cores.py", "test_06_training.py", "test_07_host_side.py", "test_08_fp8.py",
+                    "test_09_scan_sort.py"}  # (issues 40, 41)
 
 
 @pytest.mark.xdist_group("stubs")
