@@ -639,8 +639,9 @@ def test_task_groups_start_slow_tasks_first() -> None:
     ids = [[t.id for t in g] for _, g in plan.task_groups(c, [Submission("", None, "solution")], tasks,
                                                            {0: set()}, st, jobs=4)]
     holds = [any(i in slow for i in g) for g in ids]
-    assert holds[:2] == [True, True] and not any(holds[2:]), ids
-    assert all(".T" in i for i in ids[2]), ids  # then the twins
+    first = sum(holds)  # every process holding a slow task (6.7, 7.3, 7.10 ...), and no other, comes first
+    assert first >= 2 and holds[:first] == [True] * first, ids
+    assert all(".T" in i for i in ids[first]), ids  # then the twins
     # the timed tasks last, in one process: 6.12 and 7.7 host train.py and custom_op.py in torch workers
     assert ids[-1][0] == "1.7" and {"6.12", "7.7"} <= set(ids[-1]), ids
     text = (ROOT / "lessons" / "07_host_side" / "lesson.toml").read_text().replace("slow = true", 'slow = "yes"')
