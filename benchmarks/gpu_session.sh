@@ -115,10 +115,10 @@ case "${1:-}" in
     bd=$(mktemp -d)
     R=$OUT bash benchmarks/grade_profile.sh solution_01_07 "$bd" --impl solution \
         --lessons 01_relu 02_reduce 03_gemm 04_transformer 05_tensor_cores 06_training 07_host_side
-    R=$OUT bash benchmarks/grade_profile.sh solution_08_09 "$bd" --impl solution --lessons 08_fp8 09_scan_sort
     s=$SECONDS
     CUDA_COURSE_BUILD=$bd timeout 150 python3 benchmarks/sass_gpu_check.py --out "$OUT" > "$OUT/sass_check.log" 2>&1
     echo "sass check: rc $? in $((SECONDS - s)) s"; tail -3 "$OUT/sass_check.txt" 2>/dev/null || tail -5 "$OUT/sass_check.log"
+    R=$OUT bash benchmarks/grade_profile.sh solution_08_09 "$bd" --impl solution --lessons 08_fp8 09_scan_sort
     s=$SECONDS
     CUDA_COURSE_BUILD=$bd timeout 120 python3 -m pytest tests/test_01_relu.py tests/test_07_host_side.py \
         --impl=solution -q -n 0 -rfE -p no:cacheprovider > "$OUT/inprocess.log" 2>&1
