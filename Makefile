@@ -28,7 +28,8 @@ test: setup   ## the course's own test suite (what CI runs)
 	@$(PY) -m cudacourse stubs --check
 	@$(PY) -m ruff check cudacourse tests benchmarks solutions lessons/*/bench.py
 	@# --durations: every run (CI included) names its longest tests, the figures the suite's time is judged by.
-	@$(PY) -m pytest tests --impl=solution -q -n logical --dist loadgroup -m "not gpu" --durations=25
+	@# --no-loadscope-reorder: work is handed out in tests/conftest.py's order, the longest units first
+	@$(PY) -m pytest tests --impl=solution -q -n logical --dist loadgroup --no-loadscope-reorder -m "not gpu" --durations=25
 	@# On a GPU the timed tests (marker gpu) run afterwards, one at a time: beside other tests they time their
 	@# neighbours too (flash bf16 measured 0.38x under xdist on the H100, its target alone). CPU: not graded.
 	@if [ "$$($(PY) -c 'from cudacourse.loader import backend_name; print(backend_name())')" = cuda ]; then \
