@@ -57,6 +57,17 @@ NOT_GRADED.update({a.id: "a Python attack: refused by the Python screen or the t
 KNOWN_HOLES: dict[str, str] = {}
 ATTACKS = tuple(a.id for a in load() if a.id not in NOT_GRADED)
 TASKS = [t.id for t in course().lesson(LESSON).tasks if t.track == "cuda"] + ["1.H"]  # 1.H: the hidden example's
+# The tasks of lesson 01's torch-route file (1.6): graded only for the attacks on that file. An attack on relu.cu
+# runs in the processes of relu.cu's tasks; beside it, 1.6 would grade the course's own relu_torch.cu again (a pytest
+# process and a torch worker per submission: about 100 of the batch's 300 CPU-seconds on the 2-core machine).
+TORCH_TASKS = [t.id for t in course().lesson(LESSON).tasks
+               if t.track == "cuda" and "relu_torch.cu" in course().lesson(LESSON).files_of(t)]
+
+
+def _tasks_of(attack: Attack | None) -> list[str]:
+    """The tasks an attack (None: the unchanged solution) is graded on."""
+    on_torch = attack is not None and attack.base.endswith("relu_torch.cu")
+    return TASKS if on_torch else [t for t in TASKS if t not in TORCH_TASKS]
 SAME_MEANING = {"timed out": ("timed out", "KernelTimeout")}
 SECRET = "CCSECRET-hidden-7f3a9c"  # planted in the hidden tests: must appear in no output
 SOLUTION_SECRET = "CCSECRET-solution-51d0e2"  # planted in the course copy's solutions: must appear in no output
@@ -146,24 +157,30 @@ def _grade_attacks(tmp_path_factory: pytest.TempPathFactory, run_cache: Path) ->
     planted.write_text(f"// {BUILD_SECRET}\n")
     attacks = {a.id: a for a in load() if a.id in ATTACKS}
     forged = forgeries()
-    neighbour = batch / "solution"
+    # two batches: the attacks on relu.cu beside the unchanged solution (their neighbour), and those on relu_torch.cu
+    part = {name: "torch" if _tasks_of(attacks.get(name)) == TASKS else "kernel" for name in ["solution", *ATTACKS]}
+    neighbour = batch / "kernel" / "solution"
     for name in ["solution", *ATTACKS]:
-        shutil.copytree(ROOT / "solutions" / LESSON, batch / name / "lessons" / LESSON)
+        shutil.copytree(ROOT / "solutions" / LESSON, batch / part[name] / name / "lessons" / LESSON)
         if name == "solution":
             continue
         paths = {"REPORT": str(out / f"{name}.json"), "JUNIT": str(out / f"{name}.xml"), "HIDDEN": str(hidden),
                  "COURSE": str(course), "NEIGHBOUR": str(neighbour), "BUILD": str(run_cache), **forged}
         for rel, text in build(attacks[name], course=ROOT, paths=paths).items():
-            (batch / name / rel).write_text(text)
+            (batch / part[name] / name / rel).write_text(text)
     before = {"course": _checksums(course), "hidden": _checksums(hidden), "batch": _checksums(batch)}
     t0 = time.monotonic()
+    rc = cli.EXIT_OK
     with using(build_dir=run_cache):
         # The CUDA tasks only: every attack edits a .cu file, and the Triton twins (the solution's file in every
         # submission) cost an interpreter process per submission for verdicts no attack can change.
-        rc = cli.main(["--batch", str(batch), "--course", str(course), "--lessons", LESSON, "--tasks", *TASKS,
-                       "--hidden", str(hidden), "--backend", "sim", "--timeout", "20",
-                       "--jobs", "2", "--workdir", str(tmp / "work"), "--json", str(out), "--junit", str(out),
-                       "--markdown", str(out), "-q"])
+        for sub, tasks in (("kernel", _tasks_of(None)), ("torch", TASKS)):
+            if not (batch / sub).is_dir():
+                continue
+            rc = max(rc, cli.main(["--batch", str(batch / sub), "--course", str(course), "--lessons", LESSON,
+                                   "--tasks", *tasks, "--hidden", str(hidden), "--backend", "sim", "--timeout", "20",
+                                   "--jobs", "2", "--workdir", str(tmp / f"work-{sub}"), "--json", str(out),
+                                   "--junit", str(out), "--markdown", str(out), "-q"]))
     print(f"{len(ATTACKS)} attacks and a solution graded in {time.monotonic() - t0:.0f} s")
     left_now = _processes_mentioning(str(tmp))
     names = ["solution", *ATTACKS]
@@ -194,6 +211,17 @@ def test_grader_survives_and_writes_every_report(graded: dict[str, Any]) -> None
     assert sorted(graded["reports"]) == sorted(["solution", *ATTACKS])
 
 
+def test_the_grade_changes_nothing_outside_and_leaves_nothing_running(graded: dict[str, Any]) -> None:
+    """The course copy, the hidden tests and every submission folder are as they were before the grade (the
+    grader stages copies; an attack that writes into them is stopped by the confinement), and no process of the
+    grade outlives it, then or three seconds later."""
+    for what in ("course", "hidden", "batch"):
+        changed = {k for k in graded["before"][what].keys() | graded["after"][what].keys()
+                   if graded["before"][what].get(k) != graded["after"][what].get(k)}
+        assert not changed, (what, sorted(changed)[:10])
+    assert not graded["left_now"] and not graded["left_later"], graded["left_now"] + graded["left_later"]
+
+
 def test_unchanged_solution_earns_everything(graded: dict[str, Any]) -> None:
     rep = json.loads(graded["reports"]["solution"])
     assert rep["confinement"] == describe_for_grading() and not rep["confinement"].startswith("unconfined")
@@ -210,11 +238,15 @@ def test_attack_gets_its_verdict_and_changes_nothing(graded: dict[str, Any], att
     assert rep.get("confinement") == describe_for_grading(), "the report is not the grader's"
     solution = json.loads(graded["reports"]["solution"])
     mine = [t for t in rep["tasks"] if t["lesson"] == lesson]
-    assert [t["id"] for t in mine] == [t["id"] for t in solution["tasks"] if t["lesson"] == lesson]
+    assert [t["id"] for t in mine] == _tasks_of(attack)
+    assert [t["id"] for t in solution["tasks"]] == _tasks_of(None)
     wrong = [f"task {t['id']}: {t['status']} (expected {_expected(t['id'], attack.fail)}): {t['message'][:300]}"
              for t in mine if t["status"] != _expected(t["id"], attack.fail)]
     assert not wrong, "\n".join(wrong)
-    assert rep["earned"] == sum(t["earned"] for t in rep["tasks"]) < solution["earned"]
+    # what the unchanged solution earns on the same tasks (its 1.6 is graded in test_01_relu and the corpus)
+    les = course().lesson(LESSON)
+    whole = solution["earned"] + sum(t.points for t in les.tasks if t.id in TORCH_TASKS and t.id in _tasks_of(attack))
+    assert rep["earned"] == sum(t["earned"] for t in rep["tasks"]) < whole
     for tid, words in attack.message.items():
         msg = next(t["message"] for t in rep["tasks"] if t["id"] == tid)
         # On the simulator an endless launcher is stopped by the per-call timeout (KernelTimeout), before the

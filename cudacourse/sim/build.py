@@ -20,7 +20,7 @@ from cudacourse.errors import CompileError
 from cudacourse.source import Launcher
 
 from . import devcheck
-from .paths import RUNTIME_DIR, _copy_for_compiler, _line_path
+from .paths import RUNTIME_DIR, _compile_error, _copy_for_compiler, _line_path
 from .rewrite import rewrite
 
 _COMMON = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fno-strict-aliasing", "-fno-finite-loops", "-pthread",
@@ -135,26 +135,35 @@ def parse_order(order: str | None) -> tuple[int, int]:
 
 
 def build_module(source: str, path: str, launchers: list[Launcher], *, checked: bool,
-                 profile: bool | str) -> Path:
+                 profile: bool | str, device_calls: bool = True) -> Path:
     """Rewrite and compile ``source`` (cached by content and flags); return the built ``lib.so``.
 
     ``checked``: with the thread-sanitizer instrumentation the runtime's checks need; ``profile="branches"``
-    adds basic-block hooks. Raises ``CompileError`` (learner's file and line, compiler's words) or
-    ``UnsupportedError``."""
+    adds basic-block hooks. ``device_calls``: refuse device code that calls a host function (``devcheck``: a
+    second compile, about 1.4 CPU-s); always on for learners' code (cc.load, check, grade), off only where the
+    simulator's own unit tests build their kernels (tests/sim/conftest.py). Raises ``CompileError`` (learner's file
+    and line, compiler's words) or ``UnsupportedError``."""
     text = rewrite(source, path, list(launchers), line_path=_line_path(path))
     rt = runtime_object()
     flags = [*_COMMON, *_LINES, *(_CHECKED if checked else []), *(_BRANCHES if profile == "branches" else [])]
     # a learner file may include its own headers next to it: their contents are in the key, their folder
     # is not (so that copies of the folder share the build; see SRC_DIR)
     incs = ["-I", os.path.dirname(os.path.abspath(path))] if os.path.isfile(path) else []
-    key = content_key(text, " ".join(flags), runtime_text(), _gxx_version(), local_headers(path), devcheck.RULES)
+    # (a build without the device-call check has a key of its own: it never stands in for a checked one)
+    key = content_key(text, " ".join(flags), runtime_text(), _gxx_version(), local_headers(path),
+                      devcheck.RULES if device_calls else "device calls not checked")
 
     def build(d: Path) -> None:
         (d / "src.cpp").write_text(text)
         _copy_for_compiler(d, source, path)
         reads = [RUNTIME_DIR, rt, *([Path(incs[1])] if incs else [])]
-        devcheck.compile_and_check(_compile, ["g++", "-I", str(RUNTIME_DIR), *incs], flags, d, reads, path,
-                                   RUNTIME_DIR, incs[1:])  # + device code calling host functions refused
+        gxx = ["g++", "-I", str(RUNTIME_DIR), *incs]
+        if device_calls:  # + device code calling host functions refused
+            devcheck.compile_and_check(_compile, gxx, flags, d, reads, path, RUNTIME_DIR, incs[1:])
+        else:
+            r = _compile([*gxx, *flags, "-c", "src.cpp", "-o", "src.o"], d, reads, path)
+            if r.returncode:
+                raise _compile_error(r.stderr, path)
         r = _compile(["g++", "-shared", "-Wl,-Bsymbolic", "-o", "lib.so", "src.o", str(rt), "-pthread", "-ldl"], d,
                      reads, path)
         if r.returncode:

@@ -65,19 +65,22 @@ class SimLibrary:
 
     @classmethod
     def build(cls, source: str, path: str | None, launchers: list[Launcher], *, checked: bool = True,
-              timeout_s: float = 10.0, order: str | None = None, profile: bool | str = False) -> SimLibrary:
+              timeout_s: float = 10.0, order: str | None = None, profile: bool | str = False,
+              device_calls: bool = True) -> SimLibrary:
         """Rewrite and compile ``source`` (cached by content and flags) into a simulator library.
 
         ``profile=True``: every call records memory-traffic counters (read with ``cudacourse.profile.report``);
         it is the checked build itself (same cache entry), the counting is switched on per call.
         ``profile="branches"`` adds basic-block hooks (a build of its own) to count active lanes per branch.
+        ``device_calls=False`` skips the check of device code calling host functions (the simulator's own unit
+        tests only: see ``build.build_module``).
         Raises ``CompileError`` (learner's file and line, compiler's words) or ``UnsupportedError``.
         """
         path = path or "<source>"
         if profile not in (False, True, "branches"):
             raise ValueError(f"profile must be False, True or 'branches', not {profile!r}")
         checked = checked or bool(profile)
-        lib = build_module(source, path, list(launchers), checked=checked, profile=profile)
+        lib = build_module(source, path, list(launchers), checked=checked, profile=profile, device_calls=device_calls)
         return cls(lib, path, list(launchers), checked, timeout_s, parse_order(order), profile)
 
     # ---- the worker ---------------------------------------------------------------------------------

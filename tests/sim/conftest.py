@@ -17,10 +17,16 @@ from cudacourse.source import find_launchers  # noqa: E402
 
 
 def build(src: str, name: str = "test.cu", *, checked: bool = True, order: str | None = None,
-          timeout_s: float = 10.0) -> SimLibrary:
-    """Build every launcher of ``src`` for the simulator."""
+          timeout_s: float = 10.0, device_calls: bool = False) -> SimLibrary:
+    """Build every launcher of ``src`` for the simulator.
+
+    Without the device-call check by default (``device_calls``): these tests are about what the simulator does
+    with a kernel, and the check's second compile cost about 1.4 CPU-s per build, some 7 CPU-minutes of the suite
+    on the 2-core machine. It still runs on every learner-facing build (cc.load, check, grade: the lesson tests,
+    the grader corpus and the attacks), on the real-world kernels (test_realworld.py) and in its own tests
+    (test_device_calls.py), which pass ``device_calls=True``."""
     return SimLibrary.build(src, name, list(find_launchers(src).values()), checked=checked, order=order,
-                            timeout_s=timeout_s)
+                            timeout_s=timeout_s, device_calls=device_calls)
 
 
 @pytest.fixture

@@ -84,7 +84,7 @@ def test_device_code_calling_host_code_is_refused(name) -> None:
     src = HEAD + body
     line = next(i + 1 for i, ln in enumerate(src.splitlines()) if ln.rstrip().endswith("// HOST"))
     with pytest.raises(CompileError) as e:
-        build(src, f"{name}.cu").close()
+        build(src, f"{name}.cu", device_calls=True).close()
     msg = str(e.value)
     assert e.value.line == line, (e.value.line, line, msg)
     assert f"{name}.cu:{line}: error:" in msg and callee in msg, msg
@@ -102,7 +102,7 @@ def test_host_helper_in_a_header_beside_the_file(tmp_path) -> None:
                   "__global__ void k(const float* x, int* out, int n) { out[0] = pick(x, n); }\n"
                   "void run(const float* x, int* out, int n) { k<<<1, 1>>>(x, out, n); }\n")
     with pytest.raises(CompileError, match=r"argmax\.cu:3: error: device function k calls pick"):
-        build(cu.read_text(), str(cu)).close()
+        build(cu.read_text(), str(cu), device_calls=True).close()
 
 
 # Everything here is allowed in device code by CUDA and must build (and run): the check must not refuse it.
@@ -167,7 +167,7 @@ void run(const float* x, float* y, int n) {
 def test_everything_cuda_allows_in_device_code_builds_and_runs() -> None:
     import torch
 
-    lib = build(LEGIT, "legit.cu")
+    lib = build(LEGIT, "legit.cu", device_calls=True)
     try:
         x = torch.randn(100, generator=torch.Generator().manual_seed(1))
         y = torch.zeros(101)
@@ -190,7 +190,7 @@ __global__ void k(float* y) {
 }
 void run(const float* x, float* y, int n) { k<<<1, 1>>>(y); }
 """
-    build(src, "heap.cu").close()
+    build(src, "heap.cu", device_calls=True).close()
 
 
 def test_host_code_may_call_host_functions() -> None:
@@ -199,5 +199,15 @@ def test_host_code_may_call_host_functions() -> None:
 __global__ void k(float* y, float v) { y[threadIdx.x] = v; }
 void run(const float* x, float* y, int n) { float h[3] = {1, 5, 2}; k<<<1, 4>>>(y, *std::max_element(h, h + 3)); }
 """
-    build(src, "hostok.cu").close()
+    build(src, "hostok.cu", device_calls=True).close()
     assert re.search(r"std::max_element", src)
+
+
+def test_an_unchecked_build_never_stands_in_for_a_checked_one() -> None:
+    """The simulator's own unit tests build without the check (conftest.build's default); such a build of a file
+    has a cache key of its own, so the same file built afterwards for a learner is still refused."""
+    body, callee = CHEATS["max_element"]
+    src = HEAD + body + "// (unchecked first)\n"
+    build(src, "unchecked_first.cu").close()  # no check: it builds
+    with pytest.raises(CompileError, match=callee):
+        build(src, "unchecked_first.cu", device_calls=True).close()

@@ -58,7 +58,7 @@ def run_validate(path: Path, *, checked: bool, order: str) -> list[float]:
     src = path.read_text()
     launchers = find_launchers(src)
     assert "validate" in launchers, f"{path.name}: no `void validate(int seed, float* report)` launcher"
-    lib = build(src, str(path), checked=checked, order=order, timeout_s=60.0)
+    lib = build(src, str(path), checked=checked, order=order, timeout_s=60.0, device_calls=True)
     try:
         report = torch.full((4,), float("nan"))
         lib.call("validate", [SEED, report])
