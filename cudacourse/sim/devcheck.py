@@ -21,7 +21,7 @@ From every marked function of the learner's files (its ``.cu`` and the headers b
 
 Anything else (``std::`` algorithms and containers, host helpers, ``rand``) is refused. ``constexpr`` host
 functions (``std::min``, ``std::numeric_limits<float>::max()``) are refused too, as nvcc refuses them without
-``--expt-relaxed-constexpr``, which the course's GPU build (``loader._nvcc_shared``) does not pass.
+``--expt-relaxed-constexpr``, which the course's GPU build (``cuda_backend._nvcc_shared``) does not pass.
 Calls through function pointers or virtual functions are not seen (nvcc checks those only partly too).
 """
 
