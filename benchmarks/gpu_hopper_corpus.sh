@@ -7,11 +7,16 @@ set -u
 OUT=${1:-/tmp/hopper_corpus}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD TORCH_CUDA_ARCH_LIST=9.0a
+# the kernel beside lesson 05's headers, staged as tests/sim/test_hopper_corpus.py stages them (one copy in the repo)
+STAGE=$(mktemp -d)
+cp tests/hopper_corpus/mma_tma.cu solutions/05_tensor_cores/cc_hopper.h solutions/05_tensor_cores/cc_mma.h "$STAGE/"
+export STAGE
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python - <<'PY' 2>&1 | tee "$OUT/corpus.txt"
+import os
 import torch
 import cudacourse as cc
-m = cc.load("tests/hopper_corpus/mma_tma.cu", ["mma_tma_fence", "mma_tma_nofence", "elect_count"], backend="cuda")
+m = cc.load(os.path.join(os.environ["STAGE"], "mma_tma.cu"), ["mma_tma_fence", "mma_tma_nofence", "elect_count"], backend="cuda")
 out = torch.zeros(1, dtype=torch.int32, device="cuda")
 m.elect_count(out)
 torch.cuda.synchronize()
