@@ -5,6 +5,9 @@
 #   bash benchmarks/gpu_speed.sh speed          # the speed tests of lessons 01-07 in-process (CUDA events), as root
 #   bash benchmarks/gpu_speed.sh backend        # every backend route of the grader (tests/test_grader_backend.py)
 #   bash benchmarks/gpu_speed.sh exploits       # the timing-exploit corpus on cuda, as an ordinary user (ccuser)
+#   bash benchmarks/gpu_speed.sh hostwork       # the host-work check on the GPU (cudacourse/hostwork.cu): the
+#                                               # exploit corpus as ccuser, the build rules and lesson 07's tests
+#                                               # in-process, then a cold solution grade of lessons 01-07
 #   bash benchmarks/gpu_speed.sh dist N FIRST   # N solution grades of the speed tasks alone, numbered from FIRST,
 #                                               # added to results/<gpu>/speed_distribution.{md,json}
 #   bash benchmarks/gpu_speed.sh dist2 N FIRST  # the same on a machine of two GPUs: N grades on each GPU at once
@@ -52,6 +55,23 @@ case "${1:-}" in
     as_user "CUDA_COURSE_BACKEND=cuda timeout 460 python3 -m pytest -p no:cacheprovider tests/test_speed_exploits.py \
         --impl=solution -v -n 0 -rfxX --tb=short --basetemp=/tmp/ccuser-pt5" > "$OUT/exploits_cuda_ccuser.log" 2>&1
     echo "timing exploits on cuda as ccuser: rc $? in $((SECONDS - s)) s"; tail -20 "$OUT/exploits_cuda_ccuser.log"
+    ;;
+  hostwork)
+    setup
+    as_ccuser
+    s=$SECONDS
+    as_user "CUDA_COURSE_BACKEND=cuda timeout 300 python3 -m pytest -p no:cacheprovider tests/test_speed_exploits.py \
+        --impl=solution -v -n 0 -rfxX --tb=short --basetemp=/tmp/ccuser-pt5" > "$OUT/exploits_cuda_ccuser.log" 2>&1
+    echo "timing exploits on cuda as ccuser: rc $? in $((SECONDS - s)) s"; grep -E "passed|failed|FAILED|XFAIL" "$OUT/exploits_cuda_ccuser.log" | tail -8
+    s=$SECONDS
+    # (lesson 07's staging launchers copy their inputs to pinned memory by design: the check must let them pass)
+    timeout 180 python3 -m pytest tests/test_gpu_build_rules.py tests/test_07_host_side.py --impl=solution -q -n 0 \
+        -rfE -p no:cacheprovider > "$OUT/inprocess.log" 2>&1
+    echo "build rules, lesson 07 in-process: rc $? in $((SECONDS - s)) s"; tail -3 "$OUT/inprocess.log"
+    bd=$(mktemp -d)
+    R=$OUT bash benchmarks/grade_profile.sh solution_01_07 "$bd" --impl solution \
+        --lessons 01_relu 02_reduce 03_gemm 04_transformer 05_tensor_cores 06_training 07_host_side
+    grep -vE " pass$" "$OUT/solution_01_07.log" | grep -E "^ *[0-9.]+ +[0-9]+\.[0-9T]+ " | head -20
     ;;
   dist)
     setup

@@ -19,8 +19,9 @@ from typing import Any
 
 from cudacourse import buildcache, gpuinfo
 from cudacourse.backends import nvcc_path
-from cudacourse.errors import KernelError, KernelTimeout, LaunchError, compile_error
+from cudacourse.errors import CompileError, KernelError, KernelTimeout, LaunchError, compile_error
 from cudacourse.source import SCALAR_CTYPES, Launcher, find_functions
+from cudacourse.workers.gpu_serve import hostwork_begin, hostwork_end
 
 
 def _cuda_trampolines(launchers: list[Launcher]) -> str:
@@ -48,7 +49,7 @@ def build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
     arch = cuda_arch()
     # the key leaves out the file's folder: copies of a file (the grader's slots) share one build; a compile
     # error is never cached, so its message always names the file being built
-    key = buildcache.content_key("cuda-v5", source, trampolines, arch, nvcc_path() or "",
+    key = buildcache.content_key("cuda-v6", source, trampolines, arch, nvcc_path() or "", _HOSTWORK.read_text(),
                                  buildcache.local_headers(path))
 
     # the file's own folder for its local headers (the build runs elsewhere); cuBLAS linked where it is used
@@ -62,7 +63,7 @@ def build_cuda(source: str, path: str, launchers: list[Launcher]) -> Path:
         # load_inline, used here before, adds torch's --expt-relaxed-constexpr, so a file calling std::min in device
         # code built in a notebook and failed in the grade, under the same cache key
         name = f"cc_{key}"
-        _nvcc_shared(text, d / f"{name}.so", cflags + ldflags, path)
+        _nvcc_shared(text, d / f"{name}.so", cflags, path, tuple(ldflags))
         (d / "library").write_text(f"{name}.so")
 
     d = buildcache.cached("cuda", key, build)
@@ -83,16 +84,83 @@ def cuda_arch() -> str:
     return f"{major}.{minor}{'a' if major >= 9 else ''}"
 
 
-def _nvcc_shared(text: str, out: Path, flags: list[str], path: str) -> None:
-    """nvcc straight to a shared library, for :func:`cuda_arch` (nothing is loaded here); a compile error names the
-    learner's ``path`` and lines (``text`` starts with a ``#line`` directive naming it)."""
+# The copy calls the host-work check wraps (hostwork.cu), and the names a learner's object may not refer to: they
+# would reach the copies or the driver around those wrappers, or switch the check off
+_WRAPPED = ("cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2D", "cudaMemcpy2DAsync", "cudaMemcpyToSymbol",
+            "cudaMemcpyToSymbolAsync", "cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion")
+
+
+def _refusal(name: str) -> str | None:
+    """Why a learner's object may not refer to the undefined symbol ``name``, or None if it may."""
+    if name in _WRAPPED or name.startswith("cudaMemcpyFrom"):  # (from a __device__ symbol or an array: no argument)
+        return None
+    if re.match(r"cu[A-Z]", name):
+        return "a CUDA driver call (<cuda.h>): graded code uses the runtime API (cuda_runtime.h)"
+    if name.startswith("cudaMemcpy"):
+        return "a copy call the grader does not check: use cudaMemcpy, cudaMemcpyAsync or cudaMemcpy2D(Async)"
+    if re.match(r"cudaGraph\w*Memcpy", name):
+        return "a copy node added to a graph by hand: capture cudaMemcpyAsync on a stream instead"
+    if re.match(r"(dl(open|sym|vsym|mopen|info)$|_dl_|__libc_dl)", name):
+        return "loading libraries or looking up symbols at run time is not allowed in graded code"
+    if re.match(r"(__real_|__wrap_|cc_hw_)", name):
+        return "a name of the grader's host-work check (its wrappers and state are not for graded code to call)"
+    return None
+
+
+def _refused_symbols(obj: Path, path: str) -> None:
+    """Refuse an object file that refers to a name that would go around the host-work check (hostwork.cu), or
+    defines one of the check's own: read from its symbol table, so a name pasted together by the preprocessor or
+    given by an asm label is seen too."""
+    def symbols(*opt: str) -> list[str]:
+        r = subprocess.run(["nm", *opt, "--format=just-symbols", str(obj)], capture_output=True, text=True)
+        if r.returncode:
+            raise CompileError(f"{path}: nm could not read the built object: {r.stderr.strip()}", file=path)
+        return r.stdout.split()
+
+    reserved = [n for n in symbols("--defined-only") if re.match(r"(__real_|__wrap_|cc_hw_)", n)]
+    for name in [*symbols("-u"), *reserved]:
+        if (why := _refusal(name)) is not None:
+            raise CompileError(f"{path}: the built file refers to {name}: {why}. Remove that call.", file=path)
+
+
+_HOSTWORK = Path(__file__).with_name("hostwork.cu")
+
+
+def _hostwork_object(arch_flags: list[str]) -> Path:
+    """The host-work check's wrappers (hostwork.cu), compiled once per compiler and architecture."""
+    text = _HOSTWORK.read_text()
+    key = buildcache.content_key("hostwork-v1", text, " ".join(arch_flags), nvcc_path() or "")
+
+    def build(d: Path) -> None:
+        (d / "hostwork.cu").write_text(text)
+        cmd = [nvcc_path() or "nvcc", "-O2", "-std=c++17", *arch_flags, "-Xcompiler", "-fPIC", "-c",
+               str(d / "hostwork.cu"), "-o", str(d / "hostwork.o")]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"the course's hostwork.cu did not build: {r.stdout + r.stderr}")
+
+    return buildcache.cached("cuda-hostwork", key, build) / "hostwork.o"
+
+
+def _nvcc_shared(text: str, out: Path, flags: list[str], path: str, libs: tuple[str, ...] = ()) -> None:
+    """nvcc to an object, then to a shared library linked with the host-work check's wrappers (``--wrap`` on the
+    copy calls), for :func:`cuda_arch` (nothing is loaded here); a compile error names the learner's ``path`` and
+    lines (``text`` starts with a ``#line`` directive naming it)."""
     src = out.with_suffix(".cu")
     src.write_text(text)
     archs = [a.split("+")[0].replace(".", "") for a in cuda_arch().replace(";", " ").split() if a[0].isdigit()]
     gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    cmd = [nvcc_path() or "nvcc", *flags, "-std=c++17", *gencode, "-shared", "-Xcompiler", "-fPIC",
-           str(src), "-o", str(out)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    nvcc = nvcc_path() or "nvcc"
+    obj = out.with_suffix(".o")
+    r = subprocess.run([nvcc, *flags, "-std=c++17", *gencode, "-Xcompiler", "-fPIC", "-c", str(src),
+                        "-o", str(obj)], capture_output=True, text=True)
+    if r.returncode:
+        raise compile_error(r.stdout + r.stderr, path)
+    _refused_symbols(obj, path)
+    wraps = ",".join(f"--wrap={n}" for n in _WRAPPED)
+    r = subprocess.run([nvcc, *gencode, "-shared", str(obj), str(_hostwork_object(gencode)),
+                        *libs, f"-Xlinker={wraps}", "-o", str(out)],
+                       capture_output=True, text=True)
     if r.returncode:
         raise compile_error(r.stdout + r.stderr, path)
 
@@ -117,6 +185,10 @@ class CudaLibrary:
         import torch
 
         cargs = [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args]
+        spans = [(a.data_ptr(), a.numel() * a.element_size()) if isinstance(a, torch.Tensor) else (0, 0)
+                 for a in args]
+        if sync:
+            hostwork_begin(self.lib, spans)
         err = self.entries[la.name](*cargs)
         if err:
             msg = self.lib.cc_error_string(err).decode()
@@ -125,6 +197,21 @@ class CudaLibrary:
                               "size.", kernel=la.name)
         if sync:
             _wait_gpu(la.name, self.timeout_s)
+            if (found := hostwork_end(self.lib)) is not None:
+                k, at, copy = found
+                raise KernelError(host_work_message(la, k, at // max(1, args[k].element_size()), copy),
+                                  kernel=la.name)
+
+
+def host_work_message(la: Launcher, k: int, element: int, copy: str) -> str:
+    """The failure of a launcher whose argument ``k`` changed after its host code read input data (the
+    simulator's words for the same finding, rt/mem_host_work.h)."""
+    name = la.params[k].name if k < len(la.params) else f"argument {k}"
+    return (f"launcher {la.name} changed its argument {name} (element {element}) after its host code copied input "
+            f"data into host memory ({copy}): the result was computed on the host, not by a kernel (whatever changes "
+            "an argument after that point, a host-to-device copy of the host's answer or a kernel launched with it, "
+            "counts as host work). Compute the result in a kernel that reads the input on the device; a launcher "
+            "must not copy its inputs to the host to work on them.")
 
 
 def _wait_gpu(name: str, timeout_s: float) -> None:

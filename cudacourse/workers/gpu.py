@@ -273,6 +273,13 @@ class GpuWorker:
         msg = {"op": "call", "name": la.name, "args": wire, "sync": sync, "new": [[s.bid, s.mem[3]] for s in new]}
         r = self._ask(msg, la.name, self.timeout_s, fds=[s.mem[2] for s in new])
         self._sent.update(s.bid for s in new)
+        if not r.get("ok") and r.get("stage") == "host-work":  # (the context is fine: the worker keeps it)
+            from cudacourse.cuda_backend import host_work_message
+
+            k, t = r["arg"], args[r["arg"]]
+            self._release_all(copy_back=True)
+            raise KernelError(host_work_message(la, k, (r["at"] - wire[k]["o"]) // t.element_size(), r["what"]),
+                              kernel=la.name)
         if not r.get("ok"):
             self._kill()  # the context may be unusable: the next call starts a fresh worker
             if r.get("stage") == "launch":

@@ -119,6 +119,34 @@ def _vendor_error() -> dict[str, Any] | None:
                     "the other vendor libraries are not allowed in graded work, however they are reached)"}
 
 
+def hostwork_begin(lib: Any, spans: list[tuple[int, int]]) -> None:
+    """Start the host-work check (``cudacourse/hostwork.cu``, linked into every kernel library) of one call over
+    its arguments' buffers ``(address, bytes)``, in order (``(0, 0)`` for a scalar). Also used in-process
+    (``cuda_backend.CudaLibrary``)."""
+    n = len(spans)
+    addrs, sizes = (ctypes.c_ulonglong * n)(*[a for a, _ in spans]), (ctypes.c_ulonglong * n)(*[b for _, b in spans])
+    lib.cc_hw_begin(n, addrs, sizes)
+
+
+def hostwork_end(lib: Any) -> tuple[int, int, str] | None:
+    """After the call's work finished: ``(argument index, byte offset in its buffer, copy call)`` of the first
+    argument that changed after its data reached host memory, or None."""
+    at = ctypes.c_ulonglong(0)
+    k = lib.cc_hw_end(ctypes.byref(at))
+    if k < 0:
+        return None
+    lib.cc_hw_copy.restype = ctypes.c_char_p
+    return k, at.value, lib.cc_hw_copy().decode(errors="replace")
+
+
+def _hostwork_reply(lib: Any) -> dict[str, Any] | None:
+    """The reply that fails a call whose launcher did host work (the checking process words it: workers/gpu.py)."""
+    found = hostwork_end(lib)
+    if found is None:
+        return None
+    return {"ok": False, "error": -1, "stage": "host-work", "arg": found[0], "at": found[1], "what": found[2]}
+
+
 def _serve(lib_path: str, sock_fd: int) -> None:
     lib = ctypes.CDLL(lib_path)
     lib.cc_error_string.restype = ctypes.c_char_p
@@ -161,6 +189,9 @@ def _serve(lib_path: str, sock_fd: int) -> None:
                         buffers[bid] = (ptr, handle, size)
                     cargs = [(buffers[a["b"]][0] + a["o"] if a["b"] else None) if isinstance(a, dict) else a
                              for a in msg["args"]]
+                    if msg["sync"]:  # a checked call: the host-work check (hostwork.cu) watches its copies
+                        hostwork_begin(lib, [(buffers[a["b"]][0], buffers[a["b"]][2])
+                                              if isinstance(a, dict) and a["b"] else (0, 0) for a in msg["args"]])
                     err, stage = entries[msg["name"]](*cargs), "launch"
                     if os.getpid() != me:  # a process the launcher forked returned here: not a worker
                         os._exit(0)
@@ -169,7 +200,7 @@ def _serve(lib_path: str, sock_fd: int) -> None:
                     if err:
                         reply = {"ok": False, "error": err, "what": error(err), "stage": stage}
                     elif msg["sync"]:  # (an unsynchronised call of a timed block is checked at its closing sync)
-                        reply = _vendor_error() or reply
+                        reply = _vendor_error() or _hostwork_reply(lib) or reply
                 elif op == "sync":
                     err = lib.cc_sync()
                     if err:
