@@ -8,7 +8,8 @@
 #   bash benchmarks/gpu_speed.sh hostwork       # the host-work check on the GPU (cudacourse/hostwork.cu): the
 #                                               # exploit corpus as ccuser, the build rules and lesson 07's tests
 #                                               # in-process, then a cold solution grade of lessons 01-07
-#   bash benchmarks/gpu_speed.sh dist N FIRST   # N solution grades of the speed tasks alone, numbered from FIRST,
+#   bash benchmarks/gpu_speed.sh dist N FIRST [LESSON ...]  # N solution grades of the speed tasks alone (of these
+#                                               # lessons; default all), numbered from FIRST,
 #                                               # added to results/<gpu>/speed_distribution.{md,json}
 #   bash benchmarks/gpu_speed.sh dist2 N FIRST  # the same on a machine of two GPUs: N grades on each GPU at once
 #                                               # (each grade alone on its GPU); GPU 1's part comes back as
@@ -76,11 +77,12 @@ case "${1:-}" in
   dist)
     setup
     gpu=$(python3 -c "import torch; from cudacourse.bench import slug; print(slug(torch.cuda.get_device_name(0)))")
-    n=${2:-10}; first=${3:-0}
+    n=${2:-10}; first=${3:-0}; shift 3 2>/dev/null || shift $#
     mkdir -p "results/$gpu"
     [ "$first" -gt 0 ] && add=--append || add=
     s=$SECONDS
-    timeout 470 python3 benchmarks/speed_distribution.py -n "$n" --first "$first" $add \
+    # (a grade of lessons 01-07's speed tasks: about 66 s on the H200; 7 of them fit one call)
+    timeout 560 python3 benchmarks/speed_distribution.py -n "$n" --first "$first" $add ${1:+--lessons "$@"} \
         --out "results/$gpu/speed_distribution.md" > "$OUT/dist_$first.log" 2>&1
     echo "speed distribution ($n grades from $first): rc $? in $((SECONDS - s)) s"; tail -30 "$OUT/dist_$first.log"
     cp "results/$gpu/speed_distribution.md" "results/$gpu/speed_distribution.json" "$OUT/" 2>/dev/null
