@@ -313,7 +313,9 @@ def test_worked_scale_and_scaled_cast() -> None:
 # 8.3 Quantization layouts
 # ----------------------------------------------------------------------------------------------------
 
-SHAPES_83 = [(1, 5), (3, 128), (5, 512), (7, 300), (16, 1024), (2, 1031), (2, 8300)]  # 8300: 65 groups, a second step
+SHAPES_83 = [(1, 5), (3, 128), (5, 512), (7, 300), (16, 1024), (2, 1031), (2, 8300),  # 8300: 65 groups, a second step
+             (9, 1000), (17, 4096), (3, 8192), (11, 1528)]  # cols % 8 == 0: task 8.7's kernels, rows not a multiple
+# of their 8 rows per block, a partial last group (1000 = 7 x 128 + 104, 1528), each template size (1024, 4096, 8192)
 
 
 def _activations(rows: int, cols: int, g: torch.Generator) -> torch.Tensor:
@@ -339,7 +341,9 @@ def test_quant_1x128_worked(rows: int, cols: int) -> None:
 
 
 @pytest.mark.task("8.3")
-@pytest.mark.parametrize(("rows", "cols"), [(1, 5), (130, 260), (128, 256), (257, 131), (64, 1000)])
+# cols % 8 == 0 (task 8.7's kernel, where the stub falls back to 8.3's): 128 x 256, 64 x 1000, 130 x 264, 257 x 136
+@pytest.mark.parametrize(("rows", "cols"), [(1, 5), (130, 260), (128, 256), (257, 131), (64, 1000), (130, 264),
+                                            (257, 136)])
 def test_quant_128x128(rows: int, cols: int) -> None:
     m = _m()
     g = check.rng(f"q128-{rows}x{cols}")
