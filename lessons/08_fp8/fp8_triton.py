@@ -62,14 +62,19 @@ def _check(fn: str, x: torch.Tensor, y: torch.Tensor, scales: torch.Tensor, rows
 def round_to_e4m3(t):
     # Worked: t (fp32, |t| <= 448) rounded to nearest even on the e4m3 grid. e4m3 has 3 fraction bits, so a value
     # in [2^e, 2^(e+1)) is a multiple of 2^(e-3); below 2^-6 (the subnormals) the step stays 2^-9. t * 2^(3-e) is
-    # exact (a power of two), (y + 1.5 * 2^23) - 1.5 * 2^23 rounds |y| < 2^22 to an integer, ties to even (the
-    # sum's last bit is worth 1), and * 2^(e-3) is exact again. Both powers of two are built from their bits.
-    e = ((t.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127   # the exponent of |t| (-127 for 0)
+    # exact (a power of two), (y + 1.5 * 2^23) - 1.5 * 2^23 rounds 0 <= y < 2^22 to an integer, ties to even (the
+    # sum's last bit is worth 1), and * 2^(e-3) is exact again. Both powers of two are built from their bits. The
+    # rounding works on |t| and the sign goes back on last, so that a tiny negative value gives -0 (0x80) as the
+    # cast does, not +0.
+    bits = t.to(tl.int32, bitcast=True)
+    e = ((bits >> 23) & 0xFF) - 127                          # the exponent of |t| (-127 for 0)
     e = tl.maximum(e, -6)
     up = ((130 - e) << 23).to(tl.float32, bitcast=True)      # 2^(3 - e): exponent field 127 + 3 - e
     down = ((124 + e) << 23).to(tl.float32, bitcast=True)    # 2^(e - 3)
     magic = 12582912.0                                       # 1.5 * 2^23
-    return ((t * up + magic) - magic) * down
+    r = ((tl.abs(t) * up + magic) - magic) * down
+    sign = (bits >> 31) << 31                                # t's sign bit alone (-0 included)
+    return (r.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
 
 
 @triton.autotune(configs=ROWS_CONFIGS, key=["BLOCK_N", "rows_class"])
