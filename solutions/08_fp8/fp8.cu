@@ -449,7 +449,7 @@ constexpr int kFastRows = 8;  // rows per block of the fast rmsnorm_quant (one w
 
 // NV: 16-byte pieces per lane (cols <= 256 * NV).
 template <int NV>
-__global__ void __launch_bounds__(32 * kFastRows) rmsnorm_quant_1x128_fast_kernel(
+__global__ void __launch_bounds__(32 * kFastRows, NV <= 16 ? 2 : 1) rmsnorm_quant_1x128_fast_kernel(
         const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, __nv_fp8_e4m3* __restrict__ y,
         float* __restrict__ scales, int rows, int cols, float eps) {
     __shared__ float s_scale[2 * NV][kFastRows];  // [group][row of the block]
