@@ -33,6 +33,10 @@ PICK = {"BLOCK": 4096, "num_warps": 8}  # the configuration compiled (the first 
 PICK_BY_KERNEL = {"sgemm_kernel": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8},
                   "attention_flash_kernel": {"BQ": 64, "BK": 32, "num_warps": 8}}
 EXTRA_CONSTEXPRS = {"NPROG": 528, "GROUP_M": 8, "BLOCK_D": 64, "VEC": 4}  # constexprs the wrappers pass (not tuned)
+# ... per kernel, and pointers that are not float32 (lesson 08: bf16 in, e4m3 out; rows of 4096 values)
+EXTRA_BY_KERNEL = {"quant_1x128_kernel": {"BLOCK_N": 4096}, "rmsnorm_quant_1x128_kernel": {"BLOCK_N": 4096}}
+PTR_BY_KERNEL = {"quant_1x128_kernel": {"x_ptr": "*bf16", "y_ptr": "*fp8e4nv"},
+                 "rmsnorm_quant_1x128_kernel": {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*fp8e4nv"}}
 
 
 def kernels(path: Path) -> list[tuple[str, object]]:
@@ -71,7 +75,7 @@ def compile_one(tuner: object, aligned: bool, extra_constexprs: dict, name: str 
         if p in constexprs:
             sig[p] = "constexpr"
         elif p.endswith("_ptr"):
-            sig[p] = "*i32" if p in INT_POINTERS else "*fp32"
+            sig[p] = PTR_BY_KERNEL.get(name, {}).get(p, "*i32" if p in INT_POINTERS else "*fp32")
             if aligned:
                 attrs[(i,)] = [["tt.divisibility", 16]]
         elif p in FLOAT_ARGS:
@@ -132,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, tuner in kernels(path):
                 cfg = pick_config(tuner.configs, name)
                 params = inspect.signature(tuner.fn.fn).parameters
-                extra = {k: v for k, v in EXTRA_CONSTEXPRS.items() if k in params}
+                extra = {k: v for k, v in {**EXTRA_CONSTEXPRS, **EXTRA_BY_KERNEL.get(name, {})}.items() if k in params}
                 conf = ", ".join(f"{k}={v}" for k, v in {**cfg.kwargs, **extra}.items())
                 for aligned in (True, False):
                     ptx, k = compile_one(tuner, aligned, extra, name)

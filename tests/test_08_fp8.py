@@ -313,7 +313,9 @@ def test_worked_scale_and_scaled_cast() -> None:
 # 8.3 Quantization layouts
 # ----------------------------------------------------------------------------------------------------
 
-SHAPES_83 = [(1, 5), (3, 128), (5, 512), (7, 300), (16, 1024), (2, 1031), (2, 8300)]  # 8300: 65 groups, a second step
+SHAPES_83 = [(1, 5), (3, 128), (5, 512), (7, 300), (16, 1024), (2, 1031), (2, 8300),  # 8300: 65 groups, a second step
+             (9, 1000), (17, 4096), (3, 8192), (11, 1528)]  # cols % 8 == 0: task 8.7's kernels, rows not a multiple
+# of their 8 rows per block, a partial last group (1000 = 7 x 128 + 104, 1528), each template size (1024, 4096, 8192)
 
 
 def _activations(rows: int, cols: int, g: torch.Generator) -> torch.Tensor:
@@ -339,7 +341,9 @@ def test_quant_1x128_worked(rows: int, cols: int) -> None:
 
 
 @pytest.mark.task("8.3")
-@pytest.mark.parametrize(("rows", "cols"), [(1, 5), (130, 260), (128, 256), (257, 131), (64, 1000)])
+# cols % 8 == 0 (task 8.7's kernel, where the stub falls back to 8.3's): 128 x 256, 64 x 1000, 130 x 264, 257 x 136
+@pytest.mark.parametrize(("rows", "cols"), [(1, 5), (130, 260), (128, 256), (257, 131), (64, 1000), (130, 264),
+                                            (257, 136)])
 def test_quant_128x128(rows: int, cols: int) -> None:
     m = _m()
     g = check.rng(f"q128-{rows}x{cols}")
@@ -362,20 +366,29 @@ def test_quant_128x128(rows: int, cols: int) -> None:
                  "conversion (store4 does the last two).")
 
 
+HINT_83_RMS = ("store4(yr, c, cols, vec, v, 448 / amax) after v[j] = x[j] * rstd * w[j]; each group's amax over "
+               "its own 128 values.")
+
+
 @pytest.mark.task("8.3")
 @pytest.mark.parametrize(("rows", "cols"), SHAPES_83)
 def test_rmsnorm_quant_1x128(rows: int, cols: int) -> None:
     m = _m()
+    check_rmsnorm_quant(m.rmsnorm_quant_1x128, m.device, rows, cols, "8.3", HINT_83_RMS)
+
+
+def check_rmsnorm_quant(fn: Any, device: Any, rows: int, cols: int, task: str, hint: str) -> None:
+    """fn(x, w, y, scales, rows, cols, eps) (the CUDA launcher or its Triton twin) against an fp64 reference."""
     g = check.rng(f"rmsq-{rows}x{cols}")
     x = _activations(rows, cols, g)
     w = (1.0 + 0.5 * check.randn(cols, g, "cpu")).to(torch.bfloat16)
     eps = 1e-6
     G = (cols + 127) // 128
-    y = check.poisoned((rows, cols), torch.float8_e4m3fn, m.device)
-    s = check.poisoned((G, rows), torch.float32, m.device)
-    xd, wd = x.to(m.device), w.to(m.device)
+    y = check.poisoned((rows, cols), torch.float8_e4m3fn, device)
+    s = check.poisoned((G, rows), torch.float32, device)
+    xd, wd = x.to(device), w.to(device)
     with check.unchanged(xd, wd, names=["x", "w"]):
-        m.rmsnorm_quant_1x128(xd, wd, y, s, rows, cols, eps)
+        fn(xd, wd, y, s, rows, cols, eps)
     # fp64 reference of the normalized values, their 1x128 amax and scales
     xf, wf = x.double(), w.double()
     v = xf * torch.rsqrt((xf * xf).mean(-1, keepdim=True) + eps) * wf
@@ -384,7 +397,7 @@ def test_rmsnorm_quant_1x128(rows: int, cols: int) -> None:
     amax = vp.view(rows, G, 128).abs().amax(-1).clamp_min(AMAX_FLOOR)
     s_ref = (amax / 448.0).T
     check.assert_close(s.cpu().double(), s_ref, name=f"rmsnorm_quant_1x128 scales {rows}x{cols}", rtol=2.0**-16,
-                       atol=0.0, task="8.3",
+                       atol=0.0, task=task,
                        hint="scales[g * rows + r] = amax / 448 of the normalized values v = x * rstd * w of group g "
                             "(rstd = rsqrtf(sum of squares / cols + eps)), not of x.")
     t_ref = v / s_ref.T.repeat_interleave(128, 1)[:, :cols]       # what y should hold before rounding, |t| <= 448
@@ -395,10 +408,9 @@ def test_rmsnorm_quant_1x128(rows: int, cols: int) -> None:
     if bool(bad.any()):
         i = bad.nonzero()[0].tolist()
         raise AssertionError(
-            f"task 8.3: rmsnorm_quant_1x128 {rows}x{cols}: {int(bad.sum())} of {rows * cols} values are not the "
+            f"task {task}: rmsnorm_quant_1x128 {rows}x{cols}: {int(bad.sum())} of {rows * cols} values are not the "
             f"e4m3 rounding of v / scale; first at [{i[0]}, {i[1]}]: yours {float(got[i[0], i[1]])}, v / scale = "
-            f"{float(t_ref[i[0], i[1]])} (NaN: never written).\nHint: store4(yr, c, cols, vec, v, 448 / amax) after "
-            "v[j] = x[j] * rstd * w[j]; each group's amax over its own 128 values.")
+            f"{float(t_ref[i[0], i[1]])} (NaN: never written).\nHint: {hint}")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -576,3 +588,100 @@ def test_speed_quantization() -> None:
     judge((LESSON, "8.7"), f"quant_128x128 {R}x{C}",
           Side("quant_128x128", lambda i: m.quant_128x128(*wsets[i], R, C), lambda i: (wsets[i][1], wsets[i][2]),
                ok_w), None, sets=MIN_SETS, nbytes=3 * R * C + 4 * (R // 128) * (C // 128))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Triton track (optional): task 8.T1, the twin in fp8_triton.py, checked like the CUDA kernel. On the CPU Triton's
+# interpreter runs it; without the triton package it is "not graded", with the command that installs it.
+# ----------------------------------------------------------------------------------------------------
+
+HINT_8T1 = ("rmsnorm_quant_1x128_kernel (TODO task 8.T1 in fp8_triton.py): quant_1x128_kernel above it with rstd "
+            "and w in front: rstd = tl.rsqrt(tl.sum(x * x, axis=1) / cols + eps) per row (cols, not BLOCK_N), "
+            "v = x * rstd[:, None] * w[None, :], then the same groups, amax, rounding and stores.")
+TRITON_SHAPES = [(1, 5), (3, 128), (7, 300), (9, 1000), (2, 1031), (5, 4096), (2, 8300)]
+
+
+def _twin() -> Any:
+    from cudacourse.triton_track import twin_or_not_graded
+
+    return twin_or_not_graded(LESSON)
+
+
+def _guard(t: Any) -> Any:
+    """Torch may allocate and check in fp8_triton.py, never compute the answer (refused at run time)."""
+    from cudacourse.grading.screens import torch_answer_guard
+
+    return torch_answer_guard([t.__file__])
+
+
+def _triton_rmsnorm_case(t: Any, device: Any, rows: int, cols: int, task: str = "8.T1") -> None:
+    def call(*args: Any) -> None:
+        with _guard(t):
+            t.rmsnorm_quant_1x128(*args)
+
+    check_rmsnorm_quant(call, device, rows, cols, task, HINT_8T1)
+
+
+@pytest.mark.task("8.T1")
+@pytest.mark.parametrize(("rows", "cols"), TRITON_SHAPES)
+def test_triton_rmsnorm_quant_1x128(rows: int, cols: int) -> None:
+    """The Triton twin against the same fp64 reference as the CUDA kernel (task 8.3); on a GPU also a large shape.
+    At 7 x 300 also the wrapper's refusal of bad inputs (after the values: the given wrapper refuses them, so on its
+    own case it passed on the untouched stub)."""
+    t, m = _twin(), _m()
+    _triton_rmsnorm_case(t, m.device, rows, cols)
+    if m.backend == "cuda" and (rows, cols) == TRITON_SHAPES[-1]:
+        _triton_rmsnorm_case(t, m.device, 1030, 7168)
+    if (rows, cols) == (7, 300):
+        _triton_rejects(t, m.device)
+
+
+def _triton_rejects(t: Any, device: Any) -> None:
+    rows, cols = 4, 256
+    x = check.randn((rows, cols), check.rng("8.T1-bad"), device).to(torch.bfloat16)
+    w = torch.ones(cols, device=device, dtype=torch.bfloat16)
+    y = check.poisoned((rows, cols), torch.float8_e4m3fn, device)
+    s = check.poisoned((2, rows), torch.float32, device)
+    with pytest.raises(TypeError, match=r"parameter 'x'.*bfloat16"):
+        t.rmsnorm_quant_1x128(x.float(), w, y, s, rows, cols, 1e-6)
+    with pytest.raises(TypeError, match=r"parameter 'y'.*float8_e4m3fn"):
+        t.rmsnorm_quant_1x128(x, w, y.view(torch.uint8), s, rows, cols, 1e-6)
+    with pytest.raises(ValueError, match=r"parameter 'scales' holds 4 values, fewer than the 8"):
+        t.rmsnorm_quant_1x128(x, w, y, check.poisoned((1, rows), torch.float32, device), rows, cols, 1e-6)
+    assert bool(y.float().isnan().all()) and bool(s.isnan().all()), "a rejected call must not run the kernel"
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(1, 5), (7, 300), (9, 1000), (2, 8300)])
+def test_triton_worked_quant_1x128(rows: int, cols: int) -> None:
+    """The worked quant_1x128 of fp8_triton.py (given complete; not graded): bit-exact, as the CUDA one."""
+    t, m = _twin(), _m()
+    x = _activations(rows, cols, check.rng(f"q1x128-{rows}x{cols}"))
+    y = check.poisoned((rows, cols), torch.float8_e4m3fn, m.device)
+    s = check.poisoned(((cols + 127) // 128, rows), torch.float32, m.device)
+    t.quant_1x128(x.to(m.device), y, s, rows, cols)
+    qw, sw = ref_quant_1x128(x)
+    _assert_bits(_bits(y), qw, None, f"quant_1x128 (Triton) {rows}x{cols}", "worked example",
+                 "quant_1x128 is given complete in fp8_triton.py; did an edit change it?")
+    assert torch.equal(s.cpu(), sw), "quant_1x128 (Triton, worked): scales differ"
+
+
+# Wrong twins, made from the solution by one edit each: every one must fail the check task 8.T1 uses.
+TRITON_MUTANTS = {
+    "no norm": ("v = x * rstd[:, None] * w[None, :]\n    vg", "v = x * w[None, :]\n    vg"),
+    "w left out": ("v = x * rstd[:, None] * w[None, :]\n    vg", "v = x * rstd[:, None]\n    vg"),
+    "mean over the padded tile": ("tl.sum(x * x, axis=1) / cols + eps", "tl.sum(x * x, axis=1) / BLOCK_N + eps"),
+    "scales not stored": ("mask=(r[:, None] < rows) & (g[None, :] * 128 < cols))\n    # STUB",
+                          "mask=(r[:, None] < 0) & (g[None, :] * 128 < cols))\n    # STUB"),
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow / NaN warnings from the wrong code
+@pytest.mark.parametrize("mutant", list(TRITON_MUTANTS))
+def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Any) -> None:
+    from cudacourse.triton_track import load_mutant
+
+    _twin()  # not graded (a skip) without triton
+    m = _m()
+    wrong = load_mutant(LESSON, "fp8_triton.py", TRITON_MUTANTS[mutant], tmp_path, backend=m.backend)
+    with pytest.raises(AssertionError):
+        _triton_rmsnorm_case(wrong, m.device, 7, 300)

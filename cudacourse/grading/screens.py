@@ -268,7 +268,7 @@ TRITON_ALLOWED_IMPORTS = frozenset({"__future__", "math", "typing", "dataclasses
 TRITON_API = frozenset({"jit", "autotune", "Config", "heuristics", "cdiv", "next_power_of_2", "language"})
 # Torch names a twin's given wrapper code uses beyond TORCH_ALLOWED: type hints, dtypes, the GPU's properties.
 TORCH_TWIN_NAMES = frozenset({"Tensor", "float32", "float64", "float16", "bfloat16", "int32", "int64", "int8",
-                              "uint8", "dtype", "device", "get_device_properties", "is_available",
+                              "uint8", "float8_e4m3fn", "dtype", "device", "get_device_properties", "is_available",
                               "current_device", "multi_processor_count"})
 # Methods that compute: called on a tensor in a twin, they would be the answer instead of the kernels.
 TORCH_COMPUTE_METHODS = frozenset("""

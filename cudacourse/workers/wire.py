@@ -103,7 +103,8 @@ def _dtypes() -> dict[str, Any]:
 
     return {str(d).removeprefix("torch."): d for d in (
         torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8, torch.int8, torch.int16,
-        torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
+        torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128,
+        torch.float8_e4m3fn, torch.float8_e5m2)}  # (lesson 08's Triton twin writes e4m3: bytes, like the others)
 
 
 def _span(shape: list[int], strides: list[int]) -> int:

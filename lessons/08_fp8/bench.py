@@ -11,7 +11,8 @@ the ``task`` of a row:
                                  where this PyTorch or cuBLAS has no block scales (the row says which).
   ragged 4000 x 4000 x 4000      the same, on sizes that are not multiples of the 128 x 128 tile
   RMSNorm + 1x128 quant 32768x4096 bf16 -> e4m3   against the measured copy bandwidth (task 8.7); PyTorch's eager
-                                 composition (F.rms_norm, amax, divide, cast: several kernels) as the reference
+                                 composition (F.rms_norm, amax, divide, cast: several kernels) as the reference; the
+                                 Triton twin (fp8_triton.py, task 8.T1) beside it, autotuned on its first call
   128x128 quant 16384^2 bf16 -> e4m3               against copy (task 8.7); PyTorch's eager composition
 ``flops`` is 2*M*N*K. ``bytes``: the GEMMs read A and W once (1 byte each) and write C (2 bytes); the quantization
 kernels read bf16 (2 bytes) and write e4m3 (1 byte) per element, plus the scales.
@@ -24,6 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from cudacourse import triton_track
 from cudacourse.bench import Case
 
 
@@ -99,8 +101,11 @@ def _quant(m: Any, rows: int, cols: int, R: int, C: int) -> list[Case]:
     g1 = f"RMSNorm + 1x128 quant {rows}x{cols} bf16 -> e4m3"
     out = [Case(g1, "PyTorch eager (rms_norm, amax, scale, cast)", torch_rms_quant, bytes=nbytes, reference=True),
            Case(g1, "quant_1x128 (worked, no norm)", lambda: m.quant_1x128(x, y, s, rows, cols), bytes=nbytes),
-           Case(g1, "rmsnorm_quant_1x128 (8.3)", lambda: m.rmsnorm_quant_1x128(x, w, y, s, rows, cols, 1e-6),
-                bytes=nbytes, task="8.7")]
+           Case(g1, "rmsnorm_quant_1x128 (8.3, 8.7)", lambda: m.rmsnorm_quant_1x128(x, w, y, s, rows, cols, 1e-6),
+                bytes=nbytes, task="8.7"),
+           triton_track.bench_case(triton_track.bench_twin(m), g1, "rmsnorm_quant_1x128 (Triton twin, 8.T1)",
+                                   lambda t: t.rmsnorm_quant_1x128(x, w, y, s, rows, cols, 1e-6),
+                                   ["rmsnorm_quant_1x128_kernel"], bytes=nbytes)]
     wt = torch.randn(R, C, device="cuda", dtype=torch.bfloat16)
     q = torch.empty(R, C, device="cuda", dtype=torch.float8_e4m3fn)
     sb = torch.empty(R // 128, C // 128, device="cuda")
@@ -113,7 +118,7 @@ def _quant(m: Any, rows: int, cols: int, R: int, C: int) -> list[Case]:
 
     g2 = f"128x128 quant {R}x{C} bf16 -> e4m3"
     out += [Case(g2, "PyTorch eager (amax, scale, cast)", torch_block_quant, bytes=wbytes, reference=True),
-            Case(g2, "quant_128x128 (8.3)", lambda: m.quant_128x128(wt, q, sb, R, C), bytes=wbytes, task="8.7")]
+            Case(g2, "quant_128x128 (8.3, 8.7)", lambda: m.quant_128x128(wt, q, sb, R, C), bytes=wbytes, task="8.7")]
     return out
 
 

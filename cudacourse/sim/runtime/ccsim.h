@@ -419,7 +419,7 @@ cudaError_t cudaFreeHost(void* p);
 cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k);
 cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st);
 cudaError_t cudaMemset(void* d, int v, size_t n);
-cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t st);
+cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t st = 0);  // the toolkit's default stream
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaDeviceReset(void);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);

@@ -373,6 +373,10 @@ CCSIM_H16_INTRINSICS(__nv_bfloat16, __nv_bfloat162)
 // ---------------------------------------------------------------------------------------------------
 // Conversions, named per format: P is the name part (half / bfloat16), H the scalar, H2 the pair
 // ---------------------------------------------------------------------------------------------------
+namespace ccsim {  // __half2ll_r*/__half2ull_r* of a NaN (cuda_fp16.h: 0x8000000000000000); bf16 keeps to_int's 0
+static inline bool is_half_nan(__half h) { return std::isnan((float)h); }
+static inline bool is_half_nan(__nv_bfloat16) { return false; }
+}  // namespace ccsim
 #define CCSIM_H16_CONV_MODE(H, P, SUF, MODE)                                                                   \
     static inline H __float2##P##SUF(float f) { return ccsim::rnd<H>((long double)f, MODE); }                  \
     static inline H __int2##P##SUF(int i) { return ccsim::rnd<H>((long double)i, MODE); }                      \
@@ -385,8 +389,10 @@ CCSIM_H16_INTRINSICS(__nv_bfloat16, __nv_bfloat162)
     static inline unsigned __##P##2uint##SUF(H h) { return ccsim::to_int<unsigned>((float)h, MODE); }          \
     static inline short __##P##2short##SUF(H h) { return ccsim::to_int<short>((float)h, MODE); }               \
     static inline unsigned short __##P##2ushort##SUF(H h) { return ccsim::to_int<unsigned short>((float)h, MODE); } \
-    static inline long long __##P##2ll##SUF(H h) { return ccsim::to_int<long long>((float)h, MODE); }          \
-    static inline unsigned long long __##P##2ull##SUF(H h) { return ccsim::to_int<unsigned long long>((float)h, MODE); }
+    static inline long long __##P##2ll##SUF(H h) { /* half NaN: 0x8000000000000000, as cuda_fp16.h documents */ \
+        return ccsim::is_half_nan(h) ? LLONG_MIN : ccsim::to_int<long long>((float)h, MODE); }               \
+    static inline unsigned long long __##P##2ull##SUF(H h) {                                                   \
+        return ccsim::is_half_nan(h) ? 0x8000000000000000ull : ccsim::to_int<unsigned long long>((float)h, MODE); }
 #define CCSIM_H16_CONV(H, H2, P)                                                                               \
     CCSIM_H16_CONV_MODE(H, P, _rn, ccsim::RM_RN) CCSIM_H16_CONV_MODE(H, P, _rz, ccsim::RM_RZ)                  \
     CCSIM_H16_CONV_MODE(H, P, _rd, ccsim::RM_RD) CCSIM_H16_CONV_MODE(H, P, _ru, ccsim::RM_RU)                  \
