@@ -190,8 +190,9 @@ def _wall_samples(fn: Callable[[], object], *, warmup: int, reps: int, max_s: fl
 
     The learner's launches then run in another process (``cudacourse/workers/gpu.py``), out of reach of this
     process's CUDA events, so a sample is the wall time of ``k`` calls closed by a synchronisation of both
-    processes, with ``k`` chosen so that a sample lasts at least 20 ms: the launch messages then overlap the
-    kernels running, and the closing synchronisation costs under 1%. The L2 cache is not flushed between calls.
+    processes, with ``k`` chosen so that a sample lasts at least 20 ms: the launch messages (sent without waiting for
+    an answer each: ``workers/gpu.py``) then overlap the kernels running, and the closing synchronisation costs under
+    1%. The L2 cache is not flushed between calls.
     At most ``_WALL_SAMPLES`` samples are taken: each one is already a mean of ``k`` calls, and 50 of them made
     every timed function cost at least a second of a GPU grade's exclusive turn (22 speed tasks, two or more
     functions each). ``setup()`` runs before each sample and is waited for outside its interval.

@@ -120,6 +120,19 @@ class Channel:
         except (EOFError, OSError):
             raise WorkerDied(self.proc.wait() if self.proc is not None else None) from None
 
+    def tell(self, send: Callable[[socket.socket], None], timeout: float) -> None:
+        """``send(sock)`` a request that gets no answer of its own (the worker reports its outcome with the answer to
+        the next :meth:`ask`). Raises :class:`WorkerTimeout` when the send waits ``timeout`` seconds (a worker that
+        stopped reading), :class:`WorkerDied` when the worker is gone."""
+        assert self.sock is not None, "the worker is not running"
+        try:
+            self.sock.settimeout(timeout)
+            send(self.sock)
+        except TimeoutError:
+            raise WorkerTimeout from None
+        except OSError:
+            raise WorkerDied(self.proc.wait() if self.proc is not None else None) from None
+
     def kill(self) -> None:
         """Stop the worker and everything it started; close the socket. The folder and its log stay."""
         if self.proc is not None and self.confined:

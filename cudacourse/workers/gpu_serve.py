@@ -154,8 +154,12 @@ def _serve(lib_path: str, sock_fd: int) -> None:
     entries: dict[str, Any] = {}
     buffers: dict[int, tuple[int, int, int]] = {}  # id -> pointer, handle, size
     vmm: Vmm | None = None
+    device = 0
     pending, fds = b"", []
     me = os.getpid()
+    # The first failure of a call sent without waiting for its answer ("quiet": the timed calls between two
+    # synchronisations), answered instead of the next request that expects an answer
+    deferred: dict[str, Any] | None = None
 
     def error(code: int) -> str:
         return lib.cc_error_string(code).decode(errors="replace")
@@ -170,12 +174,20 @@ def _serve(lib_path: str, sock_fd: int) -> None:
             line, _, pending = pending.partition(b"\n")
             msg = json.loads(line)
             op, reply = msg["op"], {"ok": True}
+            quiet = bool(msg.get("quiet"))
+            if deferred is not None and (quiet or op in ("call", "sync")):
+                for _ in msg.get("new", ()):  # (the descriptors sent with a request not run)
+                    os.close(fds.pop(0))
+                if not quiet:  # the failure is this request's answer; the request itself is not run
+                    sock.sendall((json.dumps(deferred) + "\n").encode())
+                    deferred = None
+                continue
             try:
                 if op == "declare":
                     err = lib.cc_sync()  # creates the context, current on this thread from here on
                     if err:
                         raise RuntimeError(f"the GPU did not start: {error(err)}")
-                    vmm = Vmm(msg["device"])
+                    device = msg["device"]  # (the driver's memory calls are loaded with the first buffer)
                     for name, kinds in msg["launchers"].items():
                         fn = getattr(lib, f"cc_entry_{name}")
                         fn.restype = ctypes.c_int
@@ -184,7 +196,8 @@ def _serve(lib_path: str, sock_fd: int) -> None:
                 elif op == "call":
                     for bid, size in msg["new"]:
                         fd = fds.pop(0)
-                        ptr, handle = vmm.open(fd, size)  # type: ignore[union-attr]
+                        vmm = vmm or Vmm(device)
+                        ptr, handle = vmm.open(fd, size)
                         os.close(fd)
                         buffers[bid] = (ptr, handle, size)
                     cargs = [(buffers[a["b"]][0] + a["o"] if a["b"] else None) if isinstance(a, dict) else a
@@ -198,7 +211,8 @@ def _serve(lib_path: str, sock_fd: int) -> None:
                     if not err and msg["sync"]:
                         err, stage = lib.cc_sync(), "run"
                     if err:
-                        reply = {"ok": False, "error": err, "what": error(err), "stage": stage}
+                        reply = {"ok": False, "error": err, "what": error(err), "stage": stage,
+                                 "launcher": msg["name"]}
                     elif msg["sync"]:  # (an unsynchronised call of a timed block is checked at its closing sync)
                         reply = _vendor_error() or _hostwork_reply(lib) or reply
                 elif op == "sync":
@@ -213,7 +227,10 @@ def _serve(lib_path: str, sock_fd: int) -> None:
                             vmm.free(*buffers.pop(bid))  # type: ignore[union-attr]
             except (RuntimeError, KeyError, AttributeError) as e:
                 reply = {"ok": False, "error": -1, "what": str(e), "stage": "worker"}
-            sock.sendall((json.dumps(reply) + "\n").encode())
+            if not quiet:
+                sock.sendall((json.dumps(reply) + "\n").encode())
+            elif not reply.get("ok"):
+                deferred = reply
 
 
 if __name__ == "__main__":
