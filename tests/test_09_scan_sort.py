@@ -1049,8 +1049,8 @@ TRITON_MUTANTS = {
     "look-back adds past the P": ("exclusive += tl.sum(tl.where(lanes <= nearest_p, vals, 0), axis=0)",
                                   "exclusive += tl.sum(tl.where(lanes <= nearest_p + 1, vals, 0), axis=0)"),
     "look-back never moves back": ("end = tl.where(nearest_p < W, -1, end - W)", "end = -1 + 0 * end"),
-    "top-k keeps one digit too many": ("prefix += tl.max(tl.where(cnt >= k, digits, 0), axis=0) << shift",
-                                       "prefix += tl.max(tl.where(cnt >= k - 1, digits, 0), axis=0) << shift"),
+    "top-k takes the smallest digit": ("prefix += tl.max(tl.where(cnt >= k, digits, 0), axis=0) << shift",
+                                       "prefix += tl.min(tl.where(cnt >= k, digits, 15), axis=0) << shift"),
     "pick keeps every tie": ("kept = (key > tau) | ((ties > 0) & (rank < m))", "kept = (key > tau) | (ties > 0)"),
     "pick forgets the earlier tiles' weight": ("run = mass_carry + tl.cumsum(w, axis=0)", "run = tl.cumsum(w, axis=0)"),
 }

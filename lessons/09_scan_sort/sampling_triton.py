@@ -183,7 +183,8 @@ def pick_token(row, vocab, mx, inv_t, tau, m, target, BLOCK: tl.constexpr, EXACT
     # TODO(task 9.T2): the tile loop (~14 lines). Per tile, with l, offs, valid = load_tile(...), key = order_key(l):
     #   tie rank: ties = (valid & (key == tau)).to(tl.int64); rank = tie_carry + tl.cumsum(ties, axis=0) - ties
     #   kept weight: w = tl.where((key > tau) | ((ties > 0) & (rank < m)), fixed_weight(...), 0)
-    #   running weight: run = mass_carry + tl.cumsum(w, axis=0); the answer is the smallest offs where
+    #   running weight: run = the weight carried from earlier tiles + tl.cumsum(w, axis=0); the answer is the
+    #   smallest offs where
     #   run > target (tl.min over tl.where(valid & (run > target), offs, vocab)), the smallest over all tiles.
     # Hint: tl.cumsum is an inclusive scan (scan_triton.py's worked example); an exclusive one is it minus the
     # element. Triton has no break: walk every tile and keep the minimum (`best = tl.minimum(best, ...)`).
