@@ -989,6 +989,8 @@ def test_triton_sample_ties_and_special_rows() -> None:
     ties = torch.randint(-2, 3, (6, 40), generator=g).float().to(m.device)
     _check_triton_ids(t, m, ties, 0.9, 7, 0.6, "integer logits (ties)")
     _check_triton_ids(t, m, ties, 1.0, 10, 1.0, "integer logits, top-10 (ties at the cut)")
+    cut = torch.tensor([1.0] * 8 + [2.0, 2.0]).expand(16, 10).contiguous().to(m.device)
+    _check_triton_ids(t, m, cut, 1.0, 3, 1.0, "eight ties at the cut before the two kept maxima")
     greedy = _triton_sample(t, m, ties, 0.0, 0, 1.0, 5, 0)
     check.assert_close(greedy, torch.argmax(ties.cpu(), dim=1).int(), name="greedy sampling (Triton, T = 0)", rtol=0,
                        atol=0, task="9.T2", hint="temperature <= 0 keeps only the first maximum (top-1)")
@@ -1068,15 +1070,18 @@ def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Any) -> None:
                         backend=m.backend)
     with pytest.raises(AssertionError):
         if scan:
-            words, want = _probe_words(150, 40, "9.T1-mutant")
-            out = check.poisoned(150, torch.int32, m.device)
-            wrong.look_back_probe(words.to(m.device), out, 150)
-            check.assert_close(out, want.to(torch.int32), name=mutant, rtol=0, atol=0, task="9.T1", hint="")
+            for p_every in (5, 1000):  # (P words close together; then runs of A longer than the window)
+                words, want = _probe_words(150, p_every, f"9.T1-mutant-{p_every}")
+                out = check.poisoned(150, torch.int32, m.device)
+                wrong.look_back_probe(words.to(m.device), out, 150)
+                check.assert_close(out, want.to(torch.int32), name=mutant, rtol=0, atol=0, task="9.T1", hint="")
         else:
             g = check.rng("9.T2-mutant")
             ties = torch.randint(-2, 3, (6, 40), generator=g).float().to(m.device)
             _check_triton_ids(wrong, m, ties, 0.9, 7, 0.6, "integer logits (ties)")
             _check_triton_ids(wrong, m, ties, 1.0, 10, 1.0, "integer logits, top-10 (ties at the cut)")
+            cut = torch.tensor([1.0] * 8 + [2.0, 2.0]).expand(16, 10).contiguous().to(m.device)
+            _check_triton_ids(wrong, m, cut, 1.0, 3, 1.0, "eight ties at the cut before the two kept maxima")
             _check_triton_ids(wrong, m, check.randn((4, 1000), g, m.device, scale=4.0), 0.7, 10, 1.0,
                               "random logits")
             _check_triton_ids(wrong, m, check.randn((2, 9000), g, m.device), 1.0, 0, 1.0, "random logits, 9000")

@@ -57,24 +57,24 @@ ROWS = configs({"BLOCK": 4096}, BLOCK=[1024, 512], num_warps=[8, 4])
 
 
 @triton.jit
-def order_key(l):
+def order_key(lg):
     # A float's order as an int64 in [0, 2^32): sampling.cu's order_key (-0.0 == +0.0; never called on NaN).
-    b = l.to(tl.int32, bitcast=True)
+    b = lg.to(tl.int32, bitcast=True)
     b = tl.where(b == -2147483648, 0, b)         # -0.0 -> +0.0
     s = tl.where(b < 0, b ^ 0x7FFFFFFF, b)       # negative floats: the larger the magnitude, the smaller
     return s.to(tl.int64) + 2147483648
 
 
 @triton.jit
-def fixed_weight(l, mx, inv_t, valid, EXACT_EXP: tl.constexpr):
-    # exp((l - max) * (1 / T)) in (0, 1] as a 2^40-scaled int64; exactly 2^40 for the maximum (also +-inf);
+def fixed_weight(lg, mx, inv_t, valid, EXACT_EXP: tl.constexpr):
+    # exp((lg - max) * (1 / T)) in (0, 1] as a 2^40-scaled int64; exactly 2^40 for the maximum (also +-inf);
     # 0 where not valid (past the end of the row).
-    z = (l - mx) * inv_t
+    z = (lg - mx) * inv_t
     if EXACT_EXP:
         e = libdevice.exp(z)
     else:
         e = tl.exp(z)
-    w = tl.where(l == mx, 1.0, e)
+    w = tl.where(lg == mx, 1.0, e)
     return tl.where(valid, (w * 1099511627776.0).to(tl.int64), 0)
 
 
@@ -100,8 +100,8 @@ def select_kth_largest(row, vocab, k, BLOCK: tl.constexpr):
     # with weights instead of counts; one pass over the row, for the candidates `cand` ([16] int64):
     #     cnt = tl.zeros([16], tl.int32)
     #     for start in range(0, vocab, BLOCK):
-    #         l, offs, valid = load_tile(row, start, vocab, BLOCK)
-    #         ge = (order_key(l)[None, :] >= cand[:, None]) & valid[None, :]      # [16, BLOCK]
+    #         lg, offs, valid = load_tile(row, start, vocab, BLOCK)
+    #         ge = (order_key(lg)[None, :] >= cand[:, None]) & valid[None, :]      # [16, BLOCK]
     #         cnt += tl.sum(ge.to(tl.int32), axis=1)
     # Hint: `for i in tl.static_range(8): shift = 28 - 4 * i` unrolls the passes; the largest digit whose count
     # reaches k is tl.max(tl.where(cnt >= k, digits, 0)) with digits = tl.arange(0, 16).to(tl.int64).
@@ -113,8 +113,8 @@ def select_kth_largest(row, vocab, k, BLOCK: tl.constexpr):
         cand = prefix + (digits << shift)
         cnt = tl.zeros([DIGITS], tl.int32)
         for start in range(0, vocab, BLOCK):
-            l, offs, valid = load_tile(row, start, vocab, BLOCK)
-            ge = (order_key(l)[None, :] >= cand[:, None]) & valid[None, :]
+            lg, offs, valid = load_tile(row, start, vocab, BLOCK)
+            ge = (order_key(lg)[None, :] >= cand[:, None]) & valid[None, :]
             cnt += tl.sum(ge.to(tl.int32), axis=1)
         prefix += tl.max(tl.where(cnt >= k, digits, 0), axis=0) << shift
     return prefix
@@ -138,9 +138,9 @@ def set_mass_at_least(row, vocab, mx, inv_t, tau, m, w_tau, ALL: tl.constexpr, c
     # S(cand[d]) for each candidate threshold cand[d] (an int64 tensor [16]).
     s = tl.zeros(cand.shape, tl.int64)
     for start in range(0, vocab, BLOCK):
-        l, offs, valid = load_tile(row, start, vocab, BLOCK)
-        key = order_key(l)
-        w = fixed_weight(l, mx, inv_t, valid, EXACT_EXP)
+        lg, offs, valid = load_tile(row, start, vocab, BLOCK)
+        key = order_key(lg)
+        w = fixed_weight(lg, mx, inv_t, valid, EXACT_EXP)
         if not ALL:
             w = tl.where(key > tau, w, 0)  # the keys at tau come in as one group below
         s += tl.sum(tl.where(key[None, :] >= cand[:, None], w[None, :], 0), axis=1)
@@ -167,9 +167,9 @@ def select_by_mass(row, vocab, mx, inv_t, tau, m, w_tau, p, ALL: tl.constexpr, B
     group = tl.zeros([], tl.int64)
     w_cut = tl.zeros([], tl.int64)
     for start in range(0, vocab, BLOCK):
-        l, offs, valid = load_tile(row, start, vocab, BLOCK)
-        key = order_key(l)
-        w = fixed_weight(l, mx, inv_t, valid, EXACT_EXP)
+        lg, offs, valid = load_tile(row, start, vocab, BLOCK)
+        key = order_key(lg)
+        w = fixed_weight(lg, mx, inv_t, valid, EXACT_EXP)
         in_set = valid
         if not ALL:
             in_set = valid & (key > tau)
@@ -194,7 +194,7 @@ def pick_token(row, vocab, mx, inv_t, tau, m, target, BLOCK: tl.constexpr, EXACT
     # (0 <= target < the kept set's total). A key is kept if it is above tau, or equal to tau and among the first
     # m such keys in index order. Walk the row in tiles, carrying two totals from tile to tile: the keys equal to
     # tau seen so far, and the kept weight so far.
-    # TODO(task 9.T2): the tile loop (~14 lines). Per tile, with l, offs, valid = load_tile(...), key = order_key(l):
+    # TODO(task 9.T2): the tile loop (~14 lines). Per tile, with lg, offs, valid = load_tile(...), key = order_key(lg):
     #   tie rank: ties = (valid & (key == tau)).to(tl.int64); rank = tie_carry + tl.cumsum(ties, axis=0) - ties
     #   kept weight: w = tl.where((key > tau) | ((ties > 0) & (rank < m)), fixed_weight(...), 0)
     #   running weight: run = the weight carried from earlier tiles + tl.cumsum(w, axis=0); the answer is the
@@ -207,12 +207,12 @@ def pick_token(row, vocab, mx, inv_t, tau, m, target, BLOCK: tl.constexpr, EXACT
     tie_carry = tl.zeros([], tl.int64)
     mass_carry = tl.zeros([], tl.int64)
     for start in range(0, vocab, BLOCK):
-        l, offs, valid = load_tile(row, start, vocab, BLOCK)
-        key = order_key(l)
+        lg, offs, valid = load_tile(row, start, vocab, BLOCK)
+        key = order_key(lg)
         ties = (valid & (key == tau)).to(tl.int64)
         rank = tie_carry + tl.cumsum(ties, axis=0) - ties
         kept = (key > tau) | ((ties > 0) & (rank < m))
-        w = tl.where(kept, fixed_weight(l, mx, inv_t, valid, EXACT_EXP), 0)
+        w = tl.where(kept, fixed_weight(lg, mx, inv_t, valid, EXACT_EXP), 0)
         run = mass_carry + tl.cumsum(w, axis=0)
         best = tl.minimum(best, tl.min(tl.where(valid & (run > target), offs, vocab), axis=0))
         tie_carry += tl.sum(ties, axis=0)
@@ -237,10 +237,10 @@ def sample_kernel(logits_ptr, ids_ptr, vocab, inv_t, k, p, seed, off_lo, off_hi,
     mx = tl.full([], float("-inf"), tl.float32)
     nans = tl.zeros([], tl.int32)
     for start in range(0, vocab, BLOCK):
-        l, offs, valid = load_tile(row, start, vocab, BLOCK)
-        isnan = valid & (l != l)
+        lg, offs, valid = load_tile(row, start, vocab, BLOCK)
+        isnan = valid & (lg != lg)
         nans += tl.sum(isnan.to(tl.int32), axis=0)
-        mx = tl.maximum(mx, tl.max(tl.where(valid & ~isnan, l, float("-inf")), axis=0))
+        mx = tl.maximum(mx, tl.max(tl.where(valid & ~isnan, lg, float("-inf")), axis=0))
     # the kept set (tau, m): all (tau below every key), then top-k, then top-p within it
     tau = tl.full([], -1, tl.int64)
     m = tl.zeros([], tl.int64)
@@ -248,16 +248,16 @@ def sample_kernel(logits_ptr, ids_ptr, vocab, inv_t, k, p, seed, off_lo, off_hi,
         tau = select_kth_largest(row, vocab, k, BLOCK)
         above = tl.zeros([], tl.int64)
         for start in range(0, vocab, BLOCK):
-            l, offs, valid = load_tile(row, start, vocab, BLOCK)
-            above += tl.sum((valid & (order_key(l) > tau)).to(tl.int64), axis=0)
+            lg, offs, valid = load_tile(row, start, vocab, BLOCK)
+            above += tl.sum((valid & (order_key(lg) > tau)).to(tl.int64), axis=0)
         m = k - above
     if USE_P:
         w_tau = tl.zeros([], tl.int64)
         if k > 0:
             for start in range(0, vocab, BLOCK):
-                l, offs, valid = load_tile(row, start, vocab, BLOCK)
-                w = fixed_weight(l, mx, inv_t, valid, EXACT_EXP)
-                w_tau = tl.maximum(w_tau, tl.max(tl.where(valid & (order_key(l) == tau), w, 0), axis=0))
+                lg, offs, valid = load_tile(row, start, vocab, BLOCK)
+                w = fixed_weight(lg, mx, inv_t, valid, EXACT_EXP)
+                w_tau = tl.maximum(w_tau, tl.max(tl.where(valid & (order_key(lg) == tau), w, 0), axis=0))
             tau, m = select_by_mass(row, vocab, mx, inv_t, tau, m, w_tau, p, False, BLOCK, EXACT_EXP)
         else:
             tau, m = select_by_mass(row, vocab, mx, inv_t, tau, m, w_tau, p, True, BLOCK, EXACT_EXP)
@@ -265,9 +265,9 @@ def sample_kernel(logits_ptr, ids_ptr, vocab, inv_t, k, p, seed, off_lo, off_hi,
     total = tl.zeros([], tl.int64)
     w_tau = tl.zeros([], tl.int64)
     for start in range(0, vocab, BLOCK):
-        l, offs, valid = load_tile(row, start, vocab, BLOCK)
-        key = order_key(l)
-        w = fixed_weight(l, mx, inv_t, valid, EXACT_EXP)
+        lg, offs, valid = load_tile(row, start, vocab, BLOCK)
+        key = order_key(lg)
+        w = fixed_weight(lg, mx, inv_t, valid, EXACT_EXP)
         total += tl.sum(tl.where(key > tau, w, 0), axis=0)
         w_tau = tl.maximum(w_tau, tl.max(tl.where(valid & (key == tau), w, 0), axis=0))
     total += m * w_tau
