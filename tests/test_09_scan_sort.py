@@ -275,9 +275,25 @@ def test_scans_ignore_empty_input() -> None:
     m = _m()
     x = torch.zeros(4, dtype=torch.int32, device=m.device)
     y = check.poisoned(4, torch.int32, m.device)
-    for v in ("three_phase", "chained"):
+    for v in ("three_phase", "chained", "lookback"):
         getattr(m, f"scan_{v}_i32")(x, y, 0, _work_scan(1, m, "empty"))
     assert bool((y == check.INT_POISON).all()), "a scan of 0 elements wrote its output"
+
+
+@pytest.mark.task("9.3")
+def test_float_scans_carry_a_nan_forward() -> None:
+    """The README's defined result for a NaN in a float scan: every prefix before it is a number, every prefix from it
+    on is NaN (as torch.cumsum gives), across tiles."""
+    m = _m()
+    n, at = 9000, 5000
+    x = _floats("9.3-nan", n, m).cpu()
+    x[at] = float("nan")
+    for version in ("three_phase", "lookback"):
+        y = _device_scan(m, version, "f32", x.to(m.device), n, _work_scan(n, m, "9.3-nan-w")).cpu()
+        assert bool(y[:at].isfinite().all()) and bool(y[at:].isnan().all()), (
+            f"scan_{version}_f32 with a NaN at {at} (task 9.3): prefixes before it must be numbers and every prefix "
+            f"from it on NaN; got {int(y[:at].isnan().sum())} NaN before and {int((~y[at:].isnan()).sum())} numbers "
+            "after. " + HINT_93)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -422,6 +438,15 @@ def test_argsort_special_values() -> None:
     x[pos[11]] = 3.0e38
     _check_argsort(m, x.to(m.device), "small integers with +-0, +-inf, NaN and denormals")
     _check_argsort(m, torch.full((n,), -1.5, device=m.device), "a constant vector")
+
+
+def test_sorts_of_nothing_write_nothing() -> None:
+    """n = 0: the sort's launcher returns without a launch (not graded: the launcher is given)."""
+    m = _m()
+    x = torch.zeros(4, device=m.device)
+    out, idx = check.poisoned(4, torch.float32, m.device), check.poisoned(4, torch.int32, m.device)
+    m.argsort_f32(x, out, idx, 0, _work_sort(4, m, "9.5-empty"))
+    assert bool(out.isnan().all()) and bool((idx == check.INT_POISON).all()), "a sort of 0 keys wrote its output"
 
 
 @pytest.mark.task("9.5")
@@ -657,6 +682,20 @@ def test_sample_ties_and_special_rows() -> None:
     one = check.randn((5, 1), g, m.device)
     check.assert_close(_sample(m, one, 1.0, 0, 0.5, 1, 1), torch.zeros(5, dtype=torch.int32), name="vocab 1",
                        rtol=0, atol=0, task="9.6", hint="one token: always 0")
+    flat = torch.full((16, 300), 0.25, device=m.device)  # every logit equal: top-3 is tokens 0, 1, 2 (index order)
+    _check_ids(m, flat, 1.0, 3, 1.0, "a constant row, top-3")
+    assert set(_sample(m, flat, 1.0, 3, 1.0, 8, 2).tolist()) <= {0, 1, 2}, "equal logits: top-3 keeps tokens 0, 1, 2"
+
+
+def test_sampler_empty_and_vocab_zero() -> None:
+    """batch 0: nothing written; vocab 0: -1 in every row (the given launcher, not graded)."""
+    m = _m()
+    logits = torch.zeros(4, device=m.device)
+    ids = check.poisoned(3, torch.int32, m.device)
+    m.sample_top_k_top_p(logits, ids, 0, 4, 1.0, 0, 1.0, 1, 0)
+    assert bool((ids == check.INT_POISON).all()), "a batch of 0 rows wrote ids"
+    m.sample_top_k_top_p(logits, ids, 3, 0, 1.0, 0, 1.0, 1, 0)
+    assert ids.cpu().tolist() == [-1, -1, -1], f"vocab 0 must give -1 in every row, got {ids.cpu().tolist()}"
 
 
 @pytest.mark.task("9.6")
