@@ -241,7 +241,9 @@ def sample_kernel(logits_ptr, ids_ptr, vocab, inv_t, k, p, seed, off_lo, off_hi,
         w_tau = tl.maximum(w_tau, tl.max(tl.where(valid & (key == tau), w, 0), axis=0))
     total += m * w_tau
     zero = tl.zeros([1], tl.uint32)
-    word, _, _, _ = tl.philox(seed, zero + off_lo, zero + off_hi, zero + r.to(tl.uint32), zero)
+    # (tl.cast, not .to(): Triton passes an argument equal to 1 as a constexpr, which has no .to())
+    word, _, _, _ = tl.philox(seed, zero + tl.cast(off_lo, tl.uint32), zero + tl.cast(off_hi, tl.uint32),
+                              zero + r.to(tl.uint32), zero)
     word = tl.max(word.to(tl.uint64), axis=0)
     t64 = total.to(tl.uint64)
     target = ((t64 >> 32) * word + (((t64 & 0xFFFFFFFF) * word) >> 32)).to(tl.int64)
