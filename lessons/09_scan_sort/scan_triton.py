@@ -42,7 +42,7 @@ import triton.language as tl
 from cudacourse.triton_track import check_tensors, configs, size_class
 
 SEGMENT = 1024  # the worked example's segment (scan_segments_block's)
-WINDOW = 32     # predecessors read at once by look_back (the CUDA version's warp)
+WINDOW = tl.constexpr(32)  # predecessors read at once by look_back (the CUDA version's warp)
 # Tiles of 1024 to 8192 elements: the workspace (ceil(n / 1024) + 2 words, as the CUDA launcher's) holds the
 # ticket and one status word per tile for any of them. The interpreter takes 1024: several tiles in every test.
 TILES = configs({"BLOCK": 1024}, BLOCK=[2048, 4096, 8192, 1024], num_warps=[4, 8])
@@ -135,7 +135,7 @@ def look_back(status_ptr, tile, DTYPE: tl.constexpr, W: tl.constexpr):
 
 @triton.autotune(configs=TILES, key=["n_class"], reset_to_zero=["work_ptr"])
 @triton.jit
-def scan_lookback_kernel(x_ptr, y_ptr, n, work_ptr, n_class, BLOCK: tl.constexpr, W: tl.constexpr):
+def scan_lookback_kernel(x_ptr, y_ptr, n, work_ptr, n_class, BLOCK: tl.constexpr):
     # The tile is a ticket, not the program id: a program only waits for tiles whose programs took their
     # tickets earlier, so are running (README, "Which block owns which tile").
     tile = tl.atomic_add(work_ptr, 1, sem="relaxed").to(tl.int32)
@@ -147,7 +147,7 @@ def scan_lookback_kernel(x_ptr, y_ptr, n, work_ptr, n_class, BLOCK: tl.constexpr
     aggregate = tl.sum(x, axis=0)              # its total
     if tile > 0:                               # publish (A, aggregate) before looking back: others need it
         tl.atomic_xchg(status_ptr + tile, status_word(FLAG_A, aggregate), sem="release")
-    exclusive = look_back(status_ptr, tile, x.dtype, W)
+    exclusive = look_back(status_ptr, tile, x.dtype, WINDOW)
     tl.atomic_xchg(status_ptr + tile, status_word(FLAG_P, exclusive + aggregate), sem="release")
     tl.store(y_ptr + offs, inclusive + exclusive, mask=mask)
 
@@ -163,7 +163,7 @@ def _lookback(fn: str, x: torch.Tensor, y: torch.Tensor, n: int, work: torch.Ten
         raise ValueError(f"{fn}: work holds {work.numel()} int64 words, the scan of {n} elements needs at least "
                          f"{need} (ceil(n / 1024) + 1: a ticket counter and one status word per tile)")
     work[:need].zero_()  # the ticket counter and every tile's status: X
-    scan_lookback_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n, work, size_class(n), W=WINDOW)
+    scan_lookback_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n, work, size_class(n))
 
 
 def scan_lookback_i32(x: torch.Tensor, y: torch.Tensor, n: int, work: torch.Tensor) -> None:
@@ -183,9 +183,9 @@ def scan_lookback_f32(x: torch.Tensor, y: torch.Tensor, n: int, work: torch.Tens
 
 
 @triton.jit
-def look_back_probe_kernel(status_ptr, out_ptr, DTYPE: tl.constexpr, W: tl.constexpr):
+def look_back_probe_kernel(status_ptr, out_ptr):
     tile = tl.program_id(0)
-    tl.store(out_ptr + tile, look_back(status_ptr, tile, DTYPE, W))
+    tl.store(out_ptr + tile, look_back(status_ptr, tile, tl.int32, WINDOW))
 
 
 def look_back_probe(status: torch.Tensor, out: torch.Tensor, tiles: int) -> None:
@@ -196,4 +196,4 @@ def look_back_probe(status: torch.Tensor, out: torch.Tensor, tiles: int) -> None
         return
     if status.numel() < tiles or out.numel() < tiles:
         raise ValueError(f"look_back_probe: status ({status.numel()}) and out ({out.numel()}) need {tiles} elements")
-    look_back_probe_kernel[(tiles,)](status, out, DTYPE=tl.int32, W=WINDOW)
+    look_back_probe_kernel[(tiles,)](status, out)

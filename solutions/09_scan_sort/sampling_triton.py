@@ -22,9 +22,11 @@ Defined results for bad input: those of sampling.cu (README, "Bad input"): a NaN
 (or NaN) is greedy, top_k <= 0 or >= vocab keeps all, top_p >= 1 keeps all, top_p <= 0 keeps one, vocab <= 0 or
 > 2^23 writes -1 in every row.
 
-Where it runs: on a GPU, compiled (exp from libdevice, the same expf the CUDA kernel calls: tl.exp is the
-faster ex2.approx, off by up to a few units in the last place); on a CPU, Triton's interpreter with numpy's
-float32 exp. Needs the triton package: `make setup EXTRAS=triton` (Linux). Tested with triton 3.6.0.
+Where it runs: on a GPU, compiled; on a CPU, Triton's interpreter (numpy). exp is tl.exp: on the GPU Triton emits
+ex2.approx.f32 after a multiplication by log2(e), which is not CUDA's expf; a weight may differ from the CUDA
+kernel's in its last bits, so a draw that lands within about 1e-6 (relative) of a boundary may fall on the other
+side, which the tests allow (as they allow it between torch's exp and CUDA's expf). Needs the triton package:
+`make setup EXTRAS=triton` (Linux). Tested with triton 3.6.0.
 
 Run it:
   import cudacourse as cc; t = cc.triton_twin("09_scan_sort", "sampling_triton.py")
@@ -34,13 +36,11 @@ Run it:
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
-from cudacourse.triton_track import check_tensors, configs, interpreting, size_class
+from cudacourse.triton_track import check_tensors, configs, size_class
 
 MAX_VOCAB = 1 << 23  # vocab * 2^40 < 2^63: the int64 sums cannot overflow
 BITS = tl.constexpr(4)     # bits of the key decided per radix pass,
@@ -66,15 +66,10 @@ def order_key(lg):
 
 
 @triton.jit
-def fixed_weight(lg, mx, inv_t, valid, EXACT_EXP: tl.constexpr):
+def fixed_weight(lg, mx, inv_t, valid):
     # exp((lg - max) * (1 / T)) in (0, 1] as a 2^40-scaled int64; exactly 2^40 for the maximum (also +-inf);
     # 0 where not valid (past the end of the row).
-    z = (lg - mx) * inv_t
-    if EXACT_EXP:
-        e = libdevice.exp(z)
-    else:
-        e = tl.exp(z)
-    w = tl.where(lg == mx, 1.0, e)
+    w = tl.where(lg == mx, 1.0, tl.exp((lg - mx) * inv_t))
     return tl.where(valid, (w * 1099511627776.0).to(tl.int64), 0)
 
 
@@ -133,14 +128,13 @@ def select_kth_largest(row, vocab, k, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def set_mass_at_least(row, vocab, mx, inv_t, tau, m, w_tau, ALL: tl.constexpr, cand, BLOCK: tl.constexpr,
-                      EXACT_EXP: tl.constexpr):
+def set_mass_at_least(row, vocab, mx, inv_t, tau, m, w_tau, ALL: tl.constexpr, cand, BLOCK: tl.constexpr):
     # S(cand[d]) for each candidate threshold cand[d] (an int64 tensor [16]).
     s = tl.zeros(cand.shape, tl.int64)
     for start in range(0, vocab, BLOCK):
         lg, offs, valid = load_tile(row, start, vocab, BLOCK)
         key = order_key(lg)
-        w = fixed_weight(lg, mx, inv_t, valid, EXACT_EXP)
+        w = fixed_weight(lg, mx, inv_t, valid)
         if not ALL:
             w = tl.where(key > tau, w, 0)  # the keys at tau come in as one group below
         s += tl.sum(tl.where(key[None, :] >= cand[:, None], w[None, :], 0), axis=1)
@@ -150,17 +144,16 @@ def set_mass_at_least(row, vocab, mx, inv_t, tau, m, w_tau, ALL: tl.constexpr, c
 
 
 @triton.jit
-def select_by_mass(row, vocab, mx, inv_t, tau, m, w_tau, p, ALL: tl.constexpr, BLOCK: tl.constexpr,
-                   EXACT_EXP: tl.constexpr):
+def select_by_mass(row, vocab, mx, inv_t, tau, m, w_tau, p, ALL: tl.constexpr, BLOCK: tl.constexpr):
     digits = tl.arange(0, DIGITS).to(tl.int64)
-    z = tl.max(set_mass_at_least(row, vocab, mx, inv_t, tau, m, w_tau, ALL, digits * 0, BLOCK, EXACT_EXP), axis=0)
+    z = tl.max(set_mass_at_least(row, vocab, mx, inv_t, tau, m, w_tau, ALL, digits * 0, BLOCK), axis=0)
     want = tl.ceil(tl.full([], p, tl.float32).to(tl.float64) * z.to(tl.float64))  # ceil((double)p * (double)Z)
     need = tl.where(want < 1.0, 1, tl.where(want >= z.to(tl.float64), z, want.to(tl.int64)))
     prefix = tl.zeros([], tl.int64)
     for i in tl.static_range(PASSES):
         shift = 32 - BITS * (i + 1)
         cand = prefix + (digits << shift)
-        s = set_mass_at_least(row, vocab, mx, inv_t, tau, m, w_tau, ALL, cand, BLOCK, EXACT_EXP)
+        s = set_mass_at_least(row, vocab, mx, inv_t, tau, m, w_tau, ALL, cand, BLOCK)
         prefix += tl.max(tl.where(s >= need, digits, 0), axis=0) << shift
     # the cut is key `prefix`: the set's weight above it, how many of the set's keys equal it, and their weight
     above = tl.zeros([], tl.int64)
@@ -169,7 +162,7 @@ def select_by_mass(row, vocab, mx, inv_t, tau, m, w_tau, p, ALL: tl.constexpr, B
     for start in range(0, vocab, BLOCK):
         lg, offs, valid = load_tile(row, start, vocab, BLOCK)
         key = order_key(lg)
-        w = fixed_weight(lg, mx, inv_t, valid, EXACT_EXP)
+        w = fixed_weight(lg, mx, inv_t, valid)
         in_set = valid
         if not ALL:
             in_set = valid & (key > tau)
@@ -189,7 +182,7 @@ def select_by_mass(row, vocab, mx, inv_t, tau, m, w_tau, p, ALL: tl.constexpr, B
 
 
 @triton.jit
-def pick_token(row, vocab, mx, inv_t, tau, m, target, BLOCK: tl.constexpr, EXACT_EXP: tl.constexpr):
+def pick_token(row, vocab, mx, inv_t, tau, m, target, BLOCK: tl.constexpr):
     # The first index i whose running kept weight (the kept weights of indices 0..i) exceeds target
     # (0 <= target < the kept set's total). A key is kept if it is above tau, or equal to tau and among the first
     # m such keys in index order. Walk the row in tiles, carrying two totals from tile to tile: the keys equal to
@@ -212,7 +205,7 @@ def pick_token(row, vocab, mx, inv_t, tau, m, target, BLOCK: tl.constexpr, EXACT
         ties = (valid & (key == tau)).to(tl.int64)
         rank = tie_carry + tl.cumsum(ties, axis=0) - ties
         kept = (key > tau) | ((ties > 0) & (rank < m))
-        w = tl.where(kept, fixed_weight(lg, mx, inv_t, valid, EXACT_EXP), 0)
+        w = tl.where(kept, fixed_weight(lg, mx, inv_t, valid), 0)
         run = mass_carry + tl.cumsum(w, axis=0)
         best = tl.minimum(best, tl.min(tl.where(valid & (run > target), offs, vocab), axis=0))
         tie_carry += tl.sum(ties, axis=0)
@@ -229,9 +222,11 @@ def pick_token(row, vocab, mx, inv_t, tau, m, target, BLOCK: tl.constexpr, EXACT
 
 @triton.autotune(configs=ROWS, key=["vocab_class"])
 @triton.jit
-def sample_kernel(logits_ptr, ids_ptr, vocab, inv_t, k, p, seed, off_lo, off_hi, vocab_class,
-                  USE_P: tl.constexpr, BLOCK: tl.constexpr, EXACT_EXP: tl.constexpr):
+def sample_kernel(logits_ptr, ids_ptr, vocab, temperature, k, p, seed, off_lo, off_hi, vocab_class,
+                  USE_P: tl.constexpr, BLOCK: tl.constexpr):
     r = tl.program_id(0)
+    # 1 / T rounded once in float32, as the CUDA kernel's 1.0f / temperature (div_rn: Triton's / is approximate)
+    inv_t = tl.math.div_rn(tl.full([], 1.0, tl.float32), tl.full([], temperature, tl.float32))
     row = logits_ptr + r.to(tl.int64) * vocab
     # the maximum, and whether the row holds a NaN
     mx = tl.full([], float("-inf"), tl.float32)
@@ -256,18 +251,18 @@ def sample_kernel(logits_ptr, ids_ptr, vocab, inv_t, k, p, seed, off_lo, off_hi,
         if k > 0:
             for start in range(0, vocab, BLOCK):
                 lg, offs, valid = load_tile(row, start, vocab, BLOCK)
-                w = fixed_weight(lg, mx, inv_t, valid, EXACT_EXP)
+                w = fixed_weight(lg, mx, inv_t, valid)
                 w_tau = tl.maximum(w_tau, tl.max(tl.where(valid & (order_key(lg) == tau), w, 0), axis=0))
-            tau, m = select_by_mass(row, vocab, mx, inv_t, tau, m, w_tau, p, False, BLOCK, EXACT_EXP)
+            tau, m = select_by_mass(row, vocab, mx, inv_t, tau, m, w_tau, p, False, BLOCK)
         else:
-            tau, m = select_by_mass(row, vocab, mx, inv_t, tau, m, w_tau, p, True, BLOCK, EXACT_EXP)
+            tau, m = select_by_mass(row, vocab, mx, inv_t, tau, m, w_tau, p, True, BLOCK)
     # the kept set's total weight, then the target floor(word * total / 2^32), word from Philox
     total = tl.zeros([], tl.int64)
     w_tau = tl.zeros([], tl.int64)
     for start in range(0, vocab, BLOCK):
         lg, offs, valid = load_tile(row, start, vocab, BLOCK)
         key = order_key(lg)
-        w = fixed_weight(lg, mx, inv_t, valid, EXACT_EXP)
+        w = fixed_weight(lg, mx, inv_t, valid)
         total += tl.sum(tl.where(key > tau, w, 0), axis=0)
         w_tau = tl.maximum(w_tau, tl.max(tl.where(valid & (key == tau), w, 0), axis=0))
     total += m * w_tau
@@ -278,7 +273,7 @@ def sample_kernel(logits_ptr, ids_ptr, vocab, inv_t, k, p, seed, off_lo, off_hi,
     word = tl.max(word.to(tl.uint64), axis=0)
     t64 = total.to(tl.uint64)
     target = ((t64 >> 32) * word + (((t64 & 0xFFFFFFFF) * word) >> 32)).to(tl.int64)
-    idx = pick_token(row, vocab, mx, inv_t, tau, m, target, BLOCK, EXACT_EXP)
+    idx = pick_token(row, vocab, mx, inv_t, tau, m, target, BLOCK)
     tl.store(ids_ptr + r, tl.where(nans > 0, -1, idx))
 
 
@@ -297,10 +292,10 @@ def sample_top_k_top_p(logits: torch.Tensor, ids: torch.Tensor, batch: int, voca
         return
     if not 0 <= seed < 2**64 or not 0 <= offset < 2**64:
         raise ValueError(f"sample_top_k_top_p: seed ({seed}) and offset ({offset}) are unsigned 64-bit integers")
-    # The scalars as the CUDA kernel sees them: float32 arguments, 1 / T rounded once in float32.
-    t32, p32 = np.float32(temperature), np.float32(top_p)
-    greedy = not t32 > 0
-    inv_t = 1.0 if greedy else float(np.float32(1.0) / t32)
+    # The scalars as the CUDA kernel sees them (float32 arguments): a temperature that rounds to 0 (or NaN, or <= 0) is
+    # greedy; a top_p that rounds to 1.0 (from 1 - 2^-25 up) or NaN keeps every token.
+    greedy = not temperature > 2.0**-150
     k = 1 if greedy else (top_k if 0 < top_k < vocab else 0)
-    sample_kernel[(batch,)](logits, ids, vocab, inv_t, k, float(p32), seed, offset & 0xFFFFFFFF, offset >> 32,
-                            size_class(vocab, 1024), USE_P=bool(p32 < 1.0), EXACT_EXP=not interpreting())
+    use_p = top_p < 1.0 - 2.0**-25
+    sample_kernel[(batch,)](logits, ids, vocab, 1.0 if greedy else temperature, k, top_p, seed, offset & 0xFFFFFFFF,
+                            offset >> 32, size_class(vocab, 1024), USE_P=use_p)
