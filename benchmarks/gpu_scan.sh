@@ -8,7 +8,9 @@
 #   mkdir -p /work/main/.dev-scan && git archive HEAD | tar -x -C /work/main/.dev-scan \
 #     && git rev-parse --short HEAD > /work/main/.dev-scan/COMMIT
 #   run(command="cd .dev-scan && bash benchmarks/gpu_scan.sh", carry=[".dev-scan"], timeout_s=170)
-# (`bash benchmarks/gpu_scan.sh second`: the same without the routes, for a second call after a change)
+# (`bash benchmarks/gpu_scan.sh second`: the same without the routes, for a second call after a change;
+#  `bash benchmarks/gpu_scan.sh twins`: the Triton twins' tests and the 9.7 speed test, the scan's shapes
+#  (benchmarks/scan_sweep.py) and the twins' times (benchmarks/scan_twins_time.py), ~150 s)
 # There: python3 3.12 with torch, pytest, matplotlib; no make, no venv, no git checkout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +37,16 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $R/NAME.
   pack
 }
 
+if [ "${1:-}" = twins ]; then  # (wave 2 of issue 41: the Triton twins' tests, the scan's shapes, the twins' times)
+  CUDA_COURSE_TRITON_ONE_CONFIG=1 step tests_triton 60 python3 -m pytest tests/test_09_scan_sort.py --impl=solution \
+      -v -n 0 -p no:cacheprovider -p no:randomly -rfE --durations=10 -k "triton or speed_scan"
+  tail -30 "$R/tests_triton.log"
+  step sweep 45 python3 benchmarks/scan_sweep.py
+  cat "$R/sweep.log"
+  step twins 45 python3 benchmarks/scan_twins_time.py
+  cat "$R/twins.log"
+  exit 0
+fi
 step tests 50 python3 -m pytest tests/test_09_scan_sort.py --impl=solution -v -n 0 -p no:cacheprovider -p no:randomly \
     -rfE --durations=15
 tail -25 "$R/tests.log"

@@ -24,15 +24,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # scalar float arguments of the twins' kernels; other scalars are int32
 FLOAT_ARGS = {"a", "eps", "qk_scale", "inv_count", "lr", "beta1", "beta2", "weight_decay", "step_size",
-              "inv_bc2_sqrt"}
-INT_POINTERS = {"labels_ptr"}  # int32 pointers; other pointers are float32
+              "inv_bc2_sqrt", "temperature", "p"}
+INT_POINTERS = {"labels_ptr", "ids_ptr"}  # int32 pointers; other pointers are float32
+INT64_POINTERS = {"work_ptr"}  # int64 pointers (lesson 09's scan: the ticket and the status words)
 PICK = {"BLOCK": 4096, "num_warps": 8}  # the configuration compiled (the first one with these values) ...
 # ... or, for the tiled kernels, the first one with these: the configs the H100 kept in
 # results/nvidia-h100-80gb-hbm3/triton_twins/results.md (sgemm at 2048^3 and 4096^3) and
 # results/nvidia-h100-80gb-hbm3/flash21/results.md (attention at d = 64)
 PICK_BY_KERNEL = {"sgemm_kernel": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8},
                   "attention_flash_kernel": {"BQ": 64, "BK": 32, "num_warps": 8}}
-EXTRA_CONSTEXPRS = {"NPROG": 528, "GROUP_M": 8, "BLOCK_D": 64, "VEC": 4}  # constexprs the wrappers pass (not tuned)
+EXTRA_CONSTEXPRS = {"NPROG": 528, "GROUP_M": 8, "BLOCK_D": 64, "VEC": 4,  # constexprs the wrappers pass (not tuned)
+                    "USE_P": True}
 # ... per kernel, and pointers that are not float32 (lesson 08: bf16 in, e4m3 out; rows of 4096 values)
 EXTRA_BY_KERNEL = {"quant_1x128_kernel": {"BLOCK_N": 4096}, "rmsnorm_quant_1x128_kernel": {"BLOCK_N": 4096}}
 PTR_BY_KERNEL = {"quant_1x128_kernel": {"x_ptr": "*bf16", "y_ptr": "*fp8e4nv"},
@@ -75,7 +77,8 @@ def compile_one(tuner: object, aligned: bool, extra_constexprs: dict, name: str 
         if p in constexprs:
             sig[p] = "constexpr"
         elif p.endswith("_ptr"):
-            sig[p] = PTR_BY_KERNEL.get(name, {}).get(p, "*i32" if p in INT_POINTERS else "*fp32")
+            sig[p] = PTR_BY_KERNEL.get(name, {}).get(p, "*i32" if p in INT_POINTERS else "*i64" if p in INT64_POINTERS
+                                                      else "*fp32")
             if aligned:
                 attrs[(i,)] = [["tt.divisibility", 16]]
         elif p in FLOAT_ARGS:

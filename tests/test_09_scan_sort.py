@@ -275,9 +275,25 @@ def test_scans_ignore_empty_input() -> None:
     m = _m()
     x = torch.zeros(4, dtype=torch.int32, device=m.device)
     y = check.poisoned(4, torch.int32, m.device)
-    for v in ("three_phase", "chained"):
+    for v in ("three_phase", "chained", "lookback"):
         getattr(m, f"scan_{v}_i32")(x, y, 0, _work_scan(1, m, "empty"))
     assert bool((y == check.INT_POISON).all()), "a scan of 0 elements wrote its output"
+
+
+@pytest.mark.task("9.3")
+def test_float_scans_carry_a_nan_forward() -> None:
+    """The README's defined result for a NaN in a float scan: every prefix before it is a number, every prefix from it
+    on is NaN (as torch.cumsum gives), across tiles."""
+    m = _m()
+    n, at = 9000, 5000
+    x = _floats("9.3-nan", n, m).cpu()
+    x[at] = float("nan")
+    for version in ("three_phase", "lookback"):
+        y = _device_scan(m, version, "f32", x.to(m.device), n, _work_scan(n, m, "9.3-nan-w")).cpu()
+        assert bool(y[:at].isfinite().all()) and bool(y[at:].isnan().all()), (
+            f"scan_{version}_f32 with a NaN at {at} (task 9.3): prefixes before it must be numbers and every prefix "
+            f"from it on NaN; got {int(y[:at].isnan().sum())} NaN before and {int((~y[at:].isnan()).sum())} numbers "
+            "after. " + HINT_93)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -422,6 +438,15 @@ def test_argsort_special_values() -> None:
     x[pos[11]] = 3.0e38
     _check_argsort(m, x.to(m.device), "small integers with +-0, +-inf, NaN and denormals")
     _check_argsort(m, torch.full((n,), -1.5, device=m.device), "a constant vector")
+
+
+def test_sorts_of_nothing_write_nothing() -> None:
+    """n = 0: the sort's launcher returns without a launch (not graded: the launcher is given)."""
+    m = _m()
+    x = torch.zeros(4, device=m.device)
+    out, idx = check.poisoned(4, torch.float32, m.device), check.poisoned(4, torch.int32, m.device)
+    m.argsort_f32(x, out, idx, 0, _work_sort(4, m, "9.5-empty"))
+    assert bool(out.isnan().all()) and bool((idx == check.INT_POISON).all()), "a sort of 0 keys wrote its output"
 
 
 @pytest.mark.task("9.5")
@@ -657,6 +682,20 @@ def test_sample_ties_and_special_rows() -> None:
     one = check.randn((5, 1), g, m.device)
     check.assert_close(_sample(m, one, 1.0, 0, 0.5, 1, 1), torch.zeros(5, dtype=torch.int32), name="vocab 1",
                        rtol=0, atol=0, task="9.6", hint="one token: always 0")
+    flat = torch.full((16, 300), 0.25, device=m.device)  # every logit equal: top-3 is tokens 0, 1, 2 (index order)
+    _check_ids(m, flat, 1.0, 3, 1.0, "a constant row, top-3")
+    assert set(_sample(m, flat, 1.0, 3, 1.0, 8, 2).tolist()) <= {0, 1, 2}, "equal logits: top-3 keeps tokens 0, 1, 2"
+
+
+def test_sampler_empty_and_vocab_zero() -> None:
+    """batch 0: nothing written; vocab 0: -1 in every row (the given launcher, not graded)."""
+    m = _m()
+    logits = torch.zeros(4, device=m.device)
+    ids = check.poisoned(3, torch.int32, m.device)
+    m.sample_top_k_top_p(logits, ids, 0, 4, 1.0, 0, 1.0, 1, 0)
+    assert bool((ids == check.INT_POISON).all()), "a batch of 0 rows wrote ids"
+    m.sample_top_k_top_p(logits, ids, 3, 0, 1.0, 0, 1.0, 1, 0)
+    assert ids.cpu().tolist() == [-1, -1, -1], f"vocab 0 must give -1 in every row, got {ids.cpu().tolist()}"
 
 
 @pytest.mark.task("9.6")
@@ -832,3 +871,256 @@ def test_speed_sampler() -> None:
            lambda i: m.sample_top_k_top_p(ls[i], ids[i], b, v, t, k, p, 77, i), lambda i: (ids[i],), ok,
            "softmax + topk + multinomial", lambda i: torch_sampler(ls[i], t, k, p), 4 * b * v,
            "Hint: one block per row; each radix pass is one read of the row (L2-resident after the first).")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Triton track (optional): tasks 9.T1 (scan_triton.py) and 9.T2 (sampling_triton.py), checked like their CUDA
+# versions, by the same reference functions. On the CPU Triton's interpreter runs them one program at a time, in
+# order of program id: a scan there never meets an unpublished predecessor, so look_back is also checked alone, on
+# status words this test writes (look_back_probe). Without the triton package they are "not graded".
+# ----------------------------------------------------------------------------------------------------
+
+HINT_9T1 = ("look_back (TODO task 9.T1 in scan_triton.py): read the window of W status words before the tile, read it "
+            "again while any flag is 0, add the values from the nearest predecessor down to the nearest P (that one "
+            "included), stop there, or add all W and move the window W tiles back.")
+HINT_9T2 = ("select_kth_largest and pick_token (TODO task 9.T2 in sampling_triton.py): the k-th largest key is built 4 "
+            "bits per pass from the top (the largest digit whose count of keys >= the candidate still reaches k); the "
+            "pick keeps keys above tau and the first m keys equal to tau (tie rank: an exclusive scan of the ties) "
+            "and returns the first index whose running kept weight exceeds the target.")
+
+
+def _twin(file: str) -> Any:
+    from cudacourse.triton_track import twin_or_not_graded
+
+    return twin_or_not_graded(LESSON, file)
+
+
+def _guard(t: Any) -> Any:
+    """Torch may allocate and check in the twin, never compute the answer (refused at run time)."""
+    from cudacourse.grading.screens import torch_answer_guard
+
+    return torch_answer_guard([t.__file__])
+
+
+def _triton_scan(t: Any, m: Any, x: torch.Tensor, n: int, name: str) -> torch.Tensor:
+    y = check.poisoned(n, x.dtype, m.device)
+    fn = getattr(t, f"scan_lookback_{'i32' if x.dtype == torch.int32 else 'f32'}")
+    with check.unchanged(x, names=["x"]), _guard(t):
+        fn(x, y, n, _work_scan(n, m, name))
+    return y
+
+
+@pytest.mark.task("9.T1")
+@pytest.mark.parametrize("dtype", ["i32", "f32"])
+@pytest.mark.parametrize("n", [9000, 70_001, "big"])  # more than one tile of every BLOCK the configs try
+def test_triton_scan_lookback(dtype: str, n: int | str) -> None:
+    t, m = _twin("scan_triton.py"), _m()
+    size = _big(m, 2**17 + 3, 2**24 + 7) if n == "big" else int(n)
+    x = _ints(f"9.T1-{size}", size).to(m.device) if dtype == "i32" else _floats(f"9.T1f-{size}", size, m)
+    y = _triton_scan(t, m, x, size, f"9.T1-w-{size}")
+    _assert_scan(y, x, seg=None, name=f"scan_lookback_{dtype} (Triton, n={size})", task="9.T1", hint=HINT_9T1)
+
+
+@pytest.mark.task("9.T1")
+def test_triton_scan_views_and_repeats() -> None:
+    """A view at offset 1 (no 16-byte alignment), the same workspace twice, n = 0 (nothing written)."""
+    t, m = _twin("scan_triton.py"), _m()
+    n = 9000
+    buf = _ints("9.T1-view", n + 1).to(m.device)
+    for k in range(2):
+        _assert_scan(_triton_scan(t, m, buf[1:], n, "9.T1-view-w"), buf[1:], seg=None,
+                     name=f"scan_lookback_i32 (Triton) of a view at offset 1, call {k + 1}", task="9.T1", hint=HINT_9T1)
+    y = check.poisoned(4, torch.int32, m.device)
+    t.scan_lookback_i32(buf, y, 0, _work_scan(1, m, "9.T1-empty"))
+    assert bool((y == check.INT_POISON).all()), "a scan of 0 elements (Triton) wrote its output"
+    with pytest.raises(ValueError, match="work holds"):
+        t.scan_lookback_i32(buf, check.poisoned(n, torch.int32, m.device), n, torch.zeros(3, dtype=torch.int64,
+                                                                                           device=m.device))
+
+
+def _probe_words(tiles: int, p_every: int, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Published status words for `tiles` tiles (tile 0 and about one in p_every others P, the rest A) and the exact
+    exclusive prefix of each tile."""
+    g = check.rng(name)
+    agg = torch.randint(-1000, 1000, (tiles,), generator=g, dtype=torch.int64)
+    is_p = torch.rand(tiles, generator=g) < 1.0 / p_every
+    is_p[0] = True
+    incl = torch.cumsum(agg, 0)
+    value = torch.where(is_p, incl, agg) & M32
+    words = (torch.where(is_p, 2, 1).long() << 32) | value
+    return words, incl - agg
+
+
+@pytest.mark.task("9.T1")
+@pytest.mark.parametrize("p_every", [1, 5, 40, 1000], ids=lambda p: f"P-every-{p}")
+def test_triton_look_back_on_published_words(p_every: int) -> None:
+    """look_back alone, on A and P words as a running GPU scan leaves them: runs of A longer than the window (32)
+    make it move back, a P ends it (and the A values before it must not be added)."""
+    t, m = _twin("scan_triton.py"), _m()
+    tiles = 150
+    words, want = _probe_words(tiles, p_every, f"9.T1-probe-{p_every}")
+    out = check.poisoned(tiles, torch.int32, m.device)
+    status = words.to(m.device)
+    with check.unchanged(status, names=["status"]):
+        t.look_back_probe(status, out, tiles)
+    check.assert_close(out, want.to(torch.int32), name=f"look_back on status words (a P about every {p_every})",
+                       rtol=0, atol=0, task="9.T1", hint=HINT_9T1)
+
+
+def test_triton_worked_segment_scan() -> None:
+    """The worked example of scan_triton.py (given complete; not graded)."""
+    t, m = _twin("scan_triton.py"), _m()
+    for n in (1, 1023, 5000):
+        x = _ints(f"9.T-worked-{n}", n).to(m.device)
+        y = check.poisoned(n, torch.int32, m.device)
+        t.scan_segments_block_i32(x, y, n)
+        _assert_scan(y, x, seg=1024, name="scan_segments_block_i32 (Triton)", task="worked example",
+                     hint="scan_segments_block is given complete in scan_triton.py; did an edit change it?")
+
+
+def _triton_sample(t: Any, m: Any, logits: torch.Tensor, temperature: float, top_k: int, top_p: float, seed: int,
+                   offset: int) -> torch.Tensor:
+    b, v = logits.shape
+    ids = check.poisoned(b, torch.int32, m.device)
+    with check.unchanged(logits, names=["logits"]), _guard(t):
+        t.sample_top_k_top_p(logits, ids, b, v, temperature, top_k, top_p, seed, offset)
+    return ids.cpu()
+
+
+def _check_triton_ids(t: Any, m: Any, logits: torch.Tensor, temperature: float, top_k: int, top_p: float, what: str,
+                      seed: int = 1234, offset: int = 7) -> None:
+    got = _triton_sample(t, m, logits, temperature, top_k, top_p, seed, offset)
+    want, allowed = reference_sample(logits, temperature, top_k, top_p, seed, offset)
+    bad = [(r, g, w) for r, (g, w, ok) in enumerate(zip(got.tolist(), want, allowed, strict=True)) if g not in ok]
+    if bad:
+        r, g, w = bad[0]
+        raise check.CheckFailure(
+            f"sample_top_k_top_p (Triton) on {what} (T={temperature}, top_k={top_k}, top_p={top_p}, seed={seed}, "
+            f"offset={offset}) (task 9.T2): {len(bad)} of {logits.shape[0]} rows drew another token; row {r}: yours "
+            f"{g}, expected {w} (the CUDA sampler's id for the same seed and offset).\n  Hint: {HINT_9T2}")
+
+
+TRITON_SAMPLE_CASES = [  # (batch, vocab, temperature, top_k, top_p): the CUDA cases, fewer rows on the interpreter
+    (4, 100, 1.0, 0, 1.0),
+    (4, 1000, 0.7, 10, 1.0),
+    (4, 1000, 1.3, 0, 0.5),
+    (4, 3000, 0.8, 50, 0.9),
+    (1, 50_257, 0.8, 50, 0.9),  # a GPT-2 vocabulary: 13 tiles of the row
+]
+
+
+@pytest.mark.task("9.T2")
+@pytest.mark.parametrize("case", TRITON_SAMPLE_CASES, ids=lambda c: "b{}-v{}-T{}-k{}-p{}".format(*c))
+def test_triton_sample_ids_match_the_reference(case: tuple[int, int, float, int, float]) -> None:
+    t, m = _twin("sampling_triton.py"), _m()
+    b, v, temp, k, p = case
+    b = _big(m, b, 32)
+    logits = check.randn((b, v), check.rng(f"9.T2-{case}"), m.device, scale=4.0)
+    _check_triton_ids(t, m, logits, temp, k, p, f"random logits [{b}, {v}]")
+
+
+@pytest.mark.task("9.T2")
+def test_triton_sample_ties_and_special_rows() -> None:
+    """The CUDA sampler's special rows: ties at the cuts, greedy, NaN (-1), +-inf, top_k >= vocab, vocab 1, and a
+    vocabulary over the limit (-1 everywhere)."""
+    t, m = _twin("sampling_triton.py"), _m()
+    g = check.rng("9.T2-special")
+    ties = torch.randint(-2, 3, (6, 40), generator=g).float().to(m.device)
+    _check_triton_ids(t, m, ties, 0.9, 7, 0.6, "integer logits (ties)")
+    _check_triton_ids(t, m, ties, 1.0, 10, 1.0, "integer logits, top-10 (ties at the cut)")
+    cut = torch.tensor([1.0] * 8 + [2.0, 2.0]).expand(16, 10).contiguous().to(m.device)
+    _check_triton_ids(t, m, cut, 1.0, 3, 1.0, "eight ties at the cut before the two kept maxima")
+    greedy = _triton_sample(t, m, ties, 0.0, 0, 1.0, 5, 0)
+    check.assert_close(greedy, torch.argmax(ties.cpu(), dim=1).int(), name="greedy sampling (Triton, T = 0)", rtol=0,
+                       atol=0, task="9.T2", hint="temperature <= 0 keeps only the first maximum (top-1)")
+    special = check.randn((4, 300), g, "cpu")
+    special[0, 17] = float("nan")
+    special[1, [5, 250]] = float("inf")
+    special[2] = -float("inf")
+    ids = _triton_sample(t, m, special.to(m.device), 1.0, 0, 1.0, 99, 3)
+    assert int(ids[0]) == -1, f"a row with a NaN must give -1 (Triton), got {int(ids[0])}"
+    assert int(ids[1]) in (5, 250), f"with +inf logits only those may be drawn (Triton), got {int(ids[1])}"
+    _check_triton_ids(t, m, special[1:].to(m.device), 1.0, 0, 1.0, "+inf and -inf rows", seed=99, offset=3)
+    _check_triton_ids(t, m, check.randn((3, 64), g, m.device), 1.0, 500, 0.8, "top_k larger than the vocabulary")
+    one = check.randn((3, 1), g, m.device)
+    check.assert_close(_triton_sample(t, m, one, 1.0, 0, 0.5, 1, 1), torch.zeros(3, dtype=torch.int32),
+                       name="vocab 1 (Triton)", rtol=0, atol=0, task="9.T2", hint="one token: always 0")
+    ids = check.poisoned(2, torch.int32, m.device)
+    t.sample_top_k_top_p(one, ids, 2, 0, 1.0, 0, 1.0, 1, 1)
+    assert ids.cpu().tolist() == [-1, -1], f"vocab 0 must give -1 in every row (Triton), got {ids.cpu().tolist()}"
+
+
+@pytest.mark.task("9.T2")
+def test_triton_sample_same_stream_as_cuda() -> None:
+    """Seeds and offsets above 2^32 (both halves of Philox's key and counter) and another offset draws again: the
+    ids are the CUDA sampler's for the same (seed, offset, row), by reference_sample."""
+    t, m = _twin("sampling_triton.py"), _m()
+    logits = check.randn((8, 500), check.rng("9.T2-stream"), m.device, scale=3.0)
+    for seed, offset in ((2024, 11), (2**40 + 3, 2**33 + 5), (2**64 - 1, 2**64 - 1)):
+        _check_triton_ids(t, m, logits, 1.0, 40, 0.9, "random logits [8, 500]", seed=seed, offset=offset)
+    a = _triton_sample(t, m, logits, 1.0, 0, 1.0, 2024, 11)
+    b = _triton_sample(t, m, logits, 1.0, 0, 1.0, 2024, 12)
+    assert not torch.equal(a, b), "another offset (the next decoding step) must draw again (Triton)"
+
+
+@pytest.mark.task("9.T2")
+def test_triton_sample_distribution_chi_square() -> None:
+    """Rows of the same logits draw independently: the counts must fit the exact distribution (p > 1e-6) and no
+    token outside the kept set (top-4, top-p 0.7 of a flat row of 12)."""
+    t, m = _twin("sampling_triton.py"), _m()
+    temp, k, p, vocab = 0.8, 4, 0.7, 12
+    rows = _big(m, 400, 20_000)
+    base = check.randn((vocab,), check.rng("9.T2-chi"), "cpu", scale=0.5)
+    probs = kept_weights(base, temp, k, p)
+    probs = probs / probs.sum()
+    ids = _triton_sample(t, m, base.expand(rows, vocab).contiguous().to(m.device), temp, k, p,
+                         check.base_seed() & 0xFFFFFFFF, 1).long()
+    counts = torch.bincount(ids.clamp(0, vocab - 1), minlength=vocab)
+    assert bool(((ids >= 0) & (ids < vocab)).all()) and int(counts[probs == 0].sum()) == 0, (
+        f"(task 9.T2) tokens outside the kept set were drawn: counts {counts.tolist()}. Hint: {HINT_9T2}")
+    stat, pval = _chi_square(counts, probs)
+    assert pval > 1e-6, (f"(task 9.T2) the draws do not follow the distribution: chi-square {stat:.1f}, p = {pval:.2g} "
+                         f"(counts {counts.tolist()}). Hint: {HINT_9T2}")
+
+
+# Wrong twins, made from the solutions by one edit each: every one must fail the checks its task uses.
+TRITON_MUTANTS = {
+    "look-back ignores A values": ("exclusive += tl.sum(tl.where(lanes <= nearest_p, vals, 0), axis=0)",
+                                   "exclusive += tl.sum(tl.where(lanes == nearest_p, vals, 0), axis=0)"),
+    "look-back adds past the P": ("exclusive += tl.sum(tl.where(lanes <= nearest_p, vals, 0), axis=0)",
+                                  "exclusive += tl.sum(tl.where(lanes <= nearest_p + 1, vals, 0), axis=0)"),
+    "look-back never moves back": ("end = tl.where(nearest_p < W, -1, end - W)", "end = -1 + 0 * end"),
+    "top-k takes the smallest digit": ("prefix += tl.max(tl.where(cnt >= k, digits, 0), axis=0) << shift",
+                                       "prefix += tl.min(tl.where(cnt >= k, digits, 15), axis=0) << shift"),
+    "pick keeps every tie": ("kept = (key > tau) | ((ties > 0) & (rank < m))", "kept = (key > tau) | (ties > 0)"),
+    "pick forgets the earlier tiles' weight": ("run = mass_carry + tl.cumsum(w, axis=0)", "run = tl.cumsum(w, axis=0)"),
+}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow warnings from the wrong code
+@pytest.mark.parametrize("mutant", list(TRITON_MUTANTS))
+def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Any) -> None:
+    from cudacourse.triton_track import load_mutant
+
+    m = _m()
+    scan = mutant.startswith("look-back")
+    _twin("scan_triton.py" if scan else "sampling_triton.py")  # not graded (a skip) without triton
+    wrong = load_mutant(LESSON, "scan_triton.py" if scan else "sampling_triton.py", TRITON_MUTANTS[mutant], tmp_path,
+                        backend=m.backend)
+    with pytest.raises(AssertionError):
+        if scan:
+            for p_every in (5, 1000):  # (P words close together; then runs of A longer than the window)
+                words, want = _probe_words(150, p_every, f"9.T1-mutant-{p_every}")
+                out = check.poisoned(150, torch.int32, m.device)
+                wrong.look_back_probe(words.to(m.device), out, 150)
+                check.assert_close(out, want.to(torch.int32), name=mutant, rtol=0, atol=0, task="9.T1", hint="")
+        else:
+            g = check.rng("9.T2-mutant")
+            ties = torch.randint(-2, 3, (6, 40), generator=g).float().to(m.device)
+            _check_triton_ids(wrong, m, ties, 0.9, 7, 0.6, "integer logits (ties)")
+            _check_triton_ids(wrong, m, ties, 1.0, 10, 1.0, "integer logits, top-10 (ties at the cut)")
+            cut = torch.tensor([1.0] * 8 + [2.0, 2.0]).expand(16, 10).contiguous().to(m.device)
+            _check_triton_ids(wrong, m, cut, 1.0, 3, 1.0, "eight ties at the cut before the two kept maxima")
+            _check_triton_ids(wrong, m, check.randn((4, 1000), g, m.device, scale=4.0), 0.7, 10, 1.0,
+                              "random logits")
+            _check_triton_ids(wrong, m, check.randn((2, 9000), g, m.device), 1.0, 0, 1.0, "random logits, 9000")

@@ -9,6 +9,9 @@ Groups (each compared with its PyTorch row and with the copy bandwidth measured 
   sort 2^26 fp32              torch.sort(stable=True) (CUB radix sort, int64 indices); argsort_f32 (task 9.9).
   sample [B, 50257]           softmax + topk + cumsum/mask + multinomial (tests/test_09_scan_sort.py's torch_sampler);
                               the fused sampler (task 9.10 at B = 128), T = 0.8, top-k 50, top-p 0.9.
+The Triton twins (scan_triton.py: scan_lookback 9.T1 in both scan groups; sampling_triton.py: the sampler 9.T2 in
+both sample groups) are compiled and autotuned on a first call before their timing; the row's note gives that time
+and the config the autotuner kept (cudacourse/triton_track.py, ``bench_case``).
 ``bytes`` counts each input read once and each output written once (the sort: keys in, keys and int32 indices
 out; the sampler: the logits).
 """
@@ -19,6 +22,7 @@ from typing import Any
 
 import torch
 
+from cudacourse import triton_track
 from cudacourse.bench import Case
 
 
@@ -46,6 +50,7 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
     log_n = 24 if quick else 28
     n = 2**log_n
     work = torch.empty(n // 1024 + 2, dtype=torch.int64, device=dev)
+    scan_twin = triton_track.bench_twin(m, "scan_triton.py")
     for dtype, suffix in ((torch.int32, "i32"), (torch.float32, "f32")):
         x = (torch.randint(-4, 5, (n,), device=dev, dtype=torch.int32) if dtype == torch.int32
              else torch.randn(n, device=dev))
@@ -58,6 +63,10 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
             task = "9.7" if (version, suffix) == ("lookback", "i32") else None
             out.append(Case(g, f"scan_{version}_{suffix}", lambda fn=fn, x=x, y=y: fn(x, y, n, work), bytes=8 * n,
                             task=task))
+        out.append(triton_track.bench_case(scan_twin, g, f"scan_lookback_{suffix} (Triton twin, 9.T1)",
+                                           lambda t, x=x, y=y, s=suffix: getattr(t, f"scan_lookback_{s}")(x, y, n,
+                                                                                                         work),
+                                           ["scan_lookback_kernel"], bytes=8 * n))
 
     # histograms
     log_h = 22 if quick else 26
@@ -92,6 +101,7 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
 
     # sampling
     vocab, t, k, p = 50_257, 0.8, 50, 0.9
+    sample_twin = triton_track.bench_twin(m, "sampling_triton.py")
     for b in ((8, 128) if not quick else (8,)):
         logits = torch.randn(b, vocab, device=dev) * 2
         ids = torch.empty(b, dtype=torch.int32, device=dev)
@@ -101,4 +111,8 @@ def cases(m: Any, quick: bool = False) -> list[Case]:
         out.append(Case(g, "sample_top_k_top_p (fused)",
                         lambda lg=logits, ids=ids, b=b: m.sample_top_k_top_p(lg, ids, b, vocab, t, k, p, 1, 0),
                         bytes=4 * b * vocab, task="9.10" if b == 128 else None))
+        out.append(triton_track.bench_case(
+            sample_twin, g, "sample_top_k_top_p (Triton twin, 9.T2)",
+            lambda tw, lg=logits, ids=ids, b=b: tw.sample_top_k_top_p(lg, ids, b, vocab, t, k, p, 1, 0),
+            ["sample_kernel"], bytes=4 * b * vocab))
     return out

@@ -192,6 +192,16 @@ void scan_segments_block_i32(const int* x, int* y, int n) {
 #ifndef SCAN_TRANSPOSE
 #define SCAN_TRANSPOSE 1
 #endif
+// SCAN_STREAMING 1: the full tiles' 16-byte loads and stores carry the "streaming" cache hint (__ldcs, __stcs:
+// evict first, the data is touched once), so that they do not push the status words out of L2 (for comparison,
+// benchmarks/scan_sweep.py; the simulator runs both the same).
+#ifndef SCAN_STREAMING
+#define SCAN_STREAMING 0
+#endif
+template <typename V> __device__ __forceinline__ V tile_load16(const V* p) { return SCAN_STREAMING ? __ldcs(p) : *p; }
+template <typename V> __device__ __forceinline__ void tile_store16(V* p, V v) {
+    if (SCAN_STREAMING) __stcs(p, v); else *p = v;
+}
 template <typename T> struct Vec4;
 template <> struct Vec4<float> { using type = float4; };
 template <> struct Vec4<int> { using type = int4; };
@@ -218,7 +228,7 @@ __device__ __forceinline__ void load_tile(const T* __restrict__ x, long long bas
             T* buf = warp_buffer<T>();
             V q[ITEMS / 4];
 #pragma unroll
-            for (int k = 0; k < ITEMS / 4; ++k) q[k] = p[k * WARP + lane];  // all loads first: in flight together
+            for (int k = 0; k < ITEMS / 4; ++k) q[k] = tile_load16(p + k * WARP + lane);  // all loads first: in flight together
 #pragma unroll
             for (int k = 0; k < ITEMS / 4; ++k) *reinterpret_cast<V*>(buf + padded(4 * (k * WARP + lane))) = q[k];
             __syncwarp();
@@ -259,7 +269,7 @@ __device__ __forceinline__ void store_tile(T* __restrict__ y, long long base, in
             __syncwarp();
 #pragma unroll
             for (int k = 0; k < ITEMS / 4; ++k)
-                p[k * WARP + lane] = *reinterpret_cast<const V*>(buf + padded(4 * (k * WARP + lane)));
+                tile_store16(p + k * WARP + lane, *reinterpret_cast<const V*>(buf + padded(4 * (k * WARP + lane))));
             __syncwarp();
         } else {
 #pragma unroll

@@ -244,6 +244,22 @@ static inline int __syncthreads_or(int p, const char* f = __builtin_FILE(), int 
 static inline void __threadfence() { ccsim_rt_threadfence(); }
 static inline void __threadfence_block() { ccsim_rt_threadfence(); }
 static inline void __threadfence_system() { ccsim_rt_threadfence(); }
+// nvcc's built-in atomic loads and stores with a memory order and a scope (__nv_atomic_load_n(p, order, scope),
+// __nv_atomic_store_n(p, v, order, scope); nvcc 13.0 emits ld.acquire.gpu / st.release.gpu for them): the order
+// reaches the memory-model check through the atomic hooks (rt/mem_hooks.h); the scope is not modelled.
+#define __NV_ATOMIC_RELAXED __ATOMIC_RELAXED
+#define __NV_ATOMIC_CONSUME __ATOMIC_CONSUME
+#define __NV_ATOMIC_ACQUIRE __ATOMIC_ACQUIRE
+#define __NV_ATOMIC_RELEASE __ATOMIC_RELEASE
+#define __NV_ATOMIC_ACQ_REL __ATOMIC_ACQ_REL
+#define __NV_ATOMIC_SEQ_CST __ATOMIC_SEQ_CST
+#define __NV_THREAD_SCOPE_THREAD 0
+#define __NV_THREAD_SCOPE_BLOCK 1
+#define __NV_THREAD_SCOPE_CLUSTER 2
+#define __NV_THREAD_SCOPE_DEVICE 3
+#define __NV_THREAD_SCOPE_SYSTEM 4
+#define __nv_atomic_load_n(p, order, scope) __atomic_load_n((p), (order))
+#define __nv_atomic_store_n(p, v, order, scope) __atomic_store_n((p), (v), (order))
 static inline void __trap(const char* f = __builtin_FILE(), int l = __builtin_LINE()) { ccsim_rt_trap(f, l); }
 static inline void __nanosleep(unsigned) {}
 

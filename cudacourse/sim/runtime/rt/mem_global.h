@@ -129,9 +129,67 @@ inline void global_release(Worker* w) {
     w->ngheld = 0;
 }
 
+// ---- the memory-model check: a value published with a flag ------------------------------------------------
+// A flag read is a volatile or atomic load of a word that a thread of another block stored in this launch; the
+// reader remembers it (Fiber::seen: the storing thread, its fence count at that store, whether the store was a
+// release and the load an acquire, the reader's own fence count). A later plain load by the same reader of a word
+// that the SAME storing thread wrote (the value) is then judged as the consumer side of the protocol, instead of
+// by the launch-wide rule below: the storing thread must have run a fence between its store of the value and its
+// store of the flag (or stored the flag with release order), and the reader must have run a fence between its
+// load of the flag and its load of the value (or loaded the flag with acquire order). Fence counts are per thread
+// (ccsim_rt_threadfence), so "between" is exact for one thread's program order.
+const Fiber::Seen* seen_from(const Fiber* f, uint32_t self, uint32_t seq, uint32_t writer) {
+    const Fiber::Seen* best = nullptr;
+    for (const Fiber::Seen& o : f->seen)
+        if (o.owner == self && o.seq == seq && o.writer == writer) best = &o;
+    return best;
+}
+
+void observe(Fiber* f, uint32_t self, uint32_t seq, const GShadow& s, uintptr_t word, const Buffer* b, int sync,
+             uintptr_t pc) {
+    Fiber::Seen* slot = nullptr;
+    for (Fiber::Seen& o : f->seen)   // the same writer again (a spin on its flag): the latest read counts
+        if (o.owner == self && o.seq == seq && o.writer == s.wthr) slot = &o;
+    if (!slot) slot = &f->seen[f->nseen++ % 4];
+    *slot = Fiber::Seen{self, seq, s.wthr, f->fences, s.wfences, s.wrel, (uint8_t)((sync & ACC_ORDERED) ? 1 : 0), word,
+                        pc, b};
+}
+
+// The consumer's load of a value that thread o.writer stored, after the flag o: "" when ordered, else the report.
+std::string judge_published(const Fiber* f, const Fiber::Seen& o, const GShadow& s, const Buffer& b, uintptr_t lo,
+                            unsigned size, uintptr_t pc) {
+    const Launch* L = f->w->L;
+    const std::string val = gname(b, lo, size), flag = gname(*o.buf, o.word);
+    const std::string head = "RaceError " + where(L, f->w->bidx) + ": " + thr(f) + " reads " + val + " at " +
+                             pctok(pc) + ", the value " + gthread(L, o.writer) + " published with the flag " + flag +
+                             " (read at " + pctok(o.pc) + "), but ";
+    const int16_t order = (int16_t)(uint16_t)(o.wfences - s.wfences);   // fences between value and flag stores
+    if (order < 0)
+        return head + "that thread stored the value AFTER the flag (it ran a fence between the flag's store and the "
+               "value's): the flag says ready before the value exists. Store the value first, then __threadfence(), "
+               "then the flag.";
+    if (order == 0 && !o.release)
+        return head + "the producer is missing its fence: that thread stored the value and then the flag with no "
+               "__threadfence() between the two stores (and the flag's store is not a release store), so another "
+               "SM may see the new flag and the old value. Put __threadfence() between the value's store and the "
+               "flag's store, or store the flag with __nv_atomic_store_n(p, v, __NV_ATOMIC_RELEASE, "
+               "__NV_THREAD_SCOPE_DEVICE) (cuda::atomic_ref::store with memory_order_release).";
+    if (!o.acquire && f->fences == o.my_fences)
+        return head + "the consumer is missing its fence: this thread loaded the flag and then the value with no "
+               "__threadfence() between the two loads (and the flag's load is not an acquire load), so the value's "
+               "load may be served before the flag's and see the old value. Put __threadfence() after the loop that "
+               "waits for the flag, or load the flag with __nv_atomic_load_n(p, __NV_ATOMIC_ACQUIRE, "
+               "__NV_THREAD_SCOPE_DEVICE) (cuda::atomic_ref::load with memory_order_acquire).";
+    return "";
+}
+
 // A global-memory access by a CUDA thread inside registered buffer b: initialisation (cudaMalloc memory)
-// and races with other threads of the same launch.
-void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int kind, bool vol, uintptr_t pc) {
+// and races with other threads of the same launch. sync: the ACC_* bits of the access (state.h).
+void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int kind, int sync, uintptr_t pc) {
+    const bool vol = sync != 0;
+    // A thread spinning on a flag never hands back control: when another block has failed (its report is set and
+    // the launch is stopping), the spin's next flag read ends this thread, or the launch would wait for it forever.
+    if (vol && kind == 0 && f->w->L->abort.load(std::memory_order_relaxed)) fiber_fail(f);
     Worker* w = f->w;
     Launch* L = w->L;
     uint32_t T = (uint32_t)(w->blin * L->nthreads + (unsigned)f->tid + 1);
@@ -163,6 +221,22 @@ void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int ki
         if (kind == 2) { s.init |= bm; gs_unlock(s); continue; }   // atomics never race with each other
         bool cross_ok = vol || L->fenced.load(std::memory_order_relaxed);
         if (kind == 0) {
+            const bool other_block = s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) &&
+                                     (s.wthr - 1ull) / L->nthreads != w->blin;
+            if (vol && other_block) observe(f, T, S, s, wa, &b, sync, pc);   // a flag read
+            const Fiber::Seen* o = !vol && other_block && ((cur ^ s.wold) & byte_mask32(bm)) ?
+                                   seen_from(f, T, S, s.wthr) : nullptr;
+            if (o) {   // the value of a flag this thread read: judged by the protocol, not by the launch-wide rule
+                std::string why = judge_published(f, *o, s, b, lo, size, pc);
+                if (!why.empty()) {
+                    RtGuard guard;
+                    gs_unlock(s);
+                    fail_here("race", why, nullptr, 0, pc);
+                }
+                s.rthr = T; s.rl = S; s.re = E; s.rm = bm;
+                gs_unlock(s);
+                continue;
+            }
             if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we) &&
                 ((cur ^ s.wold) & byte_mask32(bm)) && !(cross_ok && (s.wthr - 1ull) / L->nthreads != w->blin)) {
                 RtGuard guard;
@@ -178,7 +252,9 @@ void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int ki
         // a write: its value is not known yet, so the word stays locked until the store has landed; then
         // global_release compares the bytes it stored with `cur`, the value the last access left (for a
         // conflicting store: the value that thread stored)
-        if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we)) {
+        if (sync & ACC_ATOMIC) {
+            // an atomic store never races (as atomics never do)
+        } else if (s.wl == S && s.wthr && s.wthr != T && (s.wm & bm) && !ordered(s.wthr, s.we)) {
             w->gconf.push_back({wa, cur, bm, false, s.wthr, (uint16_t)f->tid, pc, &b});
         } else if (!vol && s.rl == S && s.rthr && s.rthr != T && (s.rm & bm) && !ordered(s.rthr, s.re) &&
                    !(cross_ok && (s.rthr - 1ull) / L->nthreads != w->blin)) {
@@ -188,6 +264,7 @@ void global_access(Fiber* f, const Buffer& b, uintptr_t a, unsigned size, int ki
         else w->gheld_more.push_back(&s);
         if (!(s.wthr == T && s.wl == S)) { s.wold = cur; s.wm = 0; }
         s.wthr = T; s.wl = S; s.we = E; s.wm |= bm; s.init |= bm;
+        s.wfences = (uint16_t)f->fences; s.wrel = (sync & ACC_ORDERED) ? 1 : 0;
     }
 }
 

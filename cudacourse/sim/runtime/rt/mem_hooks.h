@@ -21,8 +21,9 @@ __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int
     Worker* w = f->w;
     if (w->ngheld) global_release(w);   // the worker's last global store has landed by now
     if (a - (uintptr_t)w->arena < ARENA_CAP) {
-        if (g_profile) prof_access(f, a, size, kind & 3, (uintptr_t)pc - g_base, SP_SHARED, -1);
-        shared_access(f, a, size, kind & 3, (uintptr_t)pc - g_base);
+        const int k = (kind & ACC_ATOMIC) && (kind & 3) == 1 ? 2 : kind & 3;   // an atomic store: an atomic here
+        if (g_profile) prof_access(f, a, size, k, (uintptr_t)pc - g_base, SP_SHARED, -1);
+        shared_access(f, a, size, k, (uintptr_t)pc - g_base);
         return;
     }
     int n = g_nbufs.load(std::memory_order_relaxed);
@@ -31,7 +32,7 @@ __attribute__((always_inline)) inline void check(uintptr_t a, unsigned size, int
         if (a - b.base < b.bytes) {
             if (a + size <= b.base + b.bytes) {
                 if (g_profile) prof_access(f, a, size, kind & 3, (uintptr_t)pc - g_base, SP_GLOBAL, i);
-                if (b.sh) global_access(f, b, a, size, kind & 3, kind & 8, (uintptr_t)pc - g_base);
+                if (b.sh) global_access(f, b, a, size, kind & 3, kind & (ACC_SYNC | ACC_ORDERED | ACC_ATOMIC), (uintptr_t)pc - g_base);
                 return;
             }
             break;
@@ -76,10 +77,15 @@ HOOK void __sanitizer_cov_trace_pc(void) {
 }
 HOOK void __tsan_vptr_read(void**) {}
 
-// Atomic hooks must perform the atomic (instrumented code hands the whole operation to us).
+// Atomic hooks must perform the atomic (instrumented code hands the whole operation to us). An atomic load or
+// store (the __nv_atomic_load_n / __nv_atomic_store_n of ccsim.h, or __atomic builtins) is a flag access for the
+// memory-model check, with its order: tsan's memory orders are C++'s (0 relaxed, 1 consume, 2 acquire, 3 release,
+// 4 acq_rel, 5 seq_cst). Read-modify-writes stay kind 2 (never racing, never a flag: see mem_global.h).
+static inline int load_kind(int mo) { return 0 | ACC_SYNC | ACC_ATOMIC | (mo == 1 || mo == 2 || mo >= 4 ? ACC_ORDERED : 0); }
+static inline int store_kind(int mo) { return 1 | ACC_SYNC | ACC_ATOMIC | (mo >= 3 ? ACC_ORDERED : 0); }
 #define ATOMIC_HOOKS(N, T)                                                                                    \
-    HOOK T __tsan_atomic##N##_load(const volatile T* a, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 0, RA); return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
-    HOOK void __tsan_atomic##N##_store(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+    HOOK T __tsan_atomic##N##_load(const volatile T* a, int mo) { if (t_fiber) check((uintptr_t)a, sizeof(T), load_kind(mo), RA); return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+    HOOK void __tsan_atomic##N##_store(volatile T* a, T v, int mo) { if (t_fiber) check((uintptr_t)a, sizeof(T), store_kind(mo), RA); __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
     HOOK T __tsan_atomic##N##_exchange(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
     HOOK T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
     HOOK T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) { if (t_fiber) check((uintptr_t)a, sizeof(T), 2, RA); return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \

@@ -270,7 +270,10 @@ API unsigned long long ccsim_rt_warp(int op, unsigned mask, unsigned long long v
 API void ccsim_rt_threadfence(void) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     // the publish-then-signal pattern (threadFenceReduction): reads across blocks are not judged afterwards
-    if (t_fiber && g_checked) t_fiber->w->L->fenced.store(true, std::memory_order_relaxed);
+    if (t_fiber && g_checked) {
+        t_fiber->w->L->fenced.store(true, std::memory_order_relaxed);
+        t_fiber->fences++;   // orders this thread's accesses before and after it (mem_global.h, judge_published)
+    }
 }
 
 API void ccsim_rt_trap(const char* file, int line) {

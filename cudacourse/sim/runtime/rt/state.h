@@ -27,6 +27,10 @@ constexpr int MAX_THREADS = 1024;
 // interval resolves (another thread writes them: a race; nobody can: an uninitialised read). Never resumed.
 // F_HOP: waits on an mbarrier phase or a named barrier (ccsim_hopper_rt.h wakes it).
 enum FState { F_READY, F_BARRIER, F_WARP, F_EXITED, F_ABORTED, F_PARKED, F_HOP };
+// Bits of an access's kind above its 0 read / 1 write / 2 atomic read-modify-write (check() in mem_hooks.h):
+// ACC_SYNC a volatile or atomic load/store (a flag access), ACC_ORDERED an acquire load or release store,
+// ACC_ATOMIC an atomic load/store (not a volatile one).
+enum { ACC_SYNC = 8, ACC_ORDERED = 16, ACC_ATOMIC = 32 };
 
 struct Worker;
 struct PSlot;
@@ -52,6 +56,13 @@ struct Fiber {
     // profile mode: up to 4 adjacent accesses of this thread not yet counted (g++ splits a float2/float4
     // copy into scalar accesses at consecutive pcs; they are counted as one vector access, as nvcc emits one)
     uintptr_t ppc[4], paddr[4]; uint8_t psz[4]; uint8_t pn, pop, pspace; int16_t pbuf;
+    // memory-model check (checked mode, mem_global.h): how many fences this thread has run, and the last flags
+    // it read (volatile or atomic loads) that a thread of another block had stored, each with that thread's
+    // fence count at the store; an entry counts only for the thread and launch in `owner` / `seq`
+    uint32_t fences;
+    struct Seen { uint32_t owner, seq, writer, my_fences; uint16_t wfences; uint8_t release, acquire;
+                  uintptr_t word, pc; const struct Buffer* buf; } seen[4];
+    uint8_t nseen;
 #if !defined(__x86_64__)
     ucontext_t uc;
 #endif
@@ -203,6 +214,8 @@ struct GShadow {
     uint32_t wold;
     uint8_t init, wm, rm;
     uint8_t lock;                // 1 while a worker holds the word (atomic accesses only)
+    uint16_t wfences;            // the writer's fence count at its store (memory-model check, mem_global.h)
+    uint8_t wrel;                // 1: that store was a release store (__nv_atomic_store_n with a release order)
 };
 struct Buffer { uintptr_t base; size_t bytes; size_t elem; char name[64]; GShadow* sh; size_t shbytes; bool track_init; };
 std::mutex g_buf_mu;
