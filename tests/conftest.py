@@ -42,14 +42,33 @@ def _shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link where the file system allows one (the precompiled torch header is 800 MB), else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def _seed(src: Path, dst: Path) -> None:
     """Copy the finished build folder ``src`` to ``dst`` (atomically: a copy, then a rename), unless there."""
     if dst.exists() or not (src / "DONE").exists():
         return
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.parent / f"{dst.name}.seed{os.getpid()}"
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("*.lock"))
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("*.lock"), copy_function=_link_or_copy)
     tmp.rename(dst)
+
+
+@pytest.fixture(scope="session")
+def torch_pch() -> Path:
+    """The precompiled ``<torch/extension.h>`` of the simulator's checked torch-route builds, in the checkout's
+    cache (``sim.torch_route.prepare_torch_pch``: made once, under the cache's lock, ~45 CPU-s and 800 MB). Every
+    later torch-route build of the run that finds it saves ~16 of its ~30 CPU-s: the suite makes about six (the
+    solution's relu_torch.cu, the torch-route tests, the attack and corpus batches' own relu_torch.cu files)."""
+    from cudacourse.sim.torch_route import prepare_torch_pch
+
+    return prepare_torch_pch(checked=True)
 
 
 @pytest.fixture(scope="session")
@@ -69,10 +88,12 @@ def grader_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def instructor_builds(tmp_path_factory: pytest.TempPathFactory, grader_build_cache: Path) -> Path:
-    """``grader_build_cache`` seeded with the checkout's builds of the simulator's runtime and of lesson 01's
-    solution relu_torch.cu (its torch extension: ~50 CPU-s), built there first if need be (file locks: once per
-    run, whichever worker or test gets there first). The corpus and the attack batch grade lesson 01 on the
+def instructor_builds(tmp_path_factory: pytest.TempPathFactory, grader_build_cache: Path,
+                      request: pytest.FixtureRequest) -> Path:
+    """``grader_build_cache`` seeded with the checkout's builds of the simulator's runtime, of the precompiled torch
+    header (``torch_pch``: a submission's relu_torch.cu builds with it in a confined worker, which reads this cache)
+    and of lesson 01's solution relu_torch.cu (its torch extension), built there first if need be (file locks:
+    once per run, whichever worker or test gets there first). The corpus and the attack batch grade lesson 01 on the
     simulator, and the suite's own tests (test_01_relu, the torch-route tests, the notebook) build the same two
     in the checkout's cache: keyed by content, so one build serves both caches. Only the instructor's files."""
     import filelock
@@ -84,10 +105,12 @@ def instructor_builds(tmp_path_factory: pytest.TempPathFactory, grader_build_cac
     with filelock.FileLock(str(_shared_tmp(tmp_path_factory) / "cc-grader-build.seed.lock")):
         root = build_root()  # the checkout's cache (or $CUDA_COURSE_BUILD)
         rt = runtime_object().parent
+        pch = request.getfixturevalue("torch_pch")
         torch_file = ROOT / "solutions" / "01_relu" / "relu_torch.cu"
         text = torch_file.read_text()
         # what loader.Module builds for this file on the simulator (checked mode, the default: the same entry)
         ext = Path(build_torch_extension(text, str(torch_file), exposed_functions(text), checked=True).__file__)
         _seed(rt, grader_build_cache / rt.relative_to(root))
+        _seed(pch, grader_build_cache / pch.relative_to(root))
         _seed(ext.parent, grader_build_cache / ext.parent.relative_to(root))
     return grader_build_cache
