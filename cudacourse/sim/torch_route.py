@@ -134,15 +134,40 @@ def _cxx() -> str:
 
 
 def _pch_compile_flags(cflags: list[str]) -> list[str]:
-    """The flags ``load_inline`` compiles ``main.cpp`` with (its build.ninja's ``cflags``), less the module's name
-    (a macro torch's headers never read): what a precompiled header must be made with to be used."""
-    import sysconfig
+    """The flags ``load_inline`` compiles ``main.cpp`` with (``cflags`` and ``post_cflags`` of the build.ninja torch
+    writes), less the module's name (a macro torch's headers never read): what a precompiled header must be made
+    with to be used. Asked of torch itself (its ninja writer, into a temporary folder): its flags change between
+    versions (``-std=c++17``, then ``-std=c++20``)."""
+    return list(_load_inline_flags(tuple(cflags)))
 
-    from torch.utils.cpp_extension import include_paths
 
-    system = [*include_paths("cpu"), sysconfig.get_path("include", scheme="posix_prefix")]
-    return ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-I{RUNTIME_DIR}", *(f for p in system for f in ("-isystem", p)),
-            "-fPIC", "-std=c++20", *cflags]
+@functools.lru_cache(maxsize=8)
+def _load_inline_flags(cflags: tuple[str, ...]) -> tuple[str, ...]:
+    import inspect
+    import shlex
+    import tempfile
+
+    from torch.utils import cpp_extension
+
+    write = cpp_extension._write_ninja_file_to_build_library
+    with tempfile.TemporaryDirectory(prefix="ccsim-pch-flags-") as t:
+        ninja = Path(t) / "build.ninja"
+        given = {"path": str(ninja), "name": "ccsim_pch_probe", "sources": [str(Path(t) / "main.cpp")],
+                 "extra_cflags": list(cflags), "extra_include_paths": [str(RUNTIME_DIR)]}
+        kw = {}
+        for n, param in inspect.signature(write).parameters.items():
+            if n in given:
+                kw[n] = given[n]
+            elif n.startswith("extra_"):
+                kw[n] = []
+            elif n.startswith(("with_", "is_")):
+                kw[n] = False
+            elif param.default is inspect.Parameter.empty:
+                raise TypeError(f"torch's ninja writer has an argument this does not know: {n}")
+        write(**kw)
+        lines = {k.strip(): v.strip() for k, _, v in (ln.partition("=") for ln in ninja.read_text().splitlines())}
+    flags = shlex.split(lines["cflags"]) + shlex.split(lines.get("post_cflags", ""))
+    return tuple(f for f in flags if not f.startswith("-DTORCH_EXTENSION_NAME="))
 
 
 def _pch_key(cflags: list[str]) -> str:
