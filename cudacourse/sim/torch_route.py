@@ -124,6 +124,7 @@ def build_torch_extension(source: str, path: str | None, functions: list[str], *
 
 PCH_NAME = "ccsim_torch_pch.h"  # every build includes it first (-include), the header torch's own main.cpp starts with
 PCH_TEXT = "#include <torch/extension.h>\n"
+PCH_KIND = "sim-torch-pch"  # its folder in a build cache
 
 
 def _cxx() -> str:
@@ -172,7 +173,8 @@ def _load_inline_flags(cflags: tuple[str, ...]) -> tuple[str, ...]:
 
 def _pch_key(cflags: list[str]) -> str:
     """The precompiled header's cache key: its text, the compiler and its version, the flags and torch's version
-    and build (g++ itself refuses one made with other flags or macros, but not one of other torch headers)."""
+    and build (g++ itself refuses one made with other flags or macros, but not one of other torch headers). The
+    runtime's folder is not in it: torch's headers never read it, and a grading worker runs from a staged copy."""
     return _pch_key_of(tuple(cflags), _cxx())
 
 
@@ -181,8 +183,8 @@ def _pch_key_of(cflags: tuple[str, ...], cxx: str) -> str:
     import torch
 
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
-    return content_key(PCH_TEXT, cxx, version, " ".join(_pch_compile_flags(list(cflags))), torch.__version__,
-                       str(torch.version.git_version))
+    flags = [f.replace(str(RUNTIME_DIR), "<runtime>") for f in _pch_compile_flags(list(cflags))]
+    return content_key(PCH_TEXT, cxx, version, " ".join(flags), torch.__version__, str(torch.version.git_version))
 
 
 def torch_cflags(checked: bool = True) -> list[str]:
@@ -207,7 +209,34 @@ def prepare_torch_pch(checked: bool = True) -> Path:
             raise RuntimeError("building the precompiled torch header failed:\n" + r.stderr[-3000:])
         (d / "size").write_text(str((d / f"{PCH_NAME}.gch").stat().st_size))
 
-    return cached("sim-torch-pch", _pch_key(cflags), build)
+    return cached(PCH_KIND, _pch_key(cflags), build)
+
+
+def share_torch_pch(src_root: Path, dst_root: Path) -> int:
+    """Hard-link each complete precompiled torch header of the build cache ``src_root`` into ``dst_root`` (a grade's
+    run cache, which its confined workers read: they may not read the instructor's cache itself); returns how many.
+    Only links (atomically: a temporary folder, then a rename): where the two are on different file systems nothing
+    is shared and the builds parse the header, rather than copying 800 MB into every grade. The header holds
+    torch's declarations only, nothing of the course or of another submission."""
+    import shutil
+
+    from cudacourse.buildcache import _DONE
+
+    n = 0
+    for d in sorted((src_root / PCH_KIND).glob("*")) if src_root != dst_root else []:
+        dst = dst_root / PCH_KIND / d.name
+        if not (d / _DONE).exists() or dst.exists():
+            continue
+        tmp = dst.parent / f"{d.name}.link{os.getpid()}"
+        try:
+            tmp.mkdir(parents=True)
+            for f in sorted(d.iterdir()):
+                os.link(f, tmp / f.name)
+            tmp.rename(dst)
+            n += 1
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return n
 
 
 def _link_pch(cflags: list[str], d: Path) -> Path | None:
@@ -216,7 +245,7 @@ def _link_pch(cflags: list[str], d: Path) -> Path | None:
     returns the precompiled header used, or None. g++ uses ``<header>.gch`` only if it was made with the same
     compiler, flags and macros, else it reads the header itself."""
     (d / PCH_NAME).write_text(PCH_TEXT)
-    folder = find_cached("sim-torch-pch", _pch_key(cflags))
+    folder = find_cached(PCH_KIND, _pch_key(cflags))
     if folder is None:
         return None
     gch = folder / f"{PCH_NAME}.gch"

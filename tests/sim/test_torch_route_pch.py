@@ -90,6 +90,14 @@ def test_the_key_covers_the_mode_the_compiler_and_torchs_build(monkeypatch: pyte
     assert tr._pch_key(tr.torch_cflags(True)) != checked
     monkeypatch.undo()
     tr._pch_key_of.cache_clear()
+    # a grading worker runs from a staged copy of the course: its runtime folder is another (never read by torch)
+    monkeypatch.setattr(tr, "RUNTIME_DIR", Path("/elsewhere/cudacourse/sim/runtime"))
+    tr._load_inline_flags.cache_clear()
+    assert any("/elsewhere/" in f for f in tr._pch_compile_flags(tr.torch_cflags(True)))
+    assert tr._pch_key(tr.torch_cflags(True)) == checked
+    monkeypatch.undo()
+    tr._pch_key_of.cache_clear()
+    tr._load_inline_flags.cache_clear()
     monkeypatch.setenv("CXX", "g++")  # another compiler command: another key
     assert tr._pch_key(tr.torch_cflags(True)) != tr._pch_key_of(tuple(tr.torch_cflags(True)), "c++")
     tr._pch_key_of.cache_clear()
@@ -180,3 +188,20 @@ def test_two_processes_asking_at_once_make_it_once(tmp_path: Path) -> None:
     assert (folder / "DONE").exists()
     assert int((folder / "size").read_text()) == (folder / f"{tr.PCH_NAME}.gch").stat().st_size
     assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name, folder.name + ".lock"]
+
+
+def test_a_grade_links_the_pch_into_its_run_cache(tmp_path: Path) -> None:
+    """A grade's confined workers read its run cache, not the instructor's: a complete precompiled header is
+    hard-linked there (the same file, no 800 MB copy), an incomplete one is not, and linking again changes nothing."""
+    src, dst = tmp_path / "instructor", tmp_path / "run"
+    done = _plant_pch(src)
+    half = src / tr.PCH_KIND / "unfinished"
+    half.mkdir()
+    (half / f"{tr.PCH_NAME}.gch").write_bytes(b"x")
+    assert tr.share_torch_pch(src, dst) == 1
+    linked = dst / tr.PCH_KIND / done.name
+    assert (linked / f"{tr.PCH_NAME}.gch").samefile(done / f"{tr.PCH_NAME}.gch") and (linked / "DONE").exists()
+    assert sorted(p.name for p in (dst / tr.PCH_KIND).iterdir()) == [done.name]
+    assert tr.share_torch_pch(src, dst) == 0 and tr.share_torch_pch(src, src) == 0
+    with using(build_shared=dst):
+        assert tr._link_pch(tr.torch_cflags(True), tmp_path) == linked / f"{tr.PCH_NAME}.gch"
