@@ -128,10 +128,8 @@ PCH_KIND = "sim-torch-pch"  # its folder in a build cache
 
 
 def _cxx() -> str:
-    """The compiler ``load_inline`` builds with (``$CXX``, else ``c++``)."""
-    from torch.utils.cpp_extension import get_cxx_compiler
-
-    return get_cxx_compiler()
+    """The compiler ``load_inline`` builds with (``$CXX``, else ``c++``: torch's ``get_cxx_compiler`` off Windows)."""
+    return os.environ.get("CXX", "c++")
 
 
 def _pch_compile_flags(cflags: list[str]) -> list[str]:
