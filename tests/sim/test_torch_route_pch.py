@@ -151,6 +151,26 @@ def test_a_build_stopped_by_the_pch_is_built_again_without_it(tmp_path: Path, mo
         assert len(calls) == 1, calls
 
 
+def test_a_torch_whose_ninja_writer_changed_builds_without_the_pch(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flags come from torch's private ninja writer: if a torch release changes it so that they cannot be
+    asked, a build goes on without the precompiled header (never fails because of it)."""
+    import torch.utils.cpp_extension as cpp
+
+    def changed(**kw):  # noqa: ANN003, ANN202
+        raise TypeError("unexpected keyword argument")
+
+    monkeypatch.setattr(cpp, "_write_ninja_file_to_build_library", changed)
+    tr._load_inline_flags.cache_clear()
+    tr._pch_key_of.cache_clear()
+    try:
+        assert tr._link_pch(tr.torch_cflags(True), tmp_path) is None
+        assert (tmp_path / tr.PCH_NAME).read_text() == tr.PCH_TEXT
+    finally:
+        tr._load_inline_flags.cache_clear()
+        tr._pch_key_of.cache_clear()
+
+
 def test_a_pch_whose_size_is_not_the_recorded_one_is_not_used(tmp_path: Path) -> None:
     """A precompiled header cut short (its recorded size differs) is not even linked: the build reads the header."""
     shared = tmp_path / "shared"
