@@ -62,6 +62,18 @@ def local_headers(path: str | os.PathLike[str]) -> str:
     return "\n".join(parts)
 
 
+def find_cached(kind: str, key: str) -> Path | None:
+    """The complete build ``(kind, key)`` in the shared cache (``Settings.build_shared``) or this process's own, or
+    None; builds nothing."""
+    from cudacourse.settings import current
+
+    shared = current().build_shared
+    for root in ([Path(shared)] if shared else []) + [build_root()]:
+        if (root / kind / key / _DONE).exists():
+            return root / kind / key
+    return None
+
+
 def cached(kind: str, key: str, build: Callable[[Path], None], *, wait_s: float = 600.0) -> Path:
     """Return the build folder for ``(kind, key)``, running ``build(folder)`` first if it is not complete.
 

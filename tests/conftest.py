@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # fill the gaps, instead of a long group starting last (xdist's default order is by test count) and running alone.
 LONGEST_FIRST = ("tests/test_grader_attacks.py", "tests/test_grader.py::test_corpus",
                  "tests/test_stubs_fail_cleanly.py",
-                 "tests/sim/test_torch_route.py", "tests/test_torch_worker.py", "tests/test_speed_exploits.py",
+                 "tests/sim/test_torch_route", "tests/test_torch_worker.py", "tests/test_speed_exploits.py",
                  "tests/test_grader_bad_input.py")
 
 
@@ -42,14 +42,33 @@ def _shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link where the file system allows one (the precompiled torch header is 800 MB), else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def _seed(src: Path, dst: Path) -> None:
     """Copy the finished build folder ``src`` to ``dst`` (atomically: a copy, then a rename), unless there."""
     if dst.exists() or not (src / "DONE").exists():
         return
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.parent / f"{dst.name}.seed{os.getpid()}"
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("*.lock"))
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("*.lock"), copy_function=_link_or_copy)
     tmp.rename(dst)
+
+
+@pytest.fixture(scope="session")
+def torch_pch() -> Path:
+    """The precompiled ``<torch/extension.h>`` of the simulator's checked torch-route builds, in the checkout's
+    cache (``sim.torch_route.prepare_torch_pch``: made once, under the cache's lock, ~45 CPU-s and 800 MB). Every
+    later torch-route build of the run that finds it saves ~16 of its ~30 CPU-s: the suite makes about six (the
+    solution's relu_torch.cu, the torch-route tests, the attack and corpus batches' own relu_torch.cu files)."""
+    from cudacourse.sim.torch_route import prepare_torch_pch
+
+    return prepare_torch_pch(checked=True)
 
 
 @pytest.fixture(scope="session")
@@ -69,25 +88,44 @@ def grader_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def instructor_builds(tmp_path_factory: pytest.TempPathFactory, grader_build_cache: Path) -> Path:
-    """``grader_build_cache`` seeded with the checkout's builds of the simulator's runtime and of lesson 01's
-    solution relu_torch.cu (its torch extension: ~50 CPU-s), built there first if need be (file locks: once per
-    run, whichever worker or test gets there first). The corpus and the attack batch grade lesson 01 on the
-    simulator, and the suite's own tests (test_01_relu, the torch-route tests, the notebook) build the same two
-    in the checkout's cache: keyed by content, so one build serves both caches. Only the instructor's files."""
+def grader_runtime(tmp_path_factory: pytest.TempPathFactory, grader_build_cache: Path) -> Path:
+    """``grader_build_cache`` seeded with the checkout's build of the simulator's runtime (built there first if
+    need be): all a batch of submissions that build only kernel files (no torch route) reads from it. The attack
+    batch and the corpus start with such a batch, on two xdist workers at once: the one that waits for the other
+    here waits for the runtime alone (about 10 CPU-s), not for the torch builds of :func:`instructor_builds`."""
+    import filelock
+
+    from cudacourse.buildcache import build_root
+    from cudacourse.sim import runtime_object
+
+    with filelock.FileLock(str(_shared_tmp(tmp_path_factory) / "cc-grader-build.seed.lock")):
+        rt = runtime_object().parent
+        _seed(rt, grader_build_cache / rt.relative_to(build_root()))
+    return grader_build_cache
+
+
+@pytest.fixture(scope="session")
+def instructor_builds(tmp_path_factory: pytest.TempPathFactory, grader_runtime: Path, torch_pch: Path) -> Path:
+    """``grader_build_cache`` seeded (:func:`grader_runtime`) with the checkout's builds of the simulator's runtime,
+    of the precompiled torch header (:func:`torch_pch`: a submission's relu_torch.cu builds with it in a confined
+    worker, which reads this cache) and of lesson 01's solution relu_torch.cu (its torch extension), built there
+    first if need be (file locks: once per run, whichever worker or test gets there first). The corpus, the attack
+    batch and the bad-input grade grade lesson 01 on the simulator, and the suite's own tests (test_01_relu, the
+    torch-route tests, the notebook) build the same in the checkout's cache: keyed by content, so one build serves
+    both caches. Only the instructor's files."""
     import filelock
 
     from cudacourse.buildcache import build_root
     from cudacourse.loader import exposed_functions
-    from cudacourse.sim import build_torch_extension, runtime_object
+    from cudacourse.sim import build_torch_extension
 
+    root = build_root()  # the checkout's cache (or $CUDA_COURSE_BUILD)
+    torch_file = ROOT / "solutions" / "01_relu" / "relu_torch.cu"
+    text = torch_file.read_text()
+    # what loader.Module builds for this file on the simulator (checked mode, the default: the same entry); the
+    # build cache's own lock makes it once (the seeding lock is held only to copy, not for a build's 15 CPU-s)
+    ext = Path(build_torch_extension(text, str(torch_file), exposed_functions(text), checked=True).__file__)
     with filelock.FileLock(str(_shared_tmp(tmp_path_factory) / "cc-grader-build.seed.lock")):
-        root = build_root()  # the checkout's cache (or $CUDA_COURSE_BUILD)
-        rt = runtime_object().parent
-        torch_file = ROOT / "solutions" / "01_relu" / "relu_torch.cu"
-        text = torch_file.read_text()
-        # what loader.Module builds for this file on the simulator (checked mode, the default: the same entry)
-        ext = Path(build_torch_extension(text, str(torch_file), exposed_functions(text), checked=True).__file__)
-        _seed(rt, grader_build_cache / rt.relative_to(root))
-        _seed(ext.parent, grader_build_cache / ext.parent.relative_to(root))
-    return grader_build_cache
+        _seed(torch_pch, grader_runtime / torch_pch.relative_to(root))
+        _seed(ext.parent, grader_runtime / ext.parent.relative_to(root))
+    return grader_runtime

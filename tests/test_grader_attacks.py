@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,18 +130,23 @@ def graded(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequ
         done = shared / "cc-attacks.pickle"
         if done.exists():
             return pickle.loads(done.read_bytes())
-        # (the seeded cache is asked for here: no build for a skipped batch or a worker that reads the result)
-        result = _grade_attacks(tmp_path_factory, request.getfixturevalue("instructor_builds"))
+        # (the seeded cache is asked for here: no build for a skipped batch or a worker that reads the result; the
+        # torch builds only before the batch that needs them)
+        result = _grade_attacks(tmp_path_factory, request.getfixturevalue("grader_runtime"),
+                                lambda: request.getfixturevalue("instructor_builds"))
         done.write_bytes(pickle.dumps(result))
         return result
 
 
-def _grade_attacks(tmp_path_factory: pytest.TempPathFactory, run_cache: Path) -> dict[str, Any]:
+def _grade_attacks(tmp_path_factory: pytest.TempPathFactory, run_cache: Path,
+                   torch_builds: Callable[[], Path]) -> dict[str, Any]:
     """Grade the attacks and an unchanged solution in one ``--batch`` run; what the tests check.
 
-    ``run_cache``: the run's build cache (the session's, ``conftest.instructor_builds``: seeded with the checkout's
-    builds of the runtime and relu_torch.cu), written by the grader's confined course's-copy workers; each
-    submission builds in a folder of its own, as always."""
+    ``run_cache``: the run's build cache (the session's, ``conftest.grader_runtime``: seeded with the checkout's
+    build of the simulator's runtime), written by the grader's confined course's-copy workers; each submission
+    builds in a folder of its own, as always. ``torch_builds`` seeds it with the precompiled torch header and the
+    solution's relu_torch.cu (``conftest.instructor_builds``) before the batch of the attacks on that file: the
+    corpus's worker, grading at the same time, waits for the runtime alone."""
     tmp = tmp_path_factory.mktemp("attacks")
     course, hidden, batch, out = tmp / "course", tmp / "hidden", tmp / "batch", tmp / "out"
     _copy_course(course)
@@ -171,12 +177,14 @@ def _grade_attacks(tmp_path_factory: pytest.TempPathFactory, run_cache: Path) ->
     before = {"course": _checksums(course), "hidden": _checksums(hidden), "batch": _checksums(batch)}
     t0 = time.monotonic()
     rc = cli.EXIT_OK
-    with using(build_dir=run_cache):
-        # The CUDA tasks only: every attack edits a .cu file, and the Triton twins (the solution's file in every
-        # submission) cost an interpreter process per submission for verdicts no attack can change.
-        for sub, tasks in (("kernel", _tasks_of(None)), ("torch", TASKS)):
-            if not (batch / sub).is_dir():
-                continue
+    # The CUDA tasks only: every attack edits a .cu file, and the Triton twins (the solution's file in every
+    # submission) cost an interpreter process per submission for verdicts no attack can change.
+    for sub, tasks in (("kernel", _tasks_of(None)), ("torch", TASKS)):
+        if not (batch / sub).is_dir():
+            continue
+        if sub == "torch":  # (outside `using` below: the checkout's builds, seeded into the run cache)
+            assert torch_builds() == run_cache
+        with using(build_dir=run_cache):
             rc = max(rc, cli.main(["--batch", str(batch / sub), "--course", str(course), "--lessons", LESSON,
                                    "--tasks", *tasks, "--hidden", str(hidden), "--backend", "sim", "--timeout", "20",
                                    "--jobs", "2", "--workdir", str(tmp / f"work-{sub}"), "--json", str(out),
@@ -220,6 +228,20 @@ def test_the_grade_changes_nothing_outside_and_leaves_nothing_running(graded: di
                    if graded["before"][what].get(k) != graded["after"][what].get(k)}
         assert not changed, (what, sorted(changed)[:10])
     assert not graded["left_now"] and not graded["left_later"], graded["left_now"] + graded["left_later"]
+
+
+def test_the_torch_attacks_build_with_the_precompiled_header(graded: dict[str, Any]) -> None:
+    """Each attack on relu_torch.cu is built in its submission's own cache by a confined worker, which reads the
+    run's cache: the suite's precompiled torch header there is used (ninja's record of the compile's inputs
+    lists the header itself only when g++ read it instead), ~15 CPU-s of each such build's ~30."""
+    from cudacourse.sim.torch_route import PCH_NAME
+
+    folders = sorted(graded["tmp"].glob("work-torch/*/build-sub*/sim-torch/*/build.ninja"))
+    assert len(folders) == len([a for a in ATTACKS if _tasks_of(graded["attacks"][a]) == TASKS]), folders
+    for f in folders:
+        deps = subprocess.run([sys.executable, "-m", "ninja", "-C", str(f.parent), "-t", "deps"],
+                              capture_output=True, text=True, check=True).stdout
+        assert "main.o" in deps and PCH_NAME not in deps, (f, deps[:2000])
 
 
 def test_unchanged_solution_earns_everything(graded: dict[str, Any]) -> None:

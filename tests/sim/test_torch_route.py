@@ -46,12 +46,13 @@ torch::Tensor relu_nocheck(torch::Tensor x) {
 }
 """
 
-# One xdist worker runs the three tests: the module fixture's build (torch headers, ~40 s) happens once.
+# One xdist worker runs the three tests: the module fixture's build (torch headers, ~30 CPU-s; ~15 with the
+# suite's precompiled header, tests/conftest.py's torch_pch, made first) happens once.
 pytestmark = pytest.mark.xdist_group("torch_route")
 
 
 @pytest.fixture(scope="module")
-def ext():
+def ext(torch_pch):
     return build_torch_extension(SRC, "relu_ext.cu", ["relu", "relu_nocheck"], checked=True)
 
 
