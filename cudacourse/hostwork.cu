@@ -130,26 +130,22 @@ cudaError_t __wrap_cudaMemcpyToSymbolAsync(const void* sym, const void* s, size_
     else (void)cudaGetLastError();
     return e;
 }
+// (the refusal both entry-point lookups give a name outside allowed_entry)
+static cudaError_t refuse_entry(const char* call, const char* sym, void** fn, cudaDriverEntryPointQueryResult* status) {
+    fprintf(stderr, "cudacourse: %s(\"%s\") refused: graded code may ask the driver only for the tensor-map "
+            "encoders (cuTensorMapEncode*)\n", call, sym ? sym : "(null)");
+    if (fn) *fn = nullptr;
+    if (status) *status = cudaDriverEntryPointSymbolNotFound;
+    return cudaErrorSymbolNotFound;
+}
 cudaError_t __wrap_cudaGetDriverEntryPoint(const char* sym, void** fn, unsigned long long flags,
                                            cudaDriverEntryPointQueryResult* status) {
-    if (!allowed_entry(sym)) {
-        fprintf(stderr, "cudacourse: cudaGetDriverEntryPoint(\"%s\") refused: graded code may ask the driver only "
-                "for the tensor-map encoders (cuTensorMapEncode*)\n", sym ? sym : "(null)");
-        if (fn) *fn = nullptr;
-        if (status) *status = cudaDriverEntryPointSymbolNotFound;
-        return cudaErrorSymbolNotFound;
-    }
+    if (!allowed_entry(sym)) return refuse_entry("cudaGetDriverEntryPoint", sym, fn, status);
     return __real_cudaGetDriverEntryPoint(sym, fn, flags, status);
 }
 cudaError_t __wrap_cudaGetDriverEntryPointByVersion(const char* sym, void** fn, unsigned int version,
                                                     unsigned long long flags, cudaDriverEntryPointQueryResult* status) {
-    if (!allowed_entry(sym)) {
-        fprintf(stderr, "cudacourse: cudaGetDriverEntryPointByVersion(\"%s\") refused: graded code may ask the "
-                "driver only for the tensor-map encoders (cuTensorMapEncode*)\n", sym ? sym : "(null)");
-        if (fn) *fn = nullptr;
-        if (status) *status = cudaDriverEntryPointSymbolNotFound;
-        return cudaErrorSymbolNotFound;
-    }
+    if (!allowed_entry(sym)) return refuse_entry("cudaGetDriverEntryPointByVersion", sym, fn, status);
     return __real_cudaGetDriverEntryPointByVersion(sym, fn, version, flags, status);
 }
 

@@ -137,30 +137,24 @@ class GpuWorker:
         self._release_all(copy_back=False)
 
     def _tell(self, msg: dict, name: str) -> None:
-        """Send one request that gets no answer of its own (a quiet call); a dead or stuck worker is a course
-        error, as for :meth:`_ask`."""
-        from cudacourse.errors import KernelError, KernelTimeout
-
-        try:
-            self._chan.tell(lambda sock: sock.sendall((json.dumps(msg) + "\n").encode()), self.timeout_s)
-        except WorkerTimeout:
-            self._kill()
-            raise KernelTimeout(f"{name}(): the GPU worker took no new call for {self.timeout_s:g} s (a kernel that "
-                                "does not end?); it was stopped. Run the call with backend='sim' to see where it "
-                                "hangs.", kernel=name) from None
-        except WorkerDied as e:
-            out = self._chan.output()
-            self._kill()
-            raise KernelError(f"{name}(): the process running your kernel library ended (exit status {e.status})"
-                              + (f"; its output:\n{out}" if out else "."), kernel=name) from None
+        """Send one request that gets no answer of its own (a quiet call: ``Channel.tell``)."""
+        self._exchange(lambda sock: sock.sendall((json.dumps(msg) + "\n").encode()), None, name, self.timeout_s)
 
     def _ask(self, msg: dict, name: str, timeout: float, fds: list[int] = ()) -> dict:  # type: ignore[assignment]
-        """Send one request (with ``fds``) and wait for its answer; a dead or silent worker is a course error."""
+        """Send one request (with ``fds``) and wait for its answer (the worker answers each with one line)."""
+        return self._exchange(lambda sock: socket.send_fds(sock, [(json.dumps(msg) + "\n").encode()], list(fds)),
+                              self._lines.receive, name, timeout)
+
+    def _exchange(self, send: Any, receive: Any, name: str, timeout: float) -> dict:
+        """One request to the worker, its answer awaited unless ``receive`` is None; a dead, stuck or silent worker
+        is a course error (and is stopped)."""
         from cudacourse.errors import KernelError, KernelTimeout
 
         try:
-            return self._chan.ask(lambda sock: socket.send_fds(sock, [(json.dumps(msg) + "\n").encode()], list(fds)),
-                                  self._lines.receive, timeout)  # the worker answers each request with one line
+            if receive is None:
+                self._chan.tell(send, timeout)
+                return {}
+            return self._chan.ask(send, receive, timeout)
         except WorkerTimeout:
             self._kill()
             raise KernelTimeout(f"{name}(): the GPU worker was still running after {timeout:g} s (an endless "
