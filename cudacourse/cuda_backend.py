@@ -112,7 +112,11 @@ def _refused_symbols(obj: Path, path: str) -> None:
     defines one of the check's own: read from its symbol table, so a name pasted together by the preprocessor or
     given by an asm label is seen too."""
     def symbols(*opt: str) -> list[str]:
-        r = subprocess.run(["nm", *opt, "--format=just-symbols", str(obj)], capture_output=True, text=True)
+        try:
+            r = subprocess.run(["nm", *opt, "--format=just-symbols", str(obj)], capture_output=True, text=True)
+        except FileNotFoundError:
+            raise CompileError(f"{path}: building for the GPU needs nm (GNU binutils, installed with g++): install "
+                               "binutils (apt install binutils) and build again.", file=path) from None
         if r.returncode:
             raise CompileError(f"{path}: nm could not read the built object: {r.stderr.strip()}", file=path)
         return r.stdout.split()
