@@ -129,7 +129,7 @@ case "${1:-}" in
     (cd "$OUT" && tar czf final.tgz --exclude=final.tgz .)
     ;;
   *)
-    echo "usage: bash benchmarks/gpu_session.sh test|grade|hostile|attacks|corpus|final   (on the GPU machine; see the header)"
+    echo "usage: bash benchmarks/gpu_session.sh test|grade|hostile|attacks|corpus|only TESTS|final [sass]   (on the GPU machine; see the header)"
     exit 2
     ;;
 esac

@@ -35,6 +35,15 @@ setup() {
 
 source "$(dirname "$0")/gpu_common.sh"  # as_ccuser (as benchmarks/gpu_session.sh)
 
+exploits_as_ccuser() {
+  # the timing-exploit corpus on cuda as an ordinary user, within $1 seconds
+  as_ccuser
+  local s=$SECONDS
+  as_user "CUDA_COURSE_BACKEND=cuda timeout $1 python3 -m pytest -p no:cacheprovider tests/test_speed_exploits.py \
+      --impl=solution -v -n 0 -rfxX --tb=short --basetemp=/tmp/ccuser-pt5" > "$OUT/exploits_cuda_ccuser.log" 2>&1
+  echo "timing exploits on cuda as ccuser: rc $? in $((SECONDS - s)) s"
+}
+
 case "${1:-}" in
   speed)
     setup
@@ -51,19 +60,13 @@ case "${1:-}" in
     ;;
   exploits)
     setup
-    as_ccuser
-    s=$SECONDS
-    as_user "CUDA_COURSE_BACKEND=cuda timeout 460 python3 -m pytest -p no:cacheprovider tests/test_speed_exploits.py \
-        --impl=solution -v -n 0 -rfxX --tb=short --basetemp=/tmp/ccuser-pt5" > "$OUT/exploits_cuda_ccuser.log" 2>&1
-    echo "timing exploits on cuda as ccuser: rc $? in $((SECONDS - s)) s"; tail -20 "$OUT/exploits_cuda_ccuser.log"
+    exploits_as_ccuser 460
+    tail -20 "$OUT/exploits_cuda_ccuser.log"
     ;;
   hostwork)
     setup
-    as_ccuser
-    s=$SECONDS
-    as_user "CUDA_COURSE_BACKEND=cuda timeout 300 python3 -m pytest -p no:cacheprovider tests/test_speed_exploits.py \
-        --impl=solution -v -n 0 -rfxX --tb=short --basetemp=/tmp/ccuser-pt5" > "$OUT/exploits_cuda_ccuser.log" 2>&1
-    echo "timing exploits on cuda as ccuser: rc $? in $((SECONDS - s)) s"; grep -E "passed|failed|FAILED|XFAIL" "$OUT/exploits_cuda_ccuser.log" | tail -8
+    exploits_as_ccuser 300
+    grep -E "passed|failed|FAILED|XFAIL" "$OUT/exploits_cuda_ccuser.log" | tail -8
     s=$SECONDS
     # (lesson 07's staging launchers copy their inputs to pinned memory by design: the check must let them pass)
     timeout 180 python3 -m pytest tests/test_gpu_build_rules.py tests/test_07_host_side.py --impl=solution -q -n 0 \
@@ -104,7 +107,7 @@ case "${1:-}" in
     nvidia-smi --query-gpu=index,name,temperature.gpu,clocks.sm --format=csv >> "$OUT/gpu.txt"
     ;;
   *)
-    echo "usage: bash benchmarks/gpu_speed.sh speed|backend|exploits|dist N FIRST|dist2 N FIRST   (on the GPU machine)"
+    echo "usage: bash benchmarks/gpu_speed.sh speed|backend|exploits|hostwork|dist N FIRST [LESSON ...]|dist2 N FIRST   (on the GPU machine)"
     exit 2
     ;;
 esac
