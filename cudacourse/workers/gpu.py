@@ -286,9 +286,9 @@ class GpuWorker:
         msg = {"op": "call", "name": la.name, "args": wire, "sync": sync, "new": [[s.bid, s.mem[3]] for s in new]}
         if not sync and not new:
             # A timed call on buffers the worker has mapped: sent without waiting for its answer, so that the next
-            # call's message overlaps this one's kernels (waiting for each answer put a round trip between two
-            # calls, and a kernel shorter than it, 0.17 ms on the H200, was timed 10-25% slow: issue 36); the
-            # worker reports the first failure with the answer to the next request that has one (synchronize)
+            # call's message overlaps this one's kernels (waiting for each answer put a round trip between two of
+            # the learner's calls, which the reference, called in this process, never pays: issue 36); the worker
+            # reports the first failure with the answer to the next request that has one (synchronize)
             self._tell({**msg, "quiet": True}, la.name)
             self._last, self._quiet = la.name, True
             return
