@@ -87,12 +87,13 @@ def cuda_arch() -> str:
 # The copy calls the host-work check wraps (hostwork.cu), and the names a learner's object may not refer to: they
 # would reach the copies or the driver around those wrappers, or switch the check off
 _WRAPPED = ("cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2D", "cudaMemcpy2DAsync", "cudaMemcpyToSymbol",
-            "cudaMemcpyToSymbolAsync", "cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion")
+            "cudaMemcpyToSymbolAsync", "cudaMemcpyFromSymbol", "cudaMemcpyFromSymbolAsync", "cudaGetDriverEntryPoint",
+            "cudaGetDriverEntryPointByVersion")
 
 
 def _refusal(name: str) -> str | None:
-    """Why a learner's object may not refer to the undefined symbol ``name``, or None if it may."""
-    if name in _WRAPPED or name.startswith("cudaMemcpyFrom"):  # (from a __device__ symbol or an array: no argument)
+    """Why a learner's object may not refer to (or define) the symbol ``name``, or None if it may."""
+    if name in _WRAPPED:
         return None
     if re.match(r"cu[A-Z]", name):
         return "a CUDA driver call (<cuda.h>): graded code uses the runtime API (cuda_runtime.h)"
@@ -194,13 +195,19 @@ class CudaLibrary:
         if sync:
             hostwork_begin(self.lib, spans)
         err = self.entries[la.name](*cargs)
+        if err and sync:
+            self.lib.cc_hw_abort()  # (the check ends with the call, whatever ended it)
         if err:
             msg = self.lib.cc_error_string(err).decode()
             raise LaunchError(f"{la.name}(): a launch failed with '{msg}' (error {err}). Check the grid and "
                               "block sizes (at most 1024 threads per block, grid > 0) and the shared memory "
                               "size.", kernel=la.name)
         if sync:
-            _wait_gpu(la.name, self.timeout_s)
+            try:
+                _wait_gpu(la.name, self.timeout_s)
+            except KernelError:
+                self.lib.cc_hw_abort()
+                raise
             if (found := hostwork_end(self.lib)) is not None:
                 k, at, copy = found
                 raise KernelError(host_work_message(la, k, at // max(1, args[k].element_size()), copy),

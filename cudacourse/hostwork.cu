@@ -29,6 +29,8 @@ cudaError_t __real_cudaMemcpy2D(void*, size_t, const void*, size_t, size_t, size
 cudaError_t __real_cudaMemcpy2DAsync(void*, size_t, const void*, size_t, size_t, size_t, cudaMemcpyKind, cudaStream_t);
 cudaError_t __real_cudaMemcpyToSymbol(const void*, const void*, size_t, size_t, cudaMemcpyKind);
 cudaError_t __real_cudaMemcpyToSymbolAsync(const void*, const void*, size_t, size_t, cudaMemcpyKind, cudaStream_t);
+cudaError_t __real_cudaMemcpyFromSymbol(void*, const void*, size_t, size_t, cudaMemcpyKind);
+cudaError_t __real_cudaMemcpyFromSymbolAsync(void*, const void*, size_t, size_t, cudaMemcpyKind, cudaStream_t);
 cudaError_t __real_cudaGetDriverEntryPoint(const char*, void**, unsigned long long, cudaDriverEntryPointQueryResult*);
 cudaError_t __real_cudaGetDriverEntryPointByVersion(const char*, void**, unsigned int, unsigned long long,
                                                     cudaDriverEntryPointQueryResult*);
@@ -51,13 +53,31 @@ bool overlaps(const std::vector<Range>& v, uintptr_t a, size_t n) {
     return false;
 }
 
+// The runtime's last error is the learner's (a trampoline returns it): a query of ours that fails clears the error
+// it set, but only when none was pending before it, so a failed launch of the learner's is never cleared here.
+struct KeepLastError {
+    bool pending = cudaPeekAtLastError() != cudaSuccess;
+    void ours_failed() const { if (!pending) (void)cudaGetLastError(); }
+};
+
 bool host_readable(const void* p) {  // pageable, pinned or managed: anything but plain device memory
+    KeepLastError keep;
     cudaPointerAttributes at;
     if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
-        (void)cudaGetLastError();
+        keep.ours_failed();
         return true;
     }
     return at.type != cudaMemoryTypeDevice;
+}
+
+const void* symbol_address(const void* sym, size_t off) {  // a __device__ symbol's address (null if unknown)
+    KeepLastError keep;
+    void* addr = nullptr;
+    if (cudaGetSymbolAddress(&addr, sym) != cudaSuccess) {
+        keep.ours_failed();
+        return nullptr;
+    }
+    return (const char*)addr + off;
 }
 
 // A copy of n bytes (a 2-D copy: its whole span) from src to dst was issued (and, for async ones, finished).
@@ -112,22 +132,32 @@ cudaError_t __wrap_cudaMemcpy2DAsync(void* d, size_t dp, const void* s, size_t s
                      "cudaMemcpy2DAsync");
     return e;
 }
-// To a __device__ symbol: device memory that is not an argument (a copy of argument data there is tracked as
-// a copy; reading it back goes through cudaMemcpyFromSymbol, whose source is then that copy... which the symbol's
-// address names only after cudaGetSymbolAddress: asked here)
+// To and from a __device__ symbol: device memory that is not an argument. A copy of argument data into one is
+// tracked like a copy into scratch memory, and a copy out of it into host memory is then a host read.
 cudaError_t __wrap_cudaMemcpyToSymbol(const void* sym, const void* s, size_t n, size_t off, cudaMemcpyKind k) {
     cudaError_t e = __real_cudaMemcpyToSymbol(sym, s, n, off, k);
-    void* addr = nullptr;
-    if (g_on && !g_read && cudaGetSymbolAddress(&addr, sym) == cudaSuccess) note((char*)addr + off, s, n, "cudaMemcpyToSymbol");
-    else (void)cudaGetLastError();
+    if (g_on && !g_read)
+        if (const void* d = symbol_address(sym, off)) note((void*)d, s, n, "cudaMemcpyToSymbol");
     return e;
 }
 cudaError_t __wrap_cudaMemcpyToSymbolAsync(const void* sym, const void* s, size_t n, size_t off, cudaMemcpyKind k,
                                            cudaStream_t st) {
     cudaError_t e = __real_cudaMemcpyToSymbolAsync(sym, s, n, off, k, st);
-    void* addr = nullptr;
-    if (g_on && !g_read && cudaGetSymbolAddress(&addr, sym) == cudaSuccess) note((char*)addr + off, s, n, "cudaMemcpyToSymbolAsync");
-    else (void)cudaGetLastError();
+    if (g_on && !g_read)
+        if (const void* d = symbol_address(sym, off)) note((void*)d, s, n, "cudaMemcpyToSymbolAsync");
+    return e;
+}
+cudaError_t __wrap_cudaMemcpyFromSymbol(void* d, const void* sym, size_t n, size_t off, cudaMemcpyKind k) {
+    cudaError_t e = __real_cudaMemcpyFromSymbol(d, sym, n, off, k);
+    if (g_on && !g_read)
+        if (const void* s = symbol_address(sym, off)) note(d, s, n, "cudaMemcpyFromSymbol");
+    return e;
+}
+cudaError_t __wrap_cudaMemcpyFromSymbolAsync(void* d, const void* sym, size_t n, size_t off, cudaMemcpyKind k,
+                                             cudaStream_t st) {
+    cudaError_t e = __real_cudaMemcpyFromSymbolAsync(d, sym, n, off, k, st);
+    if (g_on && !g_read)
+        if (const void* s = symbol_address(sym, off)) note(d, s, n, "cudaMemcpyFromSymbolAsync");
     return e;
 }
 // (the refusal both entry-point lookups give a name outside allowed_entry)
@@ -176,6 +206,11 @@ int cc_hw_end(unsigned long long* at) {
     }
     g_snap.clear(); g_copies.clear();
     return found;
+}
+// A checked call that ended early (its launch failed, or the GPU timed out): the check stops without reading the GPU.
+void cc_hw_abort() {
+    g_on = false;
+    g_snap.clear(); g_copies.clear();
 }
 // The copy call that brought argument data into host memory in the last checked call ("" if none).
 const char* cc_hw_copy() { return g_what; }

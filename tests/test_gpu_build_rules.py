@@ -96,5 +96,5 @@ void run(const float* x, float* out, int n) {
     dis = subprocess.run(["objdump", "-d", str(so)], capture_output=True, text=True).stdout
     run = dis[dis.index("<_Z3runPKfPfi>:"):]
     run = run[:run.index("\n\n")]
-    assert "__wrap_cudaMemcpy" in run and "__wrap_cudaMemcpyAsync" in run, run
+    assert "__wrap_cudaMemcpy" in run and "__wrap_cudaMemcpyAsync" in run and "__wrap_cudaMemcpyFromSymbol" in run, run
     assert "<cudaMemcpy@plt>" not in run and "<cudaMemcpy>" not in run, run
