@@ -4,11 +4,12 @@
 # pytest-timeout).
 #   bash benchmarks/gpu_speed.sh speed          # the speed tests of lessons 01-07 in-process (CUDA events), as root
 #   bash benchmarks/gpu_speed.sh backend        # every backend route of the grader (tests/test_grader_backend.py)
-#   bash benchmarks/gpu_speed.sh exploits       # the timing-exploit corpus on cuda, as an ordinary user (ccuser)
+#   bash benchmarks/gpu_speed.sh exploits [K]   # the timing-exploit corpus on cuda, as an ordinary user (ccuser);
+#                                               # K: only the cases pytest's -k K selects
 #   bash benchmarks/gpu_speed.sh hostwork       # the host-work check on the GPU (cudacourse/hostwork.cu): the
 #                                               # exploit corpus as ccuser, the build rules and lesson 07's tests
 #                                               # in-process, then a cold solution grade of lessons 01-07
-#   bash benchmarks/gpu_speed.sh dist N FIRST [LESSON ...]  # N solution grades of the speed tasks alone (of these
+#   COMMIT=<hash> bash benchmarks/gpu_speed.sh dist N FIRST [LESSON ...]  # N solution grades of the speed tasks alone (of these
 #                                               # lessons; default all), numbered from FIRST,
 #                                               # added to results/<gpu>/speed_distribution.{md,json}
 #   bash benchmarks/gpu_speed.sh dist2 N FIRST  # the same on a machine of two GPUs: N grades on each GPU at once
@@ -36,10 +37,11 @@ setup() {
 source "$(dirname "$0")/gpu_common.sh"  # as_ccuser (as benchmarks/gpu_session.sh)
 
 exploits_as_ccuser() {
-  # the timing-exploit corpus on cuda as an ordinary user, within $1 seconds
+  # the timing-exploit corpus on cuda as an ordinary user, within $1 seconds (only the cases -k "$2" selects)
   as_ccuser
   local s=$SECONDS
   as_user "CUDA_COURSE_BACKEND=cuda timeout $1 python3 -m pytest -p no:cacheprovider tests/test_speed_exploits.py \
+      ${2:+-k '$2'} \
       --impl=solution -v -n 0 -rfxX --tb=short --basetemp=/tmp/ccuser-pt5" > "$OUT/exploits_cuda_ccuser.log" 2>&1
   echo "timing exploits on cuda as ccuser: rc $? in $((SECONDS - s)) s"
 }
@@ -60,7 +62,7 @@ case "${1:-}" in
     ;;
   exploits)
     setup
-    exploits_as_ccuser 460
+    exploits_as_ccuser 460 "${2:-}"
     tail -20 "$OUT/exploits_cuda_ccuser.log"
     ;;
   hostwork)
@@ -86,6 +88,7 @@ case "${1:-}" in
     s=$SECONDS
     # (a grade of lessons 01-07's speed tasks: about 66 s on the H200; 7 of them fit one call)
     timeout 560 python3 benchmarks/speed_distribution.py -n "$n" --first "$first" $add ${1:+--lessons "$@"} \
+        ${COMMIT:+--commit "$COMMIT"} \
         --out "results/$gpu/speed_distribution.md" > "$OUT/dist_$first.log" 2>&1
     echo "speed distribution ($n grades from $first): rc $? in $((SECONDS - s)) s"; tail -30 "$OUT/dist_$first.log"
     cp "results/$gpu/speed_distribution.md" "results/$gpu/speed_distribution.json" "$OUT/" 2>/dev/null

@@ -43,11 +43,12 @@ def speed_tasks() -> list[tuple[str, str]]:
     return [(t.lesson, t.id) for les in course() for t in les.tasks if t.gpu and t.target is not None]
 
 
-def grade_once(ids: list[str], out: Path, extra: list[str]) -> dict:
-    """One grade of ``ids`` with the solutions; its JSON report."""
-    cmd = [sys.executable, "-m", "cudacourse", "grade", "--impl", "solution", "--tasks", *ids, "--json", str(out),
-           "-q", *extra]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+def grade_once(ids: list[str], out: Path, quiet: bool) -> dict:
+    """One grade of ``ids`` with the solutions; its JSON report (not ``quiet``: its timed progress printed too)."""
+    cmd = [sys.executable, "-m", "cudacourse", "grade", "--impl", "solution", "--tasks", *ids, "--json", str(out)]
+    proc = subprocess.run(cmd + ["-q"] * quiet, cwd=ROOT, capture_output=True, text=True)
+    if not quiet:
+        print(proc.stdout, flush=True)
     if not out.exists():
         raise SystemExit(f"grade wrote no report (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(out.read_text())
@@ -85,6 +86,8 @@ def main() -> int:
     ap.add_argument("--lessons", nargs="*", default=None, help="only these lessons' speed tasks")
     ap.add_argument("--merge", type=Path, nargs="*", default=[],
                     help="add the grades of these .json files (parts run on other GPUs of the same kind) to OUT's")
+    ap.add_argument("--commit", default="",
+                    help="the commit that runs (the GPU machine's copy of the tree names its session's first commit)")
     args = ap.parse_args()
     from cudacourse.course import course
 
@@ -93,15 +96,23 @@ def main() -> int:
     raw = args.out.with_suffix(".json")
     runs: list[dict] = json.loads(raw.read_text())["runs"] if (args.append or args.merge) and raw.exists() else []
     device = json.loads(raw.read_text()).get("device", "") if runs else ""
+    # the commit each grade ran (grades of older parts before this was recorded: "")
+    commits: list[str] = json.loads(raw.read_text()).get("commits", [""] * len(runs)) if runs else []
     for part in args.merge:
-        runs += json.loads(part.read_text())["runs"]
+        merged = json.loads(part.read_text())
+        runs += merged["runs"]
+        device = device or merged.get("device", "")
+        commits += merged.get("commits", [""] * len(merged["runs"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.merge:
-        write(args.out, device, runs, targets)
+        write(args.out, device, runs, commits, targets)
+    commit = args.commit or subprocess.run(["git", "log", "-1", "--format=%h"], cwd=ROOT, capture_output=True,
+                                           text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="cc-speed-dist-") as tmp:
         for k in range(args.first, args.first + args.n):
             t0 = time.monotonic()
-            rep = grade_once(list(targets), Path(tmp) / f"grade-{k}.json", [])
+            # (a part's first grade prints its progress: where a grade of the speed tasks spends its time)
+            rep = grade_once(list(targets), Path(tmp) / f"grade-{k}.json", quiet=k != args.first)
             device = rep.get("device", device)
             run = {}
             for t in rep["tasks"]:
@@ -109,24 +120,28 @@ def main() -> int:
                 run[t["id"]] = {"status": t["status"], "ratios": ratios, "measured": measured,
                                 "message": (t.get("message") or "")[:400]}
             runs.append(run)
+            commits.append(commit)
             bad = [tid for tid, x in run.items() if x["status"] != "pass"]
             print(f"grade {k}: {time.monotonic() - t0:.0f} s, backend {rep['backend']}, "
                   f"{len(run) - len(bad)} of {len(run)} speed tasks passed" + (f"; failed {bad}" if bad else ""),
                   flush=True)
-            write(args.out, device, runs, targets)  # after every grade: a run stopped by its time limit keeps them
+            # after every grade: a run stopped by its time limit keeps them
+            write(args.out, device, runs, commits, targets)
     print(args.out.read_text() if args.out.exists() else "no grade finished")
     fails = sum(x["status"] != "pass" for r in runs for x in r.values())
     return 1 if fails else 0
 
 
-def write(out: Path, device: str, runs: list[dict], targets: dict[str, float]) -> None:
-    """``out`` (the markdown table) and its ``.json`` (every grade's statuses, ratios and messages)."""
-    out.with_suffix(".json").write_text(json.dumps({"device": device, "runs": runs}, indent=1))
+def write(out: Path, device: str, runs: list[dict], commits: list[str], targets: dict[str, float]) -> None:
+    """``out`` (the markdown table) and its ``.json`` (every grade's statuses, ratios, messages and commit)."""
+    out.with_suffix(".json").write_text(json.dumps({"device": device, "runs": runs, "commits": commits}, indent=1))
+    ran = ", ".join(f"{c or 'not recorded'} ({commits.count(c)})" for c in dict.fromkeys(commits))
     out.write_text(f"# Speed tasks of the reference solution over {len(runs)} grades ({device})\n\n"
                    "`python3 benchmarks/speed_distribution.py` (issue 36): each grade is `python3 -m cudacourse grade "
                    "--impl solution --tasks <the speed tasks>`; a ratio is the reference's time over the solution's "
                    "(or the fraction of the copy bandwidth), as the grade judged it. Re-measured: grades whose first "
-                   "ratio landed within 10% of the target, measured again (at most 3 in all, the best counts).\n\n"
+                   "ratio landed within 10% of the target, measured again (at most 3 in all, the best counts). "
+                   f"Commits graded (grades): {ran}.\n\n"
                    + table(runs, targets) + "\n")
 
 
