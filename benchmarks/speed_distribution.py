@@ -5,7 +5,8 @@ processes, GPU workers and seed, as an instructor's grade), reads each task's me
 (``cudacourse.speed`` writes the measurement into a passing task's message, and a failing one says it too), and
 writes a markdown table: per speed task its target, the ratios' min / median / max, how many grades measured more
 than once (a first ratio below the target but within 10% of it), and the failures: speed failures (a ratio under the
-target) apart from any other (no ratio measured; the message is listed under the table). On the GPU machine (python3, no make)::
+target) apart from any other (no ratio measured; the message is listed under the table).
+On the GPU machine (python3, no make)::
 
     python3 benchmarks/speed_distribution.py -n 20 --out results/nvidia-h200/speed_distribution.md
 
