@@ -86,3 +86,25 @@ def test_a_file_that_does_not_build_is_built_once_and_fails_its_tasks(tmp_path: 
                 rep[tid]["message"][-300:] for tid in relu_tasks]
         # the other file of the lesson (the torch route, identical to the solution) is graded as usual
         assert rep["1.6"]["status"] == "pass", (name, rep["1.6"])
+
+
+@pytest.mark.parametrize("flavour", [{}, {"profile": True}, {"check": False}])
+def test_a_build_the_grade_stopped_or_saw_fail_is_not_built_again_in_any_flavour(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flavour: dict) -> None:
+    """A test that loads the file itself (lesson 01's store count loads a profiled build) fails at once with the
+    grade's verdict: before, it compiled a never-ending build again, for half a minute on both cores."""
+    import cudacourse as cc
+    from cudacourse.errors import CompileError
+    from cudacourse.settings import BUILD_ERRORS_ENV, UNBUILDABLE_ENV
+
+    f = tmp_path / LESSON / "relu.cu"
+    f.parent.mkdir()
+    f.write_text("#error this file must not reach a compiler\n")
+    monkeypatch.setenv(UNBUILDABLE_ENV, f"{LESSON}/relu.cu=15")
+    with pytest.raises(CompileError, match="did not finish within 15 s"):
+        cc.load(f, backend="sim", **flavour)
+    monkeypatch.delenv(UNBUILDABLE_ENV)
+    monkeypatch.setenv(BUILD_ERRORS_ENV, json.dumps({f"{LESSON}/relu.cu": "relu.cu:3: error: the grade's build"}))
+    with pytest.raises(CompileError, match="the grade's build") as e:
+        cc.load(f, backend="sim", **flavour)
+    assert "must not reach a compiler" not in str(e.value)
