@@ -108,3 +108,27 @@ def test_a_build_the_grade_stopped_or_saw_fail_is_not_built_again_in_any_flavour
     with pytest.raises(CompileError, match="the grade's build") as e:
         cc.load(f, backend="sim", **flavour)
     assert "must not reach a compiler" not in str(e.value)
+
+
+def test_the_first_test_a_failed_build_blocks_gets_the_whole_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timed task's process loads its modules before its first test: that load (outside any test) must not use
+    up the one showing of the compiler's message, or the report says only "printed once, under another failing
+    case" with no case that prints it (seen in a GPU grade, 2026-11-29)."""
+    import cudacourse as cc
+    from cudacourse import lessons
+    from cudacourse.errors import REPEATED_COMPILE_ERROR, CompileError
+    from cudacourse.settings import BUILD_ERRORS_ENV
+
+    monkeypatch.setattr(lessons, "_FAILED_BUILDS", {})
+    monkeypatch.setenv(BUILD_ERRORS_ENV, json.dumps({f"{LESSON}/relu.cu": "relu.cu:3: error: the whole message"}))
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    m = cc.lesson(LESSON)
+    messages = []
+    for under_test in (False, True, True):
+        if under_test:
+            monkeypatch.setenv("PYTEST_CURRENT_TEST", "test_x.py::test_y (call)")
+        with pytest.raises(CompileError) as e:
+            m.module("relu.cu")
+        messages.append(str(e.value))
+    assert "the whole message" in messages[0] and "the whole message" in messages[1], messages
+    assert REPEATED_COMPILE_ERROR in messages[2] and "the whole message" not in messages[2], messages
