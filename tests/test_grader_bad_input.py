@@ -1,7 +1,8 @@
 """Bad input costs one build per grade (issue 36, "Bad input").
 
 A kernel file that does not build, or whose build outlasts ``--build-timeout``, is built once, by the grade's
-warm-up; every task that needs it then fails at once with that build's message. Before, a template-recursion bomb in
+warm-up (on cuda a compile error is confirmed by a second build first); every task that needs it then fails at
+once with that build's message, whatever flavour of it a test loads. Before, a template-recursion bomb in
 a kernel file timed out the warm-up build and then every task process compiled it again under its own limit (over
 10 minutes for one lesson on a 2-core machine).
 
@@ -132,3 +133,29 @@ def test_the_first_test_a_failed_build_blocks_gets_the_whole_message(monkeypatch
         messages.append(str(e.value))
     assert "the whole message" in messages[0] and "the whole message" in messages[1], messages
     assert REPEATED_COMPILE_ERROR in messages[2] and "the whole message" not in messages[2], messages
+
+
+@pytest.mark.parametrize("backend, second", [("cuda", "builds"), ("cuda", "fails"), ("sim", "builds")])
+def test_a_compile_error_on_cuda_counts_once_a_second_build_confirms_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], backend: str, second: str) -> None:
+    """The warm-up's events for a build that fails once: on cuda a second build decides (a build that then works is
+    "retried", with the first message, and "done"); on the simulator the first failure stands."""
+    from cudacourse.errors import CompileError
+    from cudacourse.grading import build_worker
+
+    calls = []
+
+    def once(f: Path, b: str) -> None:
+        calls.append(b)
+        if len(calls) == 1 or second == "fails":
+            raise CompileError(f"nvcc failed, try {len(calls)}", file=str(f))
+
+    monkeypatch.setattr(build_worker, "_build_once", once)
+    build_worker.build(Path("bf16.cu"), backend)
+    events = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
+    if backend == "cuda" and second == "builds":
+        assert calls == ["cuda", "cuda"] and events == ["start", "retried", "done"], events
+    elif backend == "cuda":
+        assert len(calls) == 2 and events == ["start", "error", "fail"], events
+    else:
+        assert calls == ["sim"] and events == ["start", "error", "fail"], events
