@@ -17,7 +17,7 @@ from typing import Any
 from cudacourse import settings
 from cudacourse.backends import backend_name, device_for
 from cudacourse.course import course as course_model
-from cudacourse.errors import CompileError, CourseError, build_stopped, repeated
+from cudacourse.errors import CompileError, CourseError, repeated
 from cudacourse.module import Module, exposed_functions, load
 
 
@@ -128,19 +128,18 @@ class Lesson:
             return cached[1]
         if cached:
             cached[1].close()
+        under_test = "PYTEST_CURRENT_TEST" in os.environ
         failed = _FAILED_BUILDS.get(str(f))
         if failed is not None and failed[0] == text:
-            # Shown in full once per process; under pytest every later case it blocks says one line.
-            raise (repeated(failed[1]) if "PYTEST_CURRENT_TEST" in os.environ else failed[1]) from None
-        stopped = settings.stopped_builds().get(f"{self.name}/{f.name}")
+            # Shown in full once per process, to the first test it blocks; every later case says one line. (A timed
+            # task's process loads its modules before its first test, outside any: that load is not a showing.)
+            shown = failed[2]
+            _FAILED_BUILDS[str(f)] = (text, failed[1], shown or under_test)
+            raise (repeated(failed[1]) if shown and under_test else failed[1]) from None
         try:
-            if stopped is not None:
-                raise build_stopped(str(f), stopped)
-            if failed_once := settings.grade_build_errors().get(f"{self.name}/{f.name}"):
-                raise CompileError(failed_once, file=str(f))  # the grade built it once: its error, not a rebuild
-            mod = load(f, None, **self._opts)
+            mod = load(f, None, **self._opts)  # (a build the grade stopped or saw fail raises at once)
         except CompileError as e:
-            _FAILED_BUILDS[str(f)] = (text, e)
+            _FAILED_BUILDS[str(f)] = (text, e, under_test)
             raise
         self._modules[f] = (text, mod)
         return mod
@@ -173,7 +172,8 @@ class Lesson:
         return f"<cudacourse.Lesson {self.name} from {self.dir} backend={self.backend}>"
 
 
-_FAILED_BUILDS: dict[str, tuple[str, CompileError]] = {}  # path -> (text, error) of files that did not build
+# path -> (text, error, shown to a test yet) of the files that did not build
+_FAILED_BUILDS: dict[str, tuple[str, CompileError, bool]] = {}
 
 
 def _stamp(f: Path) -> tuple[int, int] | None:

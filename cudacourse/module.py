@@ -24,6 +24,7 @@ from cudacourse import settings
 from cudacourse.arguments import arg_plan, check_args, fast_check_args
 from cudacourse.backends import backend_name, device_for, uses_gpu_worker
 from cudacourse.cuda_backend import CudaLibrary, build_cuda, build_torch_cuda
+from cudacourse.errors import CompileError, build_stopped
 from cudacourse.source import SignatureError, find_functions, find_launchers, launcher, uses_torch
 
 # Open ``no_sync()`` blocks in this process, whatever thread opened them. A process-wide count, not a
@@ -192,6 +193,17 @@ def exposed_functions(text: str) -> list[str]:
     return list(find_launchers(text))
 
 
+def _grade_verdict(p: Path) -> None:
+    """Under a grade, a file whose one build the grader stopped or saw fail fails here at once, in whatever flavour a
+    test asks for (a profiled build of it would take as long, or fail the same): no task process builds it again."""
+    key = f"{p.parent.name}/{p.name}"
+    stopped = settings.stopped_builds().get(key)
+    if stopped is not None:
+        raise build_stopped(str(p), stopped)
+    if failed := settings.grade_build_errors().get(key):
+        raise CompileError(failed, file=str(p))
+
+
 def load(source: str | os.PathLike, functions: list[str] | str | None = None, *, backend: str = "auto",
          check: bool | None = None, timeout_s: float = 10.0, profile: bool | str = False) -> Module:
     """Build a CUDA file (a path, or the source text itself) and return its launchers as a ``Module``.
@@ -208,6 +220,7 @@ def load(source: str | os.PathLike, functions: list[str] | str | None = None, *,
     if p is not None:
         if not p.exists():
             raise FileNotFoundError(f"no such CUDA file: {p}")
+        _grade_verdict(p)
         text, path = p.read_text(), str(p.resolve())
     else:
         text, path = str(source), "<source>.cu"

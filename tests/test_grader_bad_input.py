@@ -1,7 +1,8 @@
 """Bad input costs one build per grade (issue 36, "Bad input").
 
 A kernel file that does not build, or whose build outlasts ``--build-timeout``, is built once, by the grade's
-warm-up; every task that needs it then fails at once with that build's message. Before, a template-recursion bomb in
+warm-up (on cuda a compile error is confirmed by a second build first); every task that needs it then fails at
+once with that build's message, whatever flavour of it a test loads. Before, a template-recursion bomb in
 a kernel file timed out the warm-up build and then every task process compiled it again under its own limit (over
 10 minutes for one lesson on a 2-core machine).
 
@@ -86,3 +87,75 @@ def test_a_file_that_does_not_build_is_built_once_and_fails_its_tasks(tmp_path: 
                 rep[tid]["message"][-300:] for tid in relu_tasks]
         # the other file of the lesson (the torch route, identical to the solution) is graded as usual
         assert rep["1.6"]["status"] == "pass", (name, rep["1.6"])
+
+
+@pytest.mark.parametrize("flavour", [{}, {"profile": True}, {"check": False}])
+def test_a_build_the_grade_stopped_or_saw_fail_is_not_built_again_in_any_flavour(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flavour: dict) -> None:
+    """A test that loads the file itself (lesson 01's store count loads a profiled build) fails at once with the
+    grade's verdict: before, it compiled a never-ending build again, for half a minute on both cores."""
+    import cudacourse as cc
+    from cudacourse.errors import CompileError
+    from cudacourse.settings import BUILD_ERRORS_ENV, UNBUILDABLE_ENV
+
+    f = tmp_path / LESSON / "relu.cu"
+    f.parent.mkdir()
+    f.write_text("#error this file must not reach a compiler\n")
+    monkeypatch.setenv(UNBUILDABLE_ENV, f"{LESSON}/relu.cu=15")
+    with pytest.raises(CompileError, match="did not finish within 15 s"):
+        cc.load(f, backend="sim", **flavour)
+    monkeypatch.delenv(UNBUILDABLE_ENV)
+    monkeypatch.setenv(BUILD_ERRORS_ENV, json.dumps({f"{LESSON}/relu.cu": "relu.cu:3: error: the grade's build"}))
+    with pytest.raises(CompileError, match="the grade's build") as e:
+        cc.load(f, backend="sim", **flavour)
+    assert "must not reach a compiler" not in str(e.value)
+
+
+def test_the_first_test_a_failed_build_blocks_gets_the_whole_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timed task's process loads its modules before its first test: that load (outside any test) must not use
+    up the one showing of the compiler's message, or the report says only "printed once, under another failing
+    case" with no case that prints it (seen in a GPU grade, 2026-11-29)."""
+    import cudacourse as cc
+    from cudacourse import lessons
+    from cudacourse.errors import REPEATED_COMPILE_ERROR, CompileError
+    from cudacourse.settings import BUILD_ERRORS_ENV
+
+    monkeypatch.setattr(lessons, "_FAILED_BUILDS", {})
+    monkeypatch.setenv(BUILD_ERRORS_ENV, json.dumps({f"{LESSON}/relu.cu": "relu.cu:3: error: the whole message"}))
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    m = cc.lesson(LESSON)
+    messages = []
+    for under_test in (False, True, True):
+        if under_test:
+            monkeypatch.setenv("PYTEST_CURRENT_TEST", "test_x.py::test_y (call)")
+        with pytest.raises(CompileError) as e:
+            m.module("relu.cu")
+        messages.append(str(e.value))
+    assert "the whole message" in messages[0] and "the whole message" in messages[1], messages
+    assert REPEATED_COMPILE_ERROR in messages[2] and "the whole message" not in messages[2], messages
+
+
+@pytest.mark.parametrize("backend, second", [("cuda", "builds"), ("cuda", "fails"), ("sim", "builds")])
+def test_a_compile_error_on_cuda_counts_once_a_second_build_confirms_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], backend: str, second: str) -> None:
+    """The warm-up's events for a build that fails once: on cuda a second build decides (a build that then works is
+    "retried", with the first message, and "done"); on the simulator the first failure stands."""
+    from cudacourse.errors import CompileError
+    from cudacourse.grading import build_worker
+
+    calls = []
+
+    def once(f: Path, b: str) -> None:
+        calls.append(b)
+        if len(calls) == 1 or second == "fails":
+            raise CompileError(f"nvcc failed, try {len(calls)}", file=str(f))
+
+    monkeypatch.setattr(build_worker, "_build_once", once)
+    build_worker.build(Path("bf16.cu"), backend)
+    events = [ln.split()[0] for ln in capsys.readouterr().out.splitlines()]
+    if backend == "cuda" and second == "builds":
+        assert calls == ["cuda", "cuda"] and events == ["start", "retried", "done"], events
+    elif backend == "cuda":
+        assert len(calls) == 2 and events == ["start", "error", "fail"], events
+    else:
+        assert calls == ["sim"] and events == ["start", "error", "fail"], events

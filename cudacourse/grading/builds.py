@@ -123,6 +123,12 @@ def _build(sub: Submission, slot: Path, lesson: str, gs: GradeSession, only: lis
                 with contextlib.suppress(ValueError):
                     sub.build_errors[f"{lesson}/{word[1]}"] = BUILT_ONCE + str(json.loads(raw.split(None, 2)[2]))
                 continue
+            if len(word) >= 3 and word[0] == "retried":  # (a first failed build, not confirmed by the second)
+                with contextlib.suppress(ValueError):
+                    first = str(json.loads(raw.split(None, 2)[2]))
+                    gs.say(sub, f"{lesson}: {word[1]} failed to build once and built on a second try; the first "
+                                f"failure: {first[-1500:]}")
+                continue
             if len(word) >= 2 and word[0] == "start":
                 building.append(word[1])
                 gs.say(sub, f"{lesson}: {word[1]} ...")
