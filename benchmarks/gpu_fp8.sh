@@ -3,6 +3,7 @@
 # tables. Run from a copy of the course on the GPU machine (python3 3.12 with torch and pytest; no make, no venv):
 #   bash benchmarks/gpu_fp8.sh          (the first wave's runs, below)
 #   bash benchmarks/gpu_fp8.sh wave2    (the second wave's: see the branch below)
+#   bash benchmarks/gpu_fp8.sh quantvariants   (task 8.7's block-per-row candidates, about 30 s: quant_variants.md)
 # Writes under $OUT (at most 8 files come back):
 #   gpu.txt              the machine, torch, the commit (COMMIT, written beside the copy before the call)
 #   variants.md          benchmarks/fp8_gemm_variants.py: both block-tile shapes of the wgmma GEMM; the faster
@@ -32,6 +33,14 @@ step() {  # step NAME LIMIT COMMAND...: run with a time limit, report rc and sec
   timeout "$limit" "$@"
   echo "$name: rc $? in $((SECONDS - s)) s" | tee -a "$OUT/gpu.txt"
 }
+
+if [ "${1:-}" = "quantvariants" ]; then
+  # benchmarks/fp8_quant_variants.py: each candidate checked against the solution's output, then timed against the
+  # copy bandwidth beside the solution's kernel (written 2026-11-29, not yet run on a GPU)
+  step quantvariants 120 python3 benchmarks/fp8_quant_variants.py > "$OUT/quant_variants.md" 2>&1
+  cat "$OUT/quant_variants.md"
+  exit 0
+fi
 
 if [ "${1:-}" = "wave2" ]; then
   # Issue 40's second wave (2026-11-29), one device call of about 150 s: the new quantization kernels (8.3/8.7)
