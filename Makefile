@@ -15,7 +15,7 @@ setup:
 # (make test needs the dev extra only: nbval brings the notebook kernel; jupyter itself, the notebooks extra, cost
 # make test ~20 s of installing after make grade on a clean clone, and only make lab uses it)
 test: EXTRAS := dev
-TEST_WORKERS ?= $(shell python3 -c "import os; print(len(os.sched_getaffinity(0)) + 2)")
+TEST_WORKERS ?= $(shell python3 -c "import os; print(len(os.sched_getaffinity(0)) + 1)")
 lab: EXTRAS := notebooks
 sass: EXTRAS := sass
 
@@ -30,9 +30,9 @@ test: setup   ## the course's own test suite (what CI runs)
 	@$(PY) -m ruff check cudacourse tests benchmarks solutions lessons/*/bench.py
 	@# --durations: every run (CI included) names its longest tests, the figures the suite's time is judged by.
 	@# --no-loadscope-reorder: work is handed out in tests/conftest.py's order, the longest units first.
-	@# Two workers more than cores: the longest units (the grader's attack and corpus batches) spend much of their
-	@# time waiting out the timeouts their hostile cases earn, and with a worker per core a third of the 2-core
-	@# machine's core-seconds went idle (a fresh clone's suite: 17:07 with 2 workers, 15:04 with 3, 2026-11-29).
+	@# One worker more than cores: the longest units (the grader's attack and corpus batches) spend much of their time
+	@# waiting out the timeouts their hostile cases earn, and with a worker per core a third of the 2-core machine's
+	@# core-seconds went idle (17:46 for the suite; 11:03 with 3 workers, 2026-11-29).
 	@$(PY) -m pytest tests --impl=solution -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not gpu" --durations=25
 	@# On a GPU the timed tests (marker gpu) run afterwards, one at a time: beside other tests they time their
 	@# neighbours too (flash bf16 measured 0.38x under xdist on the H100, its target alone). CPU: not graded.
