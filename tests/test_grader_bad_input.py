@@ -159,3 +159,20 @@ def test_a_compile_error_on_cuda_counts_once_a_second_build_confirms_it(
         assert len(calls) == 2 and events == ["start", "error", "fail"], events
     else:
         assert calls == ["sim"] and events == ["start", "error", "fail"], events
+
+
+def test_a_short_build_timeout_bounds_the_learners_files_not_the_course_copy(tmp_path: Path,
+                                                                           instructor_builds: Path) -> None:
+    """--build-timeout bounds what a learner's file can cost. Files identical to the instructor's are built (or
+    found in the cache) by the course's copy worker, which starts Python and imports torch for the torch route:
+    under a limit shorter than that, the learner's untouched files failed (seen at 15 s on a loaded machine)."""
+    if not available().confined:
+        pytest.skip(f"OS confinement unavailable here: {available().describe()}")
+    batch, out = tmp_path / "batch", tmp_path / "out"
+    _submission(batch, "untouched", (ROOT / "solutions" / LESSON / "relu.cu").read_text())
+    with using(build_dir=instructor_builds):
+        rc = cli.main(["--backend", "sim", "--batch", str(batch), "--lessons", LESSON, "--tasks", "1.1", "1.6",
+                       "--json", str(out), "--build-timeout", "0.5", "--timeout", "120", "-q"])
+    assert rc == 0
+    rep = {t["id"]: t for t in json.loads((out / "untouched.json").read_text())["tasks"]}
+    assert rep["1.1"]["status"] == "pass" and rep["1.6"]["status"] == "pass", rep
