@@ -15,7 +15,7 @@ setup:
 # (make test needs the dev extra only: nbval brings the notebook kernel; jupyter itself, the notebooks extra, cost
 # make test ~20 s of installing after make grade on a clean clone, and only make lab uses it)
 test: EXTRAS := dev
-TEST_WORKERS ?= $(shell python3 -c "import os; print(len(os.sched_getaffinity(0)) + 1)")
+TEST_WORKERS ?= $(shell $(PY) -c "import os; print(len(os.sched_getaffinity(0)) + 1)")
 lab: EXTRAS := notebooks
 sass: EXTRAS := sass
 

@@ -165,8 +165,9 @@ def _build(sub: Submission, slot: Path, lesson: str, gs: GradeSession, only: lis
         reader.join(timeout=5.0)
         for name in list(building):
             sub.unbuildable[f"{lesson}/{name}"] = limit
+        which = "--build-timeout" if limit == gs.config.build_timeout else "the course's copy's limit"
         gs.say(sub, f"{lesson}: the build{' of ' + ', '.join(building) if building else 's'} stopped after "
-                    f"{limit:g} s (--build-timeout)")
+                    f"{limit:g} s ({which})")
     finally:
         gs.live.discard(proc)
     return built
