@@ -3,7 +3,6 @@
 # tables. Run from a copy of the course on the GPU machine (python3 3.12 with torch and pytest; no make, no venv):
 #   bash benchmarks/gpu_fp8.sh          (the first wave's runs, below)
 #   bash benchmarks/gpu_fp8.sh wave2    (the second wave's: see the branch below)
-#   bash benchmarks/gpu_fp8.sh quantvariants   (task 8.7's block-per-row candidates, about 30 s: quant_variants.md)
 # Writes under $OUT (at most 8 files come back):
 #   gpu.txt              the machine, torch, the commit (COMMIT, written beside the copy before the call)
 #   variants.md          benchmarks/fp8_gemm_variants.py: both block-tile shapes of the wgmma GEMM; the faster
@@ -34,19 +33,12 @@ step() {  # step NAME LIMIT COMMAND...: run with a time limit, report rc and sec
   echo "$name: rc $? in $((SECONDS - s)) s" | tee -a "$OUT/gpu.txt"
 }
 
-if [ "${1:-}" = "quantvariants" ]; then
-  # benchmarks/fp8_quant_variants.py: each candidate checked against the solution's output, then timed against the
-  # copy bandwidth beside the solution's kernel (written 2026-11-29, not yet run on a GPU)
-  step quantvariants 120 python3 benchmarks/fp8_quant_variants.py > "$OUT/quant_variants.md" 2>&1
-  cat "$OUT/quant_variants.md"
-  exit 0
-fi
-
 if [ "${1:-}" = "wave2" ]; then
   # Issue 40's second wave (2026-11-29), one device call of about 150 s: the new quantization kernels (8.3/8.7)
   # and the Triton twin (8.T1) checked on the GPU, the bench, then the distributions the targets of 8.6 and 8.7
   # are set from: N runs of the tests' own measurement in one process (fp8_speed_distribution.py), then real
-  # grades (speed_distribution.py) for what time is left before END seconds. Writes under $OUT:
+  # grades (speed_distribution.py, GRADES of them, default 10) for what time is left before END seconds (a grade of
+  # 8.6 and 8.7 takes about 20 s). Writes under $OUT:
   #   gpu.txt, tests.log, bench.tgz, inproc.md/.json, grades.md/.json
   : "${END:=150}"
   export CUDA_COURSE_TRITON_ONE_CONFIG=1  # the tests: one config per Triton kernel (the bench still autotunes)
@@ -63,7 +55,8 @@ if [ "${1:-}" = "wave2" ]; then
   cat "$OUT/inproc.md" 2>/dev/null
   left=$((END - SECONDS))
   if [ "$left" -gt 15 ]; then
-    step grades "$left" python3 benchmarks/speed_distribution.py -n 10 --lessons 08_fp8 --out "$OUT/grades.md"
+    step grades "$left" python3 benchmarks/speed_distribution.py -n "${GRADES:-10}" --lessons 08_fp8 \
+        --commit "$(cat COMMIT 2>/dev/null)" --out "$OUT/grades.md"
     cat "$OUT/grades.md" 2>/dev/null
   fi
   echo "total: $SECONDS s"

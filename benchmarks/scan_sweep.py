@@ -1,16 +1,25 @@
-"""Tile shapes of lesson 09's decoupled look-back scan on a GPU: threads per block x items per thread, the tile
-moved through shared memory (a warp transpose, the default) or loaded and stored directly, the blocks per SM that
-__launch_bounds__ asks the compiler to fit (so the registers it may use: 65536 / (threads x blocks) per thread), and
-the streaming cache hint on the tile's loads and stores (__ldcs / __stcs).
+"""Tile shapes and look-back variants of lesson 09's decoupled look-back scan on a GPU.
 
-scan.cu reads SCAN_THREADS, SCAN_ITEMS, SCAN_TRANSPOSE, SCAN_MIN_BLOCKS and SCAN_STREAMING under #ifndef, so each
-shape is the solution file compiled with #defines in front. Each row: the median time of scan_lookback_i32 on 2^28
-int32 (CUDA events, L2 flushed, cudacourse.bench.time_stats), GB/s counting 8 bytes per element, and the ratio to
-torch.cumsum timed the same way in the same run. Run by benchmarks/gpu_scan.sh as ``python3 benchmarks/scan_sweep.py``.
+A row is scan.cu compiled with #defines in front (it reads SCAN_THREADS, SCAN_ITEMS, SCAN_TRANSPOSE,
+SCAN_MIN_BLOCKS and SCAN_STREAMING under #ifndef): threads per block x items per thread, the tile moved through
+shared memory (a warp transpose, the default) or loaded and stored directly, the blocks per SM that __launch_bounds__
+asks the compiler to fit (so the registers it may use: 65536 / (threads x blocks) per thread), and the streaming cache
+hint on the tile's loads and stores (__ldcs / __stcs). Two more columns:
+
+- backoff: nanoseconds a look-back warp sleeps (__nanosleep) before it reads a window again that still holds an
+  unpublished predecessor (0: it reads again at once, as scan.cu does). A benchmark-only edit of the spin line.
+- kernel: ``lookback`` is scan_lookback_i32 (checked against torch.cumsum); ``no look-back`` launches the same tile
+  work with no dependence between tiles (scan_tiles_from_offsets_kernel, phase 3 of the three-phase scan, with zero
+  offsets): the ceiling of this tile shape, what the look-back costs is the gap to it.
+
+Each row: the median time on 2^28 int32 (CUDA events, L2 flushed, cudacourse.bench.time_stats), GB/s counting 8 bytes
+per element, the fraction of the copy bandwidth measured in the same run, and the ratio to torch.cumsum timed the same
+way. Run by benchmarks/gpu_scan.sh as ``python3 benchmarks/scan_sweep.py``.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import torch
@@ -18,36 +27,67 @@ import torch
 import cudacourse as cc
 from cudacourse.bench import copy_bandwidth_gbs, time_stats
 
-# (threads, items, transpose, min blocks per SM, streaming); the first is scan.cu's default
-SHAPES = [(256, 16, 1, 8, 0), (256, 16, 1, 4, 0), (256, 16, 1, 6, 0), (256, 16, 1, 8, 1), (256, 16, 1, 4, 1),
-          (256, 24, 1, 4, 0), (256, 32, 1, 2, 0), (256, 32, 1, 3, 0), (512, 16, 1, 2, 0), (128, 32, 1, 8, 0)]
+SPIN = "if (__any_sync(FULL_MASK, flag == 0u)) continue;  // a predecessor has not published yet"
+# A launcher of the tile work alone, appended to the source for the "no look-back" rows.
+NO_LOOKBACK = """
+void tiles_alone_i32(const int* x, int* y, int n, unsigned long long* work) {
+    scan_tiles_from_offsets_kernel<int><<<ceil_div(n, TILE), THREADS>>>(x, y, n, reinterpret_cast<const int*>(work));
+}
+"""
+
+# (threads, items, transpose, min blocks per SM, streaming, backoff ns, kernel); the first is scan.cu's default
+SHAPES = [(256, 16, 1, 8, 0, 0, "lookback"), (256, 16, 1, 8, 0, 0, "no look-back"),
+          (128, 32, 1, 8, 0, 0, "lookback"), (128, 32, 1, 8, 0, 0, "no look-back"),
+          (256, 16, 1, 8, 0, 32, "lookback"), (256, 16, 1, 8, 0, 200, "lookback"),
+          (128, 32, 1, 8, 0, 32, "lookback"), (128, 32, 1, 8, 0, 200, "lookback"),
+          (64, 32, 1, 16, 0, 0, "lookback"), (64, 64, 1, 8, 0, 0, "lookback"), (128, 64, 1, 4, 0, 0, "lookback"),
+          (64, 32, 1, 16, 0, 100, "lookback"), (128, 32, 1, 8, 1, 100, "lookback")]
+
+
+def source(threads: int, items: int, transpose: int, blocks: int, streaming: int, backoff: int) -> str:
+    """scan.cu with this row's #defines in front, the spin line edited for a backoff, the tile-work launcher after."""
+    src = (Path(__file__).resolve().parent.parent / "solutions" / "09_scan_sort" / "scan.cu").read_text()
+    if backoff:
+        assert SPIN in src, "scan.cu's look-back spin line changed: update SPIN in benchmarks/scan_sweep.py"
+        src = src.replace(SPIN, f"if (__any_sync(FULL_MASK, flag == 0u)) {{ __nanosleep({backoff}); continue; }}")
+    head = (f"#define SCAN_THREADS {threads}\n#define SCAN_ITEMS {items}\n#define SCAN_TRANSPOSE {transpose}\n"
+            f"#define SCAN_MIN_BLOCKS {blocks}\n#define SCAN_STREAMING {streaming}\n")
+    return head + src + NO_LOOKBACK
 
 
 def main() -> None:
-    """Print one row per tile shape."""
-    src = (Path(__file__).resolve().parent.parent / "solutions" / "09_scan_sort" / "scan.cu").read_text()
+    """Print one row per variant."""
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("scan_sweep.py times kernels on a GPU; this machine has none (torch.cuda.is_available() "
+                         "is False). Run it on the GPU machine: bash benchmarks/gpu_scan.sh")
     n = 2**28
     x = torch.randint(-4, 5, (n,), device="cuda", dtype=torch.int32)
     y = torch.empty_like(x)
-    work = torch.empty(n // 1024 + 2, dtype=torch.int64, device="cuda")
+    work = torch.zeros(n // 1024 + 2, dtype=torch.int64, device="cuda")
+    zeros = torch.zeros(n // 1024 + 2, dtype=torch.int64, device="cuda")
     want = torch.cumsum(x, 0, dtype=torch.int32)
     copy = copy_bandwidth_gbs()
     ref_ms, ref_spread = time_stats(lambda: torch.cumsum(x, 0, dtype=torch.int32))
     print(f"# {torch.cuda.get_device_name(0)}: copy {copy:.0f} GB/s; torch.cumsum int32 2^28: {ref_ms:.3f} ms "
           f"({8 * n / ref_ms / 1e6:.0f} GB/s, spread {ref_spread:.2f})")
-    print("threads  items  tile  transpose  blocks/SM  streaming    ms     GB/s  % copy  vs torch.cumsum")
-    for threads, items, transpose, blocks, streaming in SHAPES:
-        head = (f"#define SCAN_THREADS {threads}\n#define SCAN_ITEMS {items}\n#define SCAN_TRANSPOSE {transpose}\n"
-                f"#define SCAN_MIN_BLOCKS {blocks}\n#define SCAN_STREAMING {streaming}\n")
-        m = cc.load(head + src, ["scan_lookback_i32"], backend="cuda")
-        y.zero_()
-        m.scan_lookback_i32(x, y, n, work)
-        ok = bool(torch.equal(y, want))
-        ms, _ = time_stats(lambda m=m: m.scan_lookback_i32(x, y, n, work))
+    print("threads  items  tile  transpose  blocks/SM  streaming  backoff  kernel          ms     GB/s  % copy  "
+          "vs torch.cumsum")
+    for threads, items, transpose, blocks, streaming, backoff, kernel in SHAPES:
+        m = cc.load(source(threads, items, transpose, blocks, streaming, backoff),
+                    ["scan_lookback_i32", "tiles_alone_i32"], backend="cuda")
+        if kernel == "lookback":
+            y.zero_()
+            m.scan_lookback_i32(x, y, n, work)
+            note = "" if torch.equal(y, want) else "  WRONG RESULT"
+            ms, _ = time_stats(lambda m=m: m.scan_lookback_i32(x, y, n, work))
+        else:
+            note = "  (tile work alone: not a scan)"
+            ms, _ = time_stats(lambda m=m: m.tiles_alone_i32(x, y, n, zeros))
         gbs = 8 * n / ms / 1e6
-        print(f"{threads:7d} {items:6d} {threads * items:5d} {transpose:10d} {blocks:10d} {streaming:10d} {ms:7.3f} "
-              f"{gbs:7.0f} "
-              f"{100 * gbs / copy:6.0f}% {ref_ms / ms:7.2f}x{'' if ok else '  WRONG RESULT'}", flush=True)
+        print(f"{threads:7d} {items:6d} {threads * items:5d} {transpose:10d} {blocks:10d} {streaming:10d} "
+              f"{backoff:8d}  {kernel:12s} {ms:7.3f} {gbs:7.0f} {100 * gbs / copy:6.0f}% {ref_ms / ms:7.2f}x{note}",
+              flush=True)
 
 
 if __name__ == "__main__":

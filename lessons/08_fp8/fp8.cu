@@ -334,15 +334,16 @@ __global__ void quant_128x128_kernel(const __nv_bfloat16* __restrict__ w, __nv_f
 // ----------------------------------------------------------------------------------------------------
 // The kernels above read a row (or a 128x128 block) twice, 8 bytes per load, and write the scales one float per
 // 32-byte sector. Three changes (on the H200, README "Measured": quant_128x128 at 99% of the copy bandwidth,
-// rmsnorm_quant_1x128 at 53%, from 48%):
+// rmsnorm_quant_1x128 at 86%, from 48%):
 //  - 16-byte loads: one uint4 holds 8 bf16, and eight e4m3 leave in one 8-byte store (a warp: 512 bytes in, 256 out);
-//  - everything in flight before anything is used: each thread loads ALL its 16-byte pieces into registers first
-//    (a row of 4096 bf16 is 16 uint4 per lane), then reduces, then writes; global memory is read exactly once;
-//  - rmsnorm_quant: one warp per row, 8 rows per block, so no __syncthreads in the row's work (warp shuffles
-//    only), and the block's 8 rows of scales of a group are 8 neighbouring floats of scales[g][*]: staged in
-//    shared memory and written together, one 32-byte sector each instead of eight.
-// Piece k of a row (elements 8k .. 8k+7) belongs to group k / 16: lane l's piece j is k = 32j + l, so lanes 0-15
-// hold group 2j and lanes 16-31 group 2j + 1, and a group's amax is a maximum over one half of the warp.
+//  - everything in flight before anything is used: each thread loads ALL its 16-byte pieces of x and w into
+//    registers first, then reduces, then writes; global memory is read exactly once;
+//  - rmsnorm_quant: one block of 128 threads per row, few pieces per thread (4 at cols = 4096). A warp per row
+//    (16 pieces per lane, 8 rows per block) reached only 53%: 128 registers of x alone, so few warps per SM to hide
+//    the loads. Many threads with few values each keep more bytes in flight per SM; the price is one __syncthreads
+//    to add the warps' partial sums of squares.
+// Piece k of a row (elements 8k .. 8k+7) belongs to group k / 16: thread t's piece j is k = 128j + t, so the 16
+// pieces of a group are held by one half of a warp, and a group's amax is a maximum over that half.
 // These paths need cols % 8 == 0 and 16-byte aligned x, w (8-byte aligned y); the launchers fall back to the
 // kernels above otherwise (and for rows longer than 8192 values).
 
@@ -366,30 +367,27 @@ __device__ inline float halfwarp_max(float v) {
 }
 static inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-constexpr int kFastRows = 8;  // rows per block of the fast rmsnorm_quant (one warp each)
+constexpr int kRowThreads = 128;  // threads per row of the fast rmsnorm_quant (one block each)
 
-// NV: 16-byte pieces per lane (cols <= 256 * NV).
-template <int NV>
-__global__ void __launch_bounds__(32 * kFastRows, NV <= 16 ? 2 : 1) rmsnorm_quant_1x128_fast_kernel(
+// NP: 16-byte pieces per thread (cols <= 8 * kRowThreads * NP).
+template <int NP>
+__global__ void __launch_bounds__(kRowThreads) rmsnorm_quant_1x128_fast_kernel(
         const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, __nv_fp8_e4m3* __restrict__ y,
         float* __restrict__ scales, int rows, int cols, float eps) {
-    __shared__ float s_scale[2 * NV][kFastRows];  // [group][row of the block]
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = blockIdx.x * kFastRows + warp;
-    const int pieces = cols / 8, groups = (cols + 127) / 128;
-    // TODO(task 8.7): (~25 lines) the row r of this warp (r < rows; the warp of a row past the end computes on
-    // zeros and stores nothing, but still takes part in the block's __syncthreads):
-    //   1. raw[j] = piece k = 32 * j + lane of the row as a uint4 (zeros for k >= pieces), for all j < NV first
-    //      (#pragma unroll: the array stays in registers); then the sum of squares of their values,
-    //      warp_sum, rstd = rsqrtf(sum / cols + eps);
-    //   2. per j: the piece's 8 values v = x * rstd * w (w's piece k, also a uint4; zeros past the end), the
-    //      group's amax = max(halfwarp_max(max |v|), kAmaxFloor), the 8 bytes e4m3x8(v, kE4m3Max / amax) to
-    //      y + r * cols + 8 * k (as a uint2), and lane 0 / lane 16 put amax / kE4m3Max in s_scale[g][warp] for
-    //      g = 2j / 2j + 1 (when g < groups);
-    //   3. __syncthreads, then the block writes s_scale out: element e = threadIdx.x, + blockDim.x, ... of the
-    //      groups * kFastRows scales is group e / kFastRows, row blockIdx.x * kFastRows + e % kFastRows
-    //      (rows < rows only), at scales[g * rows + row].
-    // Worked example: cols = 4096 (NV = 16, 32 groups), lane 20, j = 3: piece k = 116, elements 928 .. 935,
-    // group 116 / 16 = 7 = 2 * 3 + 1, whose 16 pieces are held by lanes 16-31 at j = 3.
+    __shared__ float s_part[kRowThreads / 32];  // each warp's sum of squares
+    const int r = blockIdx.x, t = threadIdx.x, lane = t & 31, warp = t >> 5, pieces = cols / 8;
+    // TODO(task 8.7): (~30 lines) row r of x, one block:
+    //   1. raw[j] = piece k = kRowThreads * j + t of the row and wraw[j] = piece k of w, as uint4 (zeros for
+    //      k >= pieces), for all j < NP first (#pragma unroll: the arrays stay in registers);
+    //   2. the sum of squares of raw's values, warp_sum, lane 0 puts it in s_part[warp], __syncthreads, every
+    //      thread adds the kRowThreads / 32 partial sums: rstd = rsqrtf(total / cols + eps);
+    //   3. per j (stop once kRowThreads * j >= pieces: the same for the whole block): the piece's 8 values
+    //      v = x * rstd * w, the group's amax = max(halfwarp_max(max |v|), kAmaxFloor), and when k < pieces the
+    //      8 bytes e4m3x8(v, kE4m3Max / amax) to y + r * cols + 8 * k (as a uint2); the first lane of each half
+    //      of the warp (lane % 16 == 0) writes scales[(k / 16) * rows + r] = amax / kE4m3Max.
+    // Worked example: cols = 4096 (NP = 4, 512 pieces, 32 groups), thread 85 (warp 2, lane 21), j = 3: piece
+    // k = 469, elements 3752 .. 3759, group 469 / 16 = 29, whose 16 pieces 464 .. 479 are held by threads 80-95
+    // (lanes 16-31 of warp 2) at j = 3; thread 80 writes its scale.
 }
 
 // One block of 256 threads per 128x128 block: thread t takes the 8 columns 8 * (t % 16) .. of rows t / 16,
@@ -416,10 +414,9 @@ void rmsnorm_quant_1x128(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_fp
     if (rows <= 0 || cols <= 0) return;
     const bool fast = kFastQuant && cols % 8 == 0 && cols <= 8192 && aligned16(x) && aligned16(w) && aligned8(y);
     if (fast) {
-        const unsigned grid = (unsigned)((rows + kFastRows - 1) / kFastRows);
-        if (cols <= 1024) rmsnorm_quant_1x128_fast_kernel<4><<<grid, 32 * kFastRows>>>(x, w, y, scales, rows, cols, eps);
-        else if (cols <= 4096) rmsnorm_quant_1x128_fast_kernel<16><<<grid, 32 * kFastRows>>>(x, w, y, scales, rows, cols, eps);
-        else rmsnorm_quant_1x128_fast_kernel<32><<<grid, 32 * kFastRows>>>(x, w, y, scales, rows, cols, eps);
+        if (cols <= 1024) rmsnorm_quant_1x128_fast_kernel<1><<<rows, kRowThreads>>>(x, w, y, scales, rows, cols, eps);
+        else if (cols <= 4096) rmsnorm_quant_1x128_fast_kernel<4><<<rows, kRowThreads>>>(x, w, y, scales, rows, cols, eps);
+        else rmsnorm_quant_1x128_fast_kernel<8><<<rows, kRowThreads>>>(x, w, y, scales, rows, cols, eps);
         return;
     }
     const int vec = cols % 4 == 0 && aligned8(x) && aligned8(w) && aligned8(y) ? 1 : 0;
