@@ -10,9 +10,7 @@ hint on the tile's loads and stores (__ldcs / __stcs). Two more columns:
   unpublished predecessor (0: it reads again at once, as scan.cu does). A benchmark-only edit of the spin line.
 - kernel: ``lookback`` is scan_lookback_i32 (checked against torch.cumsum); ``no look-back`` launches the same tile
   work with no dependence between tiles (scan_tiles_from_offsets_kernel, phase 3 of the three-phase scan, with zero
-  offsets): the ceiling of this tile shape, what the look-back costs is the gap to it; ``prefetch T`` is
-  benchmarks/scan_prefetch.cu's scan_prefetch_i32 (the next tile's loads in flight during the look-back, up to T
-  tiles per block; checked against torch.cumsum), blocks/SM then being its own __launch_bounds__.
+  offsets): the ceiling of this tile shape, what the look-back costs is the gap to it.
 
 Each row: the median time on 2^28 int32 (CUDA events, L2 flushed, cudacourse.bench.time_stats), GB/s counting 8 bytes
 per element, the fraction of the copy bandwidth measured in the same run, and the ratio to torch.cumsum timed the same
@@ -38,29 +36,23 @@ void tiles_alone_i32(const int* x, int* y, int n, unsigned long long* work) {
 """
 
 # (threads, items, transpose, min blocks per SM, streaming, backoff ns, kernel); the first is scan.cu's default.
-# (2026-11-29, first call: the look-back rows 67-73% of copy, backoff no help, no look-back 97%:
-# results/nvidia-h200/09_scan_sort/scan_sweep_2026-11-29c.txt; this list is the second call's.)
-SHAPES = [(256, 16, 1, 8, 0, 0, "lookback"), (128, 64, 1, 4, 0, 0, "lookback"),
-          (256, 16, 1, 4, 0, 0, "prefetch 8"), (256, 16, 1, 4, 0, 0, "prefetch 32"),
-          (256, 16, 1, 4, 0, 0, "prefetch 128"), (256, 16, 1, 5, 0, 0, "prefetch 8"),
-          (128, 16, 1, 8, 0, 0, "prefetch 8"), (128, 32, 1, 5, 0, 0, "prefetch 8"),
-          (512, 16, 1, 2, 0, 0, "prefetch 8"), (256, 32, 1, 2, 0, 0, "prefetch 8"),
-          (128, 64, 1, 2, 0, 0, "prefetch 8"), (256, 16, 1, 4, 1, 0, "prefetch 8")]
-PREFETCH = Path(__file__).resolve().parent / "scan_prefetch.cu"
+# Measured on the H200 (results/nvidia-h200/09_scan_sort/scan_sweep_2026-11-29c.txt and -d.txt): the look-back rows
+# 67-73% of copy, the tile work alone 97%, backoff no help; a candidate that issued the next tile's loads before its
+# look-back (commit a765769) 8-46%. This list: the larger tiles, not yet measured.
+SHAPES = [(256, 16, 1, 8, 0, 0, "lookback"), (128, 64, 1, 4, 0, 0, "lookback"), (128, 64, 1, 4, 0, 0, "no look-back"),
+          (256, 64, 1, 2, 0, 0, "lookback"), (512, 32, 1, 2, 0, 0, "lookback"), (1024, 16, 1, 2, 0, 0, "lookback"),
+          (128, 96, 1, 2, 0, 0, "lookback")]
 
 
-def source(threads: int, items: int, transpose: int, blocks: int, streaming: int, backoff: int,
-           pf_tiles: int = 8) -> str:
-    """scan.cu with this row's #defines in front, the spin line edited for a backoff, the tile-work launcher and
-    benchmarks/scan_prefetch.cu after (PF_MIN_BLOCKS = blocks, PF_TILES = pf_tiles)."""
+def source(threads: int, items: int, transpose: int, blocks: int, streaming: int, backoff: int) -> str:
+    """scan.cu with this row's #defines in front, the spin line edited for a backoff, the tile-work launcher after."""
     src = (Path(__file__).resolve().parent.parent / "solutions" / "09_scan_sort" / "scan.cu").read_text()
     if backoff:
         assert SPIN in src, "scan.cu's look-back spin line changed: update SPIN in benchmarks/scan_sweep.py"
         src = src.replace(SPIN, f"if (__any_sync(FULL_MASK, flag == 0u)) {{ __nanosleep({backoff}); continue; }}")
     head = (f"#define SCAN_THREADS {threads}\n#define SCAN_ITEMS {items}\n#define SCAN_TRANSPOSE {transpose}\n"
-            f"#define SCAN_MIN_BLOCKS {blocks}\n#define SCAN_STREAMING {streaming}\n"
-            f"#define PF_MIN_BLOCKS {blocks}\n#define PF_TILES {pf_tiles}\n")
-    return head + src + NO_LOOKBACK + PREFETCH.read_text()
+            f"#define SCAN_MIN_BLOCKS {blocks}\n#define SCAN_STREAMING {streaming}\n")
+    return head + src + NO_LOOKBACK
 
 
 def main() -> None:
@@ -82,15 +74,13 @@ def main() -> None:
     print("threads  items  tile  transpose  blocks/SM  streaming  backoff  kernel          ms     GB/s  % copy  "
           "vs torch.cumsum")
     for threads, items, transpose, blocks, streaming, backoff, kernel in SHAPES:
-        pf_tiles = int(kernel.split()[1]) if kernel.startswith("prefetch") else 8
-        m = cc.load(source(threads, items, transpose, blocks, streaming, backoff, pf_tiles),
-                    ["scan_lookback_i32", "tiles_alone_i32", "scan_prefetch_i32"], backend="cuda")
-        if kernel != "no look-back":
-            fn = m.scan_lookback_i32 if kernel == "lookback" else m.scan_prefetch_i32
+        m = cc.load(source(threads, items, transpose, blocks, streaming, backoff),
+                    ["scan_lookback_i32", "tiles_alone_i32"], backend="cuda")
+        if kernel == "lookback":
             y.zero_()
-            fn(x, y, n, work)
+            m.scan_lookback_i32(x, y, n, work)
             note = "" if torch.equal(y, want) else "  WRONG RESULT"
-            ms, _ = time_stats(lambda fn=fn: fn(x, y, n, work))
+            ms, _ = time_stats(lambda m=m: m.scan_lookback_i32(x, y, n, work))
         else:
             note = "  (tile work alone: not a scan)"
             ms, _ = time_stats(lambda m=m: m.tiles_alone_i32(x, y, n, zeros))

@@ -298,7 +298,8 @@ def _gemm_sets(n: int) -> tuple[list[tuple[torch.Tensor, torch.Tensor, torch.Ten
 
     m = _m()
     g = check.rng(f"speed-{n}")
-    sets = [(check.randn((n, n), g, m.device), check.randn((n, n), g, m.device), torch.empty(n, n, device=m.device))
+    sets = [(check.randn_on_device((n, n), g, m.device), check.randn_on_device((n, n), g, m.device),
+             torch.empty(n, n, device=m.device))
             for _ in range(MIN_SETS)]
     refs = [(A.double() @ B.double()).float() for A, B, _ in sets]
     rtol, atol = gemm_tolerance(n)

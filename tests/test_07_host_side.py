@@ -373,7 +373,7 @@ def test_speed_pipeline() -> None:
     m = _m()
     n, d, iters = 1 << 26, 1024, 1024
     g = check.rng("pipeline-speed")
-    xs = [check.randn((n,), g, m.device) for _ in range(MIN_SETS)]
+    xs = [check.randn_on_device((n,), g, m.device) for _ in range(MIN_SETS)]
     coefs = [_coef(d, g, m.device) for _ in range(MIN_SETS)]
     refs = [_pipeline_ref_gpu(x, c, d, iters) for x, c in zip(xs, coefs, strict=True)]
     ms = torch.empty(1, device=m.device)

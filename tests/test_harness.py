@@ -245,6 +245,18 @@ def test_seed_comes_from_environment():
     assert out.stdout == again.stdout != other.stdout
 
 
+def test_randn_on_device_repeats_with_its_seed_and_moves_it_on():
+    """The speed tests' device-side draw: one seed, one sequence; each draw advances the run's generator, so the
+    buffer sets differ; normal values of the dtype and scale asked for."""
+    a = check.randn_on_device((64, 64), check.rng("d"), "cpu", torch.float16, scale=2.0)
+    b = check.randn_on_device((64, 64), check.rng("d"), "cpu", torch.float16, scale=2.0)
+    assert a.dtype == torch.float16 and torch.equal(a, b)
+    assert 1.5 < float(a.float().std()) < 2.5
+    g = check.rng("d")
+    first, second = check.randn_on_device(100, g, "cpu"), check.randn_on_device(100, g, "cpu")
+    assert not torch.equal(first, second)
+
+
 # ----------------------------------------------------------------------------------------------------
 # doctor, stubs, CLI
 # ----------------------------------------------------------------------------------------------------
