@@ -186,6 +186,31 @@ def find_host_calls(ci_text: str, obj: bytes, learner_files: list[str], runtime_
     return found
 
 
+_LINE = re.compile(r'#\s*(?:line\s+)?(\d+)\s+"([^"]*)"')
+
+
+def written_first(calls: list[HostCall], source: str) -> list[HostCall]:
+    """``calls`` with, on each line, those whose function's name appears in that line of ``source`` (the rewritten
+    file, whose ``#line`` directives give each line's file and number) first: the call the learner wrote before the
+    helpers it brings along (``std::vector<float> v(...)`` also calls ``std::allocator``'s constructor, and which of
+    them the compiler lists first is its own affair: libstdc++ versions differ)."""
+    texts: dict[tuple[str, int], str] = {}
+    file, line = "", 0
+    for raw in source.splitlines():
+        m = _LINE.match(raw.strip())
+        if m:
+            file, line = m.group(2), int(m.group(1))
+            continue
+        texts[(file, line)] = raw
+        line += 1
+
+    def named(h: HostCall) -> bool:
+        name = h.callee.split("(")[0].rsplit("::", 1)[-1].lstrip("~")
+        return bool(name) and re.search(rf"\b{re.escape(name)}\b", texts.get((h.file, h.line), "")) is not None
+
+    return sorted(calls, key=lambda h: (h.file, h.line, not named(h)))
+
+
 def message(calls: list[HostCall], real_path) -> str:
     """The compile error for ``calls`` (``real_path`` maps a compiled-under path back to the learner's)."""
     lines = []
@@ -250,6 +275,8 @@ def compile_and_check(compile_fn, gxx: list[str], flags: list[str], d: Path, rea
     ci = next(iter(sorted(dc.glob("*.ci"))), None)
     calls = [] if check.get("r") is None or check["r"].returncode or ci is None else \
         run_check(dc, "check.o", ci.name, [_line_path(path), *include_dirs], str(runtime_dir))
+    if calls:
+        calls = written_first(calls, (d / "src.cpp").read_text(errors="replace"))
     shutil.rmtree(dc, ignore_errors=True)
     if calls:
         msg = message(calls, lambda f: _real_paths(f, path))

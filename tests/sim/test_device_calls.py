@@ -211,3 +211,20 @@ def test_an_unchecked_build_never_stands_in_for_a_checked_one() -> None:
     build(src, "unchecked_first.cu").close()  # no check: it builds
     with pytest.raises(CompileError, match=callee):
         build(src, "unchecked_first.cu", device_calls=True).close()
+
+
+def test_the_call_the_learner_wrote_is_named_first() -> None:
+    """On one line the compiler may list a container's helpers (its allocator) before the call that was written
+    (libstdc++ versions differ): the message names first the call whose name is on the line."""
+    from cudacourse.sim.devcheck import HostCall, message, written_first
+
+    src = '#line 1 "k.cu"\n__global__ void k() {\n    std::vector<float> v(8);  // here\n}\n'
+    calls = [HostCall("k.cu", 2, "k", "std::allocator::allocator", False),
+             HostCall("k.cu", 2, "k", "std::vector::vector", False),
+             HostCall("k.cu", 2, "k", "std::allocator::~allocator", False),
+             HostCall("k.cu", 1, "k", "helper", False)]
+    ordered = written_first(calls, src)
+    assert [h.callee for h in ordered] == ["helper", "std::vector::vector", "std::allocator::allocator",
+                                           "std::allocator::~allocator"]
+    assert message(ordered, lambda f: f).splitlines()[1].startswith("k.cu:2: error: device function k calls "
+                                                                      "std::vector::vector")

@@ -70,19 +70,22 @@ def test_gxx_takes_the_suites_pch(ext, torch_pch: Path, tmp_path: Path) -> None:
 
 def test_gxx_ignores_a_stale_pch_and_stops_at_a_damaged_one(tmp_path: Path) -> None:
     """What the fallback relies on, with a small header: a precompiled header made with other flags is ignored
-    (-Winvalid-pch says so) and the header read instead, so the answer is right; one cut short stops g++ with a
-    message naming the ``.gch`` file, which ``build_torch_extension`` answers by building without it."""
+    (-Winvalid-pch says so) and the header read instead, so the answer is right; one cut short either stops g++
+    with a message naming the ``.gch`` file, which ``build_torch_extension`` answers by building without it (g++
+    12), or is ignored like a stale one (a g++ that checks more of the file before it uses it): never a wrong
+    answer, never a failure that does not name the file."""
     (tmp_path / "h.h").write_text("#define ANSWER 42\n")
     (tmp_path / "m.cpp").write_text("static_assert(ANSWER == 42, \"the header's answer\");\nint main() {}\n")
     assert _gxx("-O2", "-x", "c++-header", "h.h", "-o", "h.h.gch", cwd=tmp_path).returncode == 0
     used = _gxx("-O2", "-Winvalid-pch", "-H", "-include", str(tmp_path / "h.h"), "-c", "m.cpp", cwd=tmp_path)
-    assert used.returncode == 0 and used.stderr.startswith(f"! {tmp_path}/h.h.gch"), used.stderr
+    assert used.returncode == 0 and f"! {tmp_path}/h.h.gch" in used.stderr.splitlines(), used.stderr
     stale = _gxx("-O0", "-Winvalid-pch", "-include", str(tmp_path / "h.h"), "-c", "m.cpp", cwd=tmp_path)
-    assert stale.returncode == 0 and "h.h.gch: not used because" in stale.stderr, stale.stderr
+    assert stale.returncode == 0 and "h.h.gch" in stale.stderr and "not used" in stale.stderr, stale.stderr
     data = (tmp_path / "h.h.gch").read_bytes()
     (tmp_path / "h.h.gch").write_bytes(data[:100])
-    cut = _gxx("-O2", "-include", str(tmp_path / "h.h"), "-c", "m.cpp", cwd=tmp_path)
-    assert cut.returncode != 0 and "h.h.gch" in cut.stderr, cut.stderr
+    cut = _gxx("-O2", "-Winvalid-pch", "-include", str(tmp_path / "h.h"), "-c", "m.cpp", cwd=tmp_path)
+    assert "h.h.gch" in cut.stderr, cut.stderr  # stopped naming it, or ignored with -Winvalid-pch's warning
+    assert cut.returncode != 0 or "not used" in cut.stderr, cut.stderr
 
 
 def test_the_key_covers_the_mode_the_compiler_and_torchs_build(monkeypatch: pytest.MonkeyPatch) -> None:
