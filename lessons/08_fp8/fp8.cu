@@ -376,7 +376,7 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_quant_1x128_fast_kernel(
         float* __restrict__ scales, int rows, int cols, float eps) {
     __shared__ float s_part[kRowThreads / 32];  // each warp's sum of squares
     const int r = blockIdx.x, t = threadIdx.x, lane = t & 31, warp = t >> 5, pieces = cols / 8;
-    // TODO(task 8.7): (~30 lines) row r of x, one block:
+    // TODO(task 8.7): (~40 lines) row r of x, one block:
     //   1. raw[j] = piece k = kRowThreads * j + t of the row and wraw[j] = piece k of w, as uint4 (zeros for
     //      k >= pieces), for all j < NP first (#pragma unroll: the arrays stay in registers);
     //   2. the sum of squares of raw's values, warp_sum, lane 0 puts it in s_part[warp], __syncthreads, every
