@@ -228,3 +228,32 @@ def test_the_call_the_learner_wrote_is_named_first() -> None:
                                            "std::allocator::~allocator"]
     assert message(ordered, lambda f: f).splitlines()[1].startswith("k.cu:2: error: device function k calls "
                                                                       "std::vector::vector")
+
+
+def test_a_clean_verdict_serves_both_modes_and_a_refusal_is_never_kept(monkeypatch) -> None:
+    """The check's verdict depends on the file's text, not on the mode: the fast build of a file whose checked build
+    was found clean compiles once; a refused file is refused again in the other mode (no verdict is kept for it)."""
+    import uuid
+
+    from cudacourse.sim import build as sim_build
+
+    runs: list[str] = []
+    real = sim_build.devcheck.compile_and_check
+
+    def counting(*args, **kw):
+        runs.append(args[5])  # the learner's path
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sim_build.devcheck, "compile_and_check", counting)
+    tag = uuid.uuid4().hex  # a text no other run has built
+    clean = (f"// {tag}\n#include <cuda_runtime.h>\n__global__ void k(float* y) {{ y[threadIdx.x] = 1.0f; }}\n"
+             "void run(float* y) { k<<<1, 32>>>(y); }\n")
+    build(clean, "clean.cu", checked=True, device_calls=True).close()
+    build(clean, "clean.cu", checked=False, device_calls=True).close()
+    assert runs == ["clean.cu"], runs
+    body, _callee = CHEATS["max_element"]
+    bad = f"// {tag}\n" + HEAD + body
+    for checked in (True, False):
+        with pytest.raises(CompileError, match="std::max_element"):
+            build(bad, "bad.cu", checked=checked, device_calls=True).close()
+    assert runs == ["clean.cu", "bad.cu", "bad.cu"], runs
