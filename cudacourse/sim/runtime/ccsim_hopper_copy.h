@@ -104,10 +104,7 @@ void async_read_check(Fiber* fb, HB* h, size_t i, unsigned t, const char* op, co
     AW& s = aw_at(h, i);
     uintptr_t a = (uintptr_t)w->arena + i * 4;
     if (s.tbar) {
-        const TA& ta = h->ta[t];
-        int bi = s.tbar - 1;
-        uint32_t seen = bi < (int)ta.obs.size() ? ta.obs[bi] : 0;
-        if (seen <= s.tphase) {
+        if (before_tma_fill(h, s, t)) {
             RtGuard g;
             hop_fail("race", before_phase_msg(w, h, s, t, std::string("reads (by ") + op + ")", smem_name(w, a), ""), f, l);
         }

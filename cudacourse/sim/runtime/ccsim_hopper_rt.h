@@ -316,6 +316,16 @@ bool async_read_done(HB* h, const AW& s, unsigned t) {
     return q.bk_read_retired > s.arg && (s.arw == t || vcat(h, t, s.arw) >= q.bk_retire_clk[s.arg]);
 }
 
+// Whether thread t touches shared word s before the TMA copy that fills it has completed for t: the copy completes
+// phase s.tphase of barrier s.tbar - 1, and t has seen no later phase of that barrier (checked mode).
+bool before_tma_fill(const HB* h, const AW& s, unsigned t) {
+    if (!s.tbar) return false;
+    const TA& ta = h->ta[t];
+    int bi = s.tbar - 1;
+    uint32_t seen = bi < (int)ta.obs.size() ? ta.obs[bi] : 0;
+    return seen <= s.tphase;
+}
+
 std::string before_phase_msg(Worker* w, HB* h, const AW& s, unsigned t, const std::string& verb,
                              const std::string& what, const std::string& at) {
     const Issue& is = h->issues[s.tissue];
@@ -354,15 +364,10 @@ void hop_shared_access(Fiber* f, uintptr_t a, unsigned size, int kind, uintptr_t
     unsigned t = (unsigned)f->tid;
     for (size_t i = w0; i <= w1; ++i) {
         AW& s = aw_at(h, i);
-        if (s.tbar) {
-            const TA& ta = h->ta[t];
-            int bi = s.tbar - 1;
-            uint32_t seen = bi < (int)ta.obs.size() ? ta.obs[bi] : 0;
-            if (seen <= s.tphase) {
-                RtGuard g;
-                hop_fail("race", before_phase_msg(w, h, s, t, kind == 0 ? "reads" : "writes", smem_name(w, a),
-                                                  " at " + pctok(pc)), nullptr, 0, pc);
-            }
+        if (before_tma_fill(h, s, t)) {
+            RtGuard g;
+            hop_fail("race", before_phase_msg(w, h, s, t, kind == 0 ? "reads" : "writes", smem_name(w, a),
+                                              " at " + pctok(pc)), nullptr, 0, pc);
         }
         if (kind != 0 && s.ark) {
             if (!async_read_done(h, s, t)) {
