@@ -23,6 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> int:
     """Build once in a fresh folder; print the times."""
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    import torch
+
+    if not torch.version.cuda:
+        print("torch_route_build_time.py builds with a CUDA build of torch (its headers and nvcc); this torch "
+              f"({torch.__version__}) has none. Run it on the GPU machine.", file=sys.stderr)
+        return 2
     os.environ["CUDA_COURSE_BUILD"] = tempfile.mkdtemp(prefix="torch-route-")
     sys.path.insert(0, str(ROOT))
     from cudacourse import cuda_backend

@@ -1130,4 +1130,3 @@ def test_triton_wrong_twins_fail_the_check(mutant: str, tmp_path: Any) -> None:
             _check_triton_ids(wrong, m, check.randn((4, 1000), g, m.device, scale=4.0), 0.7, 10, 1.0,
                               "random logits")
             _check_triton_ids(wrong, m, check.randn((2, 9000), g, m.device), 1.0, 0, 1.0, "random logits, 9000")
-
