@@ -36,7 +36,11 @@ int cc_calls(void) { return calls; }
 
 
 @pytest.fixture
-def worker(tmp_path: Path):
+def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The worker's program runs in a thread of this process, which on a GPU machine has a CUDA torch and so the
+    # cuBLAS libraries mapped: the vendor-library check (tested in its own process in test_speed_exploits.py) would
+    # answer every call here. These tests are about the protocol; the check is told there is nothing to find.
+    monkeypatch.setattr(gpu_serve, "_vendor_libraries", lambda: [])
     src = tmp_path / "stand_in.c"
     src.write_text(STAND_IN)
     lib = tmp_path / "libstand_in.so"

@@ -190,10 +190,12 @@ _LINE = re.compile(r'#\s*(?:line\s+)?(\d+)\s+"([^"]*)"')
 
 
 def written_first(calls: list[HostCall], source: str) -> list[HostCall]:
-    """``calls`` with, on each line, those whose function's name appears in that line of ``source`` (the rewritten
-    file, whose ``#line`` directives give each line's file and number) first: the call the learner wrote before the
-    helpers it brings along (``std::vector<float> v(...)`` also calls ``std::allocator``'s constructor, and which of
-    them the compiler lists first is its own affair: libstdc++ versions differ)."""
+    """``calls`` ordered for the message: first those on the learner's lines (the lines of ``source``, the rewritten
+    file, whose ``#line`` directives give each line's file and number), before any the compiler places inside a
+    library header (g++ 13's libstdc++ reports ``std::vector``'s allocator destructor at ``allocator.h:184``); and on
+    each line, those whose function's name appears in it first: the call the learner wrote before the helpers it
+    brings along (``std::vector<float> v(...)`` also calls ``std::allocator``'s constructor, and which of them the
+    compiler lists first is its own affair: libstdc++ versions differ)."""
     texts: dict[tuple[str, int], str] = {}
     file, line = "", 0
     for raw in source.splitlines():
@@ -208,7 +210,8 @@ def written_first(calls: list[HostCall], source: str) -> list[HostCall]:
         name = h.callee.split("(")[0].rsplit("::", 1)[-1].lstrip("~")
         return bool(name) and re.search(rf"\b{re.escape(name)}\b", texts.get((h.file, h.line), "")) is not None
 
-    return sorted(calls, key=lambda h: (h.file, h.line, not named(h)))
+    learners = {file for file, _ in texts}
+    return sorted(calls, key=lambda h: (h.file not in learners, h.file, h.line, not named(h)))
 
 
 def message(calls: list[HostCall], real_path) -> str:
