@@ -14,6 +14,7 @@
 //                     (each warp adds its total into shared memory with an atomic; the last to arrive,
 //                     counted with another, publishes), so publishing A never waits for the look-back.
 //                     (int only: atomic float additions in another order would give another total.)
+// Both take their tile from a ticket or from blockIdx.x (SCAN_TICKET below).
 //
 // Run: python3 benchmarks/scan_sweep.py on the GPU machine (bash benchmarks/gpu_scan.sh twins runs it).
 // Both run on the CPU simulator too (tests/test_benchmarks_cpu.py checks their results there).
@@ -22,6 +23,17 @@
 #ifndef LB_READS
 #define LB_READS 4
 #endif
+// SCAN_TICKET 1: a block's tile is a ticket from a global counter (atomicAdd), as in scan.cu, so that the tiles are
+// taken in the order the blocks start; 0: the tile is blockIdx.x, as CUB's scan does (it relies on the hardware
+// starting blocks in index order, so a tile's predecessors have started before it). The ticket costs each block a
+// round trip to L2 before its first load.
+#ifndef SCAN_TICKET
+#define SCAN_TICKET 1
+#endif
+
+__device__ __forceinline__ int take_tile(unsigned long long* work) {
+    return SCAN_TICKET ? (int)atomicAdd(reinterpret_cast<unsigned*>(work), 1u) : (int)blockIdx.x;
+}
 
 // The exclusive prefix of `tile` (every lane), reading LB_READS windows of 32 status words per step; no
 // publishing (the caller does). Tile 0 has no predecessor.
@@ -72,7 +84,7 @@ scan_wide_kernel(const T* __restrict__ x, T* __restrict__ y, int n, unsigned lon
     __shared__ T s_warp[WARP + 1];
     __shared__ int s_tile;
     __shared__ T s_prefix;
-    if (threadIdx.x == 0) s_tile = (int)atomicAdd(reinterpret_cast<unsigned*>(work), 1u);
+    if (threadIdx.x == 0) s_tile = take_tile(work);
     __syncthreads();
     const int tile = s_tile;
     const long long base = (long long)tile * TILE;
@@ -114,7 +126,7 @@ scan_split_kernel(const T* __restrict__ x, T* __restrict__ y, int n, unsigned lo
     __shared__ unsigned s_arrived;
     __shared__ T s_total, s_prefix;
     if (threadIdx.x == 0) {
-        s_tile = (int)atomicAdd(reinterpret_cast<unsigned*>(work), 1u);
+        s_tile = take_tile(work);
         s_arrived = 0u;
         s_total = T(0);
     }

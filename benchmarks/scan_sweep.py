@@ -37,21 +37,24 @@ void tiles_alone_i32(const int* x, int* y, int n, unsigned long long* work) {
 }
 """
 
-# (threads, items, transpose, min blocks per SM, streaming, backoff ns, kernel, reads); the first is scan.cu's default.
+# (threads, items, transpose, min blocks per SM, streaming, backoff ns, kernel, reads, ticket); the first is scan.cu's
+# default.
 # Measured on the H200 (results/nvidia-h200/09_scan_sort/scan_sweep_2026-11-29c.txt and -d.txt,
 # closing_checks_2026-11-29c/scan_sweep.txt): the look-back rows 67-73% of copy, the tile work alone 97%, backoff no
 # help, larger tiles 68-73%; a candidate that issued the next tile's loads before its look-back (commit a765769) 8-46%.
-# This list: the wider look-back window and the look-back warp of scan_lookback_variants.cu, not yet measured.
-SHAPES = [(256, 16, 1, 8, 0, 0, "lookback", 1), (256, 16, 1, 8, 0, 0, "no look-back", 1),
-          (256, 16, 1, 8, 0, 0, "wide", 1), (256, 16, 1, 8, 0, 0, "wide", 2), (256, 16, 1, 8, 0, 0, "wide", 4),
-          (256, 16, 1, 8, 0, 0, "wide", 8), (256, 16, 1, 8, 0, 0, "split", 1), (256, 16, 1, 8, 0, 0, "split", 4),
-          (256, 16, 1, 8, 0, 0, "split", 8), (128, 32, 1, 8, 0, 0, "wide", 4), (128, 32, 1, 8, 0, 0, "split", 4),
-          (128, 64, 1, 4, 0, 0, "wide", 4), (128, 64, 1, 4, 0, 0, "split", 4)]
+# The wider window (2, 4, 8 reads) and the look-back warp: 54-41% and 68-59% of copy at 256 x 16
+# (2026-11-29, results/nvidia-h200/09_scan_sort/scan_sweep_2026-11-29e.txt). This list: the tile from blockIdx.x.
+SHAPES = [(256, 16, 1, 8, 0, 0, "lookback", 1, 1), (256, 16, 1, 8, 0, 0, "no look-back", 1, 1),
+          (256, 16, 1, 8, 0, 0, "wide", 1, 1), (256, 16, 1, 8, 0, 0, "wide", 1, 0),
+          (256, 16, 1, 8, 0, 0, "split", 1, 1), (256, 16, 1, 8, 0, 0, "split", 1, 0),
+          (128, 32, 1, 8, 0, 0, "wide", 1, 0), (128, 32, 1, 8, 0, 0, "split", 1, 0),
+          (128, 64, 1, 4, 0, 0, "wide", 1, 0), (256, 32, 1, 2, 0, 0, "wide", 1, 0), (256, 24, 1, 4, 0, 0, "wide", 1, 0)]
 KERNELS = {"lookback": "scan_lookback_i32", "wide": "scan_wide_i32", "split": "scan_split_i32"}
 VARIANTS = Path(__file__).resolve().parent / "scan_lookback_variants.cu"
 
 
-def source(threads: int, items: int, transpose: int, blocks: int, streaming: int, backoff: int, reads: int = 1) -> str:
+def source(threads: int, items: int, transpose: int, blocks: int, streaming: int, backoff: int, reads: int = 1,
+           ticket: int = 1) -> str:
     """scan.cu with this row's #defines in front, the spin line edited for a backoff, the tile-work launcher and
     scan_lookback_variants.cu after."""
     src = (Path(__file__).resolve().parent.parent / "solutions" / "09_scan_sort" / "scan.cu").read_text()
@@ -59,7 +62,8 @@ def source(threads: int, items: int, transpose: int, blocks: int, streaming: int
         assert SPIN in src, "scan.cu's look-back spin line changed: update SPIN in benchmarks/scan_sweep.py"
         src = src.replace(SPIN, f"if (__any_sync(FULL_MASK, flag == 0u)) {{ __nanosleep({backoff}); continue; }}")
     head = (f"#define SCAN_THREADS {threads}\n#define SCAN_ITEMS {items}\n#define SCAN_TRANSPOSE {transpose}\n"
-            f"#define SCAN_MIN_BLOCKS {blocks}\n#define SCAN_STREAMING {streaming}\n#define LB_READS {reads}\n")
+            f"#define SCAN_MIN_BLOCKS {blocks}\n#define SCAN_STREAMING {streaming}\n#define LB_READS {reads}\n"
+            f"#define SCAN_TICKET {ticket}\n")
     return head + src + NO_LOOKBACK + VARIANTS.read_text()
 
 
@@ -79,10 +83,10 @@ def main() -> None:
     ref_ms, ref_spread = time_stats(lambda: torch.cumsum(x, 0, dtype=torch.int32))
     print(f"# {torch.cuda.get_device_name(0)}: copy {copy:.0f} GB/s; torch.cumsum int32 2^28: {ref_ms:.3f} ms "
           f"({8 * n / ref_ms / 1e6:.0f} GB/s, spread {ref_spread:.2f})")
-    print("threads  items  tile  transpose  blocks/SM  streaming  backoff  kernel        reads      ms     GB/s  "
-          "% copy  vs torch.cumsum")
-    for threads, items, transpose, blocks, streaming, backoff, kernel, reads in SHAPES:
-        m = cc.load(source(threads, items, transpose, blocks, streaming, backoff, reads),
+    print("threads  items  tile  transpose  blocks/SM  streaming  backoff  kernel        reads ticket      ms  "
+          "   GB/s  % copy  vs torch.cumsum")
+    for threads, items, transpose, blocks, streaming, backoff, kernel, reads, ticket in SHAPES:
+        m = cc.load(source(threads, items, transpose, blocks, streaming, backoff, reads, ticket),
                     [*KERNELS.values(), "tiles_alone_i32"], backend="cuda")
         if kernel in KERNELS:
             fn = getattr(m, KERNELS[kernel])
@@ -95,7 +99,7 @@ def main() -> None:
             ms, _ = time_stats(lambda m=m: m.tiles_alone_i32(x, y, n, zeros))
         gbs = 8 * n / ms / 1e6
         print(f"{threads:7d} {items:6d} {threads * items:5d} {transpose:10d} {blocks:10d} {streaming:10d} "
-              f"{backoff:8d}  {kernel:12s} {reads:5d} {ms:7.3f} {gbs:7.0f} {100 * gbs / copy:6.0f}% "
+              f"{backoff:8d}  {kernel:12s} {reads:5d} {ticket:6d} {ms:7.3f} {gbs:7.0f} {100 * gbs / copy:6.0f}% "
               f"{ref_ms / ms:7.2f}x{note}",
               flush=True)
 
