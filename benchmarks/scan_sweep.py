@@ -10,9 +10,11 @@ hint on the tile's loads and stores (__ldcs / __stcs). Two more columns:
   unpublished predecessor (0: it reads again at once, as scan.cu does). A benchmark-only edit of the spin line.
 - kernel: ``lookback`` is scan_lookback_i32 (checked against torch.cumsum); ``no look-back`` launches the same tile
   work with no dependence between tiles (scan_tiles_from_offsets_kernel, phase 3 of the three-phase scan, with zero
-  offsets): the ceiling of this tile shape, what the look-back costs is the gap to it. ``wide`` and ``split`` are
-  benchmarks/scan_lookback_variants.cu (its header says what they change), with ``reads`` status words per lane in
-  each look-back step (the lesson's look-back reads 1).
+  offsets): the ceiling of this tile shape, what the look-back costs is the gap to it. ``wide``, ``split`` and
+  ``stash`` are benchmarks/scan_lookback_variants.cu (its header says what they change), with ``reads`` status words
+  per lane in each look-back step of ``wide`` and ``split`` (the lesson's look-back reads 1). ``stash`` ignores the
+  blocks/SM column: it runs STASH_BLOCKS_PER_SM blocks per SM (``source(..., stash_blocks=)``; default: as many as
+  fit in shared memory) and always takes tickets.
 
 Each row: the median time on 2^28 int32 (CUDA events, L2 flushed, cudacourse.bench.time_stats), GB/s counting 8 bytes
 per element, the fraction of the copy bandwidth measured in the same run, and the ratio to torch.cumsum timed the same
@@ -43,20 +45,23 @@ void tiles_alone_i32(const int* x, int* y, int n, unsigned long long* work) {
 # closing_checks_2026-11-29c/scan_sweep.txt): the look-back rows 67-73% of copy, the tile work alone 97%, backoff no
 # help, larger tiles 68-73%; a candidate that issued the next tile's loads before its look-back (commit a765769) 8-46%.
 # The wider window (2, 4, 8 reads) and the look-back warp: 54-41% and 68-59% of copy at 256 x 16
-# (2026-11-29, results/nvidia-h200/09_scan_sort/scan_sweep_2026-11-29e.txt). This list: the tile from blockIdx.x.
+# (2026-11-29, results/nvidia-h200/09_scan_sort/scan_sweep_2026-11-29e.txt). This list: the tile from blockIdx.x, and
+# the stash (resident blocks that keep the next tile's loads in flight while they wait: are bytes in flight the gap?).
 SHAPES = [(256, 16, 1, 8, 0, 0, "lookback", 1, 1), (256, 16, 1, 8, 0, 0, "no look-back", 1, 1),
           (256, 16, 1, 8, 0, 0, "wide", 1, 1), (256, 16, 1, 8, 0, 0, "wide", 1, 0),
           (256, 16, 1, 8, 0, 0, "split", 1, 1), (256, 16, 1, 8, 0, 0, "split", 1, 0),
           (128, 32, 1, 8, 0, 0, "wide", 1, 0), (128, 32, 1, 8, 0, 0, "split", 1, 0),
-          (128, 64, 1, 4, 0, 0, "wide", 1, 0), (256, 32, 1, 2, 0, 0, "wide", 1, 0), (256, 24, 1, 4, 0, 0, "wide", 1, 0)]
-KERNELS = {"lookback": "scan_lookback_i32", "wide": "scan_wide_i32", "split": "scan_split_i32"}
+          (128, 64, 1, 4, 0, 0, "wide", 1, 0), (256, 32, 1, 2, 0, 0, "wide", 1, 0), (256, 24, 1, 4, 0, 0, "wide", 1, 0),
+          (256, 16, 1, 8, 0, 0, "stash", 1, 1), (128, 32, 1, 8, 0, 0, "stash", 1, 1)]
+KERNELS = {"lookback": "scan_lookback_i32", "wide": "scan_wide_i32", "split": "scan_split_i32",
+           "stash": "scan_stash_i32"}
 VARIANTS = Path(__file__).resolve().parent / "scan_lookback_variants.cu"
 
 
 def source(threads: int, items: int, transpose: int, blocks: int, streaming: int, backoff: int, reads: int = 1,
-           ticket: int = 1) -> str:
+           ticket: int = 1, stash_blocks: int = 0) -> str:
     """scan.cu with this row's #defines in front, the spin line edited for a backoff, the tile-work launcher and
-    scan_lookback_variants.cu after."""
+    scan_lookback_variants.cu after. stash_blocks: STASH_BLOCKS_PER_SM (0: the file's default)."""
     src = (Path(__file__).resolve().parent.parent / "solutions" / "09_scan_sort" / "scan.cu").read_text()
     if backoff:
         assert SPIN in src, "scan.cu's look-back spin line changed: update SPIN in benchmarks/scan_sweep.py"
@@ -64,6 +69,8 @@ def source(threads: int, items: int, transpose: int, blocks: int, streaming: int
     head = (f"#define SCAN_THREADS {threads}\n#define SCAN_ITEMS {items}\n#define SCAN_TRANSPOSE {transpose}\n"
             f"#define SCAN_MIN_BLOCKS {blocks}\n#define SCAN_STREAMING {streaming}\n#define LB_READS {reads}\n"
             f"#define SCAN_TICKET {ticket}\n")
+    if stash_blocks:
+        head += f"#define STASH_BLOCKS_PER_SM {stash_blocks}\n"
     return head + src + NO_LOOKBACK + VARIANTS.read_text()
 
 
