@@ -39,20 +39,21 @@ void tiles_alone_i32(const int* x, int* y, int n, unsigned long long* work) {
 }
 """
 
-# (threads, items, transpose, min blocks per SM, streaming, backoff ns, kernel, reads, ticket); the first is scan.cu's
-# default.
+# (threads, items, transpose, min blocks per SM, streaming, backoff ns, kernel, reads, ticket[, stash blocks per SM]);
+# the first is scan.cu's default.
 # Measured on the H200 (results/nvidia-h200/09_scan_sort/scan_sweep_2026-11-29c.txt and -d.txt,
 # closing_checks_2026-11-29c/scan_sweep.txt): the look-back rows 67-73% of copy, the tile work alone 97%, backoff no
 # help, larger tiles 68-73%; a candidate that issued the next tile's loads before its look-back (commit a765769) 8-46%.
 # The wider window (2, 4, 8 reads) and the look-back warp: 54-41% and 68-59% of copy at 256 x 16
-# (2026-11-29, results/nvidia-h200/09_scan_sort/scan_sweep_2026-11-29e.txt). This list: the tile from blockIdx.x, and
-# the stash (resident blocks that keep the next tile's loads in flight while they wait: are bytes in flight the gap?).
+# (scan_sweep_2026-11-29e.txt); the tile from blockIdx.x instead of a ticket: no change; the stash (resident blocks
+# that keep the next tile's loads in flight while they wait): 85% at 256 x 16 and 83% at 128 x 32 (-f.txt).
+# This list: the stash's shapes, blocks per SM and the streaming hint.
 SHAPES = [(256, 16, 1, 8, 0, 0, "lookback", 1, 1), (256, 16, 1, 8, 0, 0, "no look-back", 1, 1),
-          (256, 16, 1, 8, 0, 0, "wide", 1, 1), (256, 16, 1, 8, 0, 0, "wide", 1, 0),
-          (256, 16, 1, 8, 0, 0, "split", 1, 1), (256, 16, 1, 8, 0, 0, "split", 1, 0),
-          (128, 32, 1, 8, 0, 0, "wide", 1, 0), (128, 32, 1, 8, 0, 0, "split", 1, 0),
-          (128, 64, 1, 4, 0, 0, "wide", 1, 0), (256, 32, 1, 2, 0, 0, "wide", 1, 0), (256, 24, 1, 4, 0, 0, "wide", 1, 0),
-          (256, 16, 1, 8, 0, 0, "stash", 1, 1), (128, 32, 1, 8, 0, 0, "stash", 1, 1)]
+          (256, 16, 1, 8, 0, 0, "stash", 1, 1), (256, 16, 1, 8, 1, 0, "stash", 1, 1),
+          (256, 16, 1, 8, 0, 0, "stash", 1, 1, 5), (256, 16, 1, 8, 0, 0, "stash", 1, 1, 4),
+          (256, 8, 1, 8, 0, 0, "stash", 1, 1), (128, 16, 1, 8, 0, 0, "stash", 1, 1),
+          (128, 8, 1, 8, 0, 0, "stash", 1, 1), (512, 8, 1, 4, 0, 0, "stash", 1, 1),
+          (64, 32, 1, 8, 0, 0, "stash", 1, 1), (256, 12, 1, 8, 0, 0, "stash", 1, 1)]
 KERNELS = {"lookback": "scan_lookback_i32", "wide": "scan_wide_i32", "split": "scan_split_i32",
            "stash": "scan_stash_i32"}
 VARIANTS = Path(__file__).resolve().parent / "scan_lookback_variants.cu"
@@ -92,8 +93,8 @@ def main() -> None:
           f"({8 * n / ref_ms / 1e6:.0f} GB/s, spread {ref_spread:.2f})")
     print("threads  items  tile  transpose  blocks/SM  streaming  backoff  kernel        reads ticket      ms  "
           "   GB/s  % copy  vs torch.cumsum")
-    for threads, items, transpose, blocks, streaming, backoff, kernel, reads, ticket in SHAPES:
-        m = cc.load(source(threads, items, transpose, blocks, streaming, backoff, reads, ticket),
+    for threads, items, transpose, blocks, streaming, backoff, kernel, reads, ticket, *stash in SHAPES:
+        m = cc.load(source(threads, items, transpose, blocks, streaming, backoff, reads, ticket, *stash),
                     [*KERNELS.values(), "tiles_alone_i32"], backend="cuda")
         if kernel in KERNELS:
             fn = getattr(m, KERNELS[kernel])
@@ -105,7 +106,8 @@ def main() -> None:
             note = "  (tile work alone: not a scan)"
             ms, _ = time_stats(lambda m=m: m.tiles_alone_i32(x, y, n, zeros))
         gbs = 8 * n / ms / 1e6
-        print(f"{threads:7d} {items:6d} {threads * items:5d} {transpose:10d} {blocks:10d} {streaming:10d} "
+        shown = (str(stash[0]) if stash else "auto") if kernel == "stash" else str(blocks)  # (stash: its own count)
+        print(f"{threads:7d} {items:6d} {threads * items:5d} {transpose:10d} {shown:>10s} {streaming:10d} "
               f"{backoff:8d}  {kernel:12s} {reads:5d} {ticket:6d} {ms:7.3f} {gbs:7.0f} {100 * gbs / copy:6.0f}% "
               f"{ref_ms / ms:7.2f}x{note}",
               flush=True)
