@@ -46,8 +46,9 @@ void tiles_alone_i32(const int* x, int* y, int n, unsigned long long* work) {
 # help, larger tiles 68-73%; a candidate that issued the next tile's loads before its look-back (commit a765769) 8-46%.
 # The wider window (2, 4, 8 reads) and the look-back warp: 54-41% and 68-59% of copy at 256 x 16
 # (scan_sweep_2026-11-29e.txt); the tile from blockIdx.x instead of a ticket: no change; the stash (resident blocks
-# that keep the next tile's loads in flight while they wait): 85% at 256 x 16 and 83% at 128 x 32 (-f.txt).
-# This list: the stash's shapes, blocks per SM and the streaming hint.
+# that keep the next tile's loads in flight while they wait): 85% at 256 x 16 and 83% at 128 x 32 (-f.txt). This
+# list: the stash's shapes, blocks per SM and the streaming hint (-g.txt: 256 x 16 at the six blocks per SM that fit
+# stays the best, 85%; fewer blocks, smaller tiles and the streaming hint are slower).
 SHAPES = [(256, 16, 1, 8, 0, 0, "lookback", 1, 1), (256, 16, 1, 8, 0, 0, "no look-back", 1, 1),
           (256, 16, 1, 8, 0, 0, "stash", 1, 1), (256, 16, 1, 8, 1, 0, "stash", 1, 1),
           (256, 16, 1, 8, 0, 0, "stash", 1, 1, 5), (256, 16, 1, 8, 0, 0, "stash", 1, 1, 4),
