@@ -1,7 +1,8 @@
-"""The benchmark-only scans of benchmarks/scan_lookback_variants.cu (appended to lesson 09's scan.cu by
-benchmarks/scan_sweep.py) give torch.cumsum's answer on the simulator: a change to scan.cu's helpers that breaks them
-shows here, not in a GPU session. Small tiles (64 x 8), so that a few thousand elements make many tiles and the
-look-backs cross windows; sizes that are not multiples of the tile; int32, where a scan is exact."""
+"""The benchmark-only scan of benchmarks/scan_lookback_variants.cu, appended to lesson 09's scan.cu by
+benchmarks/scan_sweep.py, gives torch.cumsum's answer on the simulator (and so does scan.cu's look-back, compiled
+with it): a change to scan.cu's helpers that breaks it shows here, not in a GPU session. Small tiles (64 x 8), so
+that a few thousand elements make many tiles and the look-backs cross windows; sizes that are not multiples of the
+tile; int32, where a scan is exact."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import scan_sweep  # noqa: E402
 
 @pytest.fixture(scope="module")
 def variants():  # type: ignore[no-untyped-def]
-    src = scan_sweep.source(64, 8, 1, 2, 0, 0, 2, 1)  # threads, items, transpose, blocks, streaming, backoff, reads
+    src = scan_sweep.source(64, 8, 1, 2, 0, 0)  # threads, items, transpose, blocks per SM, streaming, backoff
     return cc.load(src, list(scan_sweep.KERNELS.values()), backend="sim")
 
 
