@@ -136,3 +136,25 @@ def test_a_fence_elsewhere_in_the_launch_does_not_hide_a_missing_one(lib) -> Non
     writer's missing one. Now each thread's fences count for its own program order only."""
     with pytest.raises(RaceError, match="producer is missing its fence"):
         _run(lib, "lesson_no_writer_fence")
+
+
+def test_a_flag_stored_between_the_check_and_the_load_is_still_judged_by_the_protocol(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flag read is checked just before its load, on another OS thread than the store: the store can land in
+    between, and the load then returns a flag whose check saw no store. The value read next was then judged by the
+    launch-wide rule and a right chain failed as a race (a fresh-clone `make test`, 2026-11-29; about 1 chain in 300
+    with 8 workers on 2 busy cores). Here every flag read that finds no store sleeps 2 ms after its check
+    (CCSIM_TEST_FLAG_READ_DELAY_US), so the store lands in that window every time: the right chains pass and each
+    wrong one is still named by the half it is missing."""
+    monkeypatch.setenv("CCSIM_WORKERS", "4")
+    monkeypatch.setenv("CCSIM_TEST_FLAG_READ_DELAY_US", "2000")
+    slow = build(SRC, "memory_model_window.cu")
+    try:
+        for name in RIGHT:
+            assert _run(slow, name).tolist() == list(range(1, TILES + 1)), name
+        for name, half in WRONG.items():
+            with pytest.raises(RaceError) as e:
+                _run(slow, name)
+            assert half in str(e.value), (name, str(e.value))
+    finally:
+        slow.close()
