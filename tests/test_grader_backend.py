@@ -103,8 +103,8 @@ ROUTES = {  # route -> (grader arguments, CUDA_COURSE_BACKEND, the backend it mu
 
 
 @pytest.mark.parametrize("route", list(ROUTES))
-def test_the_report_names_what_the_task_processes_ran(route: str, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_report_names_what_the_task_processes_ran(route: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      grader_runtime: Path) -> None:
     args, env, want_of = ROUTES[route]
     want = want_of()
     if want == "cuda" and not _gpu():
@@ -113,7 +113,9 @@ def test_the_report_names_what_the_task_processes_ran(route: str, tmp_path: Path
         monkeypatch.delenv("CUDA_COURSE_BACKEND", raising=False)
     else:
         monkeypatch.setenv("CUDA_COURSE_BACKEND", env)
-    monkeypatch.setenv("CUDA_COURSE_BUILD", str(tmp_path / "build"))
+    # the session's grader cache, seeded with the simulator's runtime (conftest.grader_runtime): a fresh folder built
+    # the runtime in each of these grades, about 10 of their 12 CPU-s each on the 2-core machine
+    monkeypatch.setenv("CUDA_COURSE_BUILD", str(grader_runtime))
     # this test process's own setting (pytest's --backend, a fixture's ``using``) must not stand in for the route's
     saved = settings.current()
     settings.configure(backend=None)
@@ -130,12 +132,12 @@ def test_the_report_names_what_the_task_processes_ran(route: str, tmp_path: Path
     assert rep["not_graded"] == (0 if want == "cuda" else 1)
 
 
-def test_a_task_process_on_another_backend_fails_its_tasks(tmp_path: Path) -> None:
+def test_a_task_process_on_another_backend_fails_its_tasks(tmp_path: Path, grader_runtime: Path) -> None:
     """The grader's own guard: a task process that resolves another backend than the grade's (here one that says
     cuda in a grade on the simulator) earns nothing, with a message that says so."""
     course = _course(tmp_path, "import cudacourse.pytest_plugin as p\np.backend_name = lambda: 'cuda'\n")
     old = os.environ.get("CUDA_COURSE_BUILD")
-    os.environ["CUDA_COURSE_BUILD"] = str(tmp_path / "build")
+    os.environ["CUDA_COURSE_BUILD"] = str(grader_runtime)  # (the seeded runtime, as above)
     try:
         rep = _grade(course, tmp_path / "out.json", "--backend", "sim")
     finally:
