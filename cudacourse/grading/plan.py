@@ -193,9 +193,9 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
     timed tasks; with jobs to spare each ``slow`` task and each Triton twin gets a process of its own. Processes
     holding a ``slow`` task (lesson.toml) go first: a training run or a torch.compile started late ends the grade
     late (on the H100 machine task 7.3, queued behind the others, ended 8 s after every other correctness task).
-    Those hosting a learner's Python file come next, then the Triton twins (they need no build),
-    tasks on a torch-route file last of the others (the longest build), and each submission's timed tasks
-    (``st.timed``) last of all, in one process.
+    Those hosting a torch worker come next (``_hosts_worker``: a learner's Python file; on a GPU also a torch-route
+    file), then the Triton twins (they need no build), on the simulator tasks on a torch-route file last of the
+    others (the longest build), and each submission's timed tasks (``st.timed``) last of all, in one process.
     """
     out: list[tuple[int, list[TaskSpec]]] = []
     for i in range(len(subs)):
@@ -234,12 +234,29 @@ def task_groups(course: Course, subs: list[Submission], tasks: list[TaskSpec],
         if timed:
             out.append((i, timed))
     # every submission's ordinary processes before any timed one; the slow ones first, then those hosting a
-    # learner's Python file in a torch worker (a worker's start-up on top of their tests: on the H100 machine
-    # 6.3 and 7.4, queued behind the twins, ended the correctness phase at 70 s); a stable sort
+    # torch worker (a worker's start-up on top of their tests: on the H100 machine 6.3 and 7.4, queued behind the
+    # twins, ended the correctness phase at 70 s); a stable sort
     return sorted(out, key=lambda g: (all((t.lesson, t.id) in st.timed for t in g[1]),
                                       not any(_slow(course, t) for t in g[1]),
-                                      not any(learner_python(course, t.lesson, st.task_files.get((t.lesson, t.id), ()))
-                                              and (t.lesson, t.id) not in st.timed for t in g[1])))
+                                      not any(_hosts_worker(course, t, st) for t in g[1])))
+
+
+def _hosts_worker(course: Course, t: TaskSpec, st: RunSettings) -> bool:
+    """Whether ``t``'s tests start a torch worker in an ordinary (not timed) task process: they host a learner's
+    Python file (``learner_python``), or, on a GPU, load a torch-route file, which runs in a worker of its own there.
+
+    On the H200 task 1.6 (relu_torch.cu), queued last of the ordinary processes, ended the correctness phase 2-6 s
+    after every other task even in a grade whose builds were all cached (2026-11-29: relu_torch.cu ready at 4 s,
+    1.6 done at 52 s): its process waited for a job, then started Python, torch and the worker. Queued first, its
+    start-ups overlap the build (the warm-up starts that build first, ``build_order``). On the simulator it stays
+    last: there the torch-route build is the grade's longest, and a process waiting for it would hold one of a few
+    jobs (2 on CI's machine; a GPU grade has 16)."""
+    if (t.lesson, t.id) in st.timed:
+        return False
+    files = st.task_files.get((t.lesson, t.id), ())
+    if learner_python(course, t.lesson, files):
+        return True
+    return st.backend_name == "cuda" and bool(set(files) & set(course.lesson(t.lesson).torch_files))
 
 
 def timed_alone(declared: dict[tuple[str, str], Task], backend: str) -> frozenset[tuple[str, str]]:
