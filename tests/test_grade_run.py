@@ -9,6 +9,7 @@ what was announced.
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -97,6 +98,26 @@ def test_task_processes_share_the_cores_instead_of_a_torch_thread_per_core_each(
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == env["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the instructor's own setting wins
     assert processes.child_env(tmp_path, 1, "cuda", tmp_path, threads=1)["OMP_NUM_THREADS"] == "3"
+
+
+def test_task_processes_load_no_pytest_plugin_the_machine_has_installed(tmp_path: Path) -> None:
+    """A task process loads the plugins its command line names, not those installed on the machine: on the H200
+    machine hypothesis's, anyio's and jaxtyping's took about a third of the collection's CPU-seconds (issue 35),
+    and an installed plugin could change how the instructor's tests run. Here a plugin found by its entry point
+    fails at import: pytest run with the task process's environment never imports it, a default pytest does."""
+    dist = tmp_path / "boom_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: boom-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[pytest11]\nboom = boom_plugin\n")
+    (tmp_path / "boom_plugin.py").write_text("raise RuntimeError('an installed plugin was loaded')\n")
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    env = processes.child_env(tmp_path, 1, "sim", tmp_path, threads=1)  # (PYTHONPATH: the slot, here tmp_path)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_x.py"]
+    ran = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    del env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
+    ran = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode != 0 and "an installed plugin was loaded" in ran.stdout + ran.stderr
 
 
 def test_task_processes_get_a_memory_limit_where_no_cuda_context_needs_the_address_space(

@@ -109,7 +109,13 @@ def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
     run = Settings(root=slot, impl="student", backend=backend if backend in ("cuda", "sim") else "auto", seed=seed,
                    submission=slot, build_dir=build_dir, confine=confine_mode())
     env.update(to_env(run))
-    env.update({"PYTHONPATH": str(slot), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
+    env.update({"PYTHONPATH": str(slot), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+                # Only the plugins the command line names (the course's): none of the pytest plugins installed on
+                # the machine, which the tests do not use and which could change how they run. On the H200 machine
+                # (hypothesis, anyio, jaxtyping...) loading them, with pytest rewriting the asserts of their
+                # modules, took seconds of the grade's collection and of every task process's start
+                # (results/nvidia-h200/collect_profile_2026-11-29/, benchmarks/collect_profile.sh)
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     if unbuildable:
         env[UNBUILDABLE_ENV] = ";".join(f"{k}={v:g}" for k, v in sorted(unbuildable.items()))
     if build_errors:
