@@ -20,6 +20,16 @@ collect() {  # $1: label; the rest: environment assignments
 for i in 1 2; do collect "collect, plugins autoloaded ($i)" X=1; done
 for i in 1 2; do collect "collect, PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 ($i)" PYTEST_DISABLE_PLUGIN_AUTOLOAD=1; done
 /usr/bin/time -f "import torch: %e s wall, %U user + %S sys CPU-s" python3 -c "import torch" 2>> "$out/times.txt"
+# the bytecode a grade keeps where the packages ship none (grading.processes.bytecode_cache): written once, then read
+pyc=$(mktemp -d)
+python3 -c "import importlib.util as u, pathlib as p; s = u.find_spec('torch'); \
+print('torch ships bytecode:', p.Path(u.cache_from_source(s.origin)).exists())" >> "$out/times.txt"
+/usr/bin/time -f "import torch, writing bytecode to a fresh PYTHONPYCACHEPREFIX: %e s wall, %U user + %S sys CPU-s" \
+  python3 -X pycache_prefix="$pyc" -c "import torch" 2>> "$out/times.txt"
+for i in 1 2; do
+  /usr/bin/time -f "import torch, reading that bytecode (-B) ($i): %e s wall, %U user + %S sys CPU-s" \
+    python3 -B -X pycache_prefix="$pyc" -c "import torch" 2>> "$out/times.txt"
+done
 /usr/bin/time -f "import pytest: %e s wall, %U user + %S sys CPU-s" python3 -c "import pytest" 2>> "$out/times.txt"
 python3 -c "from importlib.metadata import entry_points as e; print('\n'.join(sorted(f'{p.name} ({p.dist.name})' for p in e(group='pytest11'))))" \
   > "$out/autoloaded_plugins.txt"

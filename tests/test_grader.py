@@ -1031,6 +1031,46 @@ def test_host_turn_keeps_another_graders_timing_alone(tmp_path: Path) -> None:
         sharer.wait()
 
 
+def test_bytecode_of_packages_that_ship_none_is_written_by_the_collection_and_read_by_the_rest(
+        fake_course: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: on a machine whose Python packages ship no bytecode (the H200 machine's), every process of a grade
+    compiled torch's modules again. There the grade keeps bytecode in a folder of the build root: the collection
+    (the instructor's code only) writes it, and the task processes read it, never write it (a pyc planted by
+    learner code would run in later grades). Where packages have bytecode nothing changes."""
+    from cudacourse.grading import processes
+
+    assert processes.child_env(tmp_path, 1, "sim", tmp_path).get("PYTHONPYCACHEPREFIX") is None  # (this machine)
+    monkeypatch.setattr(processes, "_packages_have_bytecode", lambda: False)
+    build = tmp_path / "build"
+    with using(build_dir=build):
+        pyc = processes.bytecode_cache()
+        assert pyc == build / "pycache" and pyc.is_dir()
+        env = processes.child_env(tmp_path, 1, "sim", tmp_path)
+        assert env["PYTHONPYCACHEPREFIX"] == str(pyc) and env["PYTHONDONTWRITEBYTECODE"] == "1"
+        # a task process (start_worker, as the grader starts one) may read the folder, not write it
+        probe = ("import pathlib, sys\n"
+                 "p = pathlib.Path(sys.argv[1])\n"
+                 "print('readable', sorted(p.iterdir()) is not None)\n"
+                 "try:\n    (p / 'planted.pyc').write_bytes(b'x')\n    print('written')\n"
+                 "except OSError as e:\n    print('refused', e.errno)\n")
+        slot = tmp_path / "slot"
+        slot.mkdir()
+        proc = processes.start_worker([sys.executable, "-c", probe, str(pyc)], cwd=slot, env=env,
+                                      scratch=tmp_path / "scratch", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True)
+        out, _ = proc.communicate(timeout=120)
+        assert "readable True" in out, out
+        if processes.confinement().landlock_abi > 0:
+            assert "refused" in out and not (pyc / "planted.pyc").exists(), out
+        out_json = tmp_path / "r.json"
+        assert cli.main(["--course", str(fake_course), "--backend", "sim", "--impl", "solution",
+                         "--json", str(out_json), "-q"]) == cli.EXIT_OK
+    assert json.loads(out_json.read_text())["earned"] > 0
+    # the collection wrote the bytecode of what it imported (pytest's modules among them) into the folder
+    written = [p.name for p in pyc.rglob("*.pyc")]
+    assert any(n.startswith("python.") for n in written) and len(written) > 50, written[:20]
+
+
 def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) -> None:
     (fake_course / "tests" / "test_01_relu.py").write_text("this is not python\n")
     out = tmp_path / "r.json"

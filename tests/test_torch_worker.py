@@ -221,6 +221,25 @@ def test_the_worker_keeps_the_graders_triton_setting(tmp_path: Path, monkeypatch
         w.close()
 
 
+def test_the_worker_reads_the_bytecode_folder_of_its_task_process(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task process started with PYTHONPYCACHEPREFIX (a grade on a machine whose packages ship no bytecode:
+    grading.processes.bytecode_cache) hands the folder to its torch workers, whose ``-I`` ignores the variable: they
+    read the bytecode there (the folder is in their sandbox's reads) and write none (``-B``)."""
+    pyc = tmp_path / "pycache"
+    pyc.mkdir()
+    (tmp_path / "prefix.py").write_text("import sys\n\ndef prefix():\n    return [sys.pycache_prefix, "
+                                        "sys.dont_write_bytecode]\n")
+    monkeypatch.setattr(sys, "pycache_prefix", str(pyc))
+    with using(confine=CONFINE):
+        w = TorchWorker.python(tmp_path / "prefix.py", timeout_s=20.0, confine=CONFINE)
+    try:
+        assert w.call("prefix") == [str(pyc), True]
+    finally:
+        w.close()
+    assert not list(pyc.rglob("*.pyc"))  # read only
+
+
 def test_strided_and_meta_tensors_keep_their_layout(py_worker: Any) -> None:
     base = torch.randn(8, 8)
     assert py_worker.call("describe", base.t()) == [[8, 8], [1, 8], False, "torch.float32", "cpu"]

@@ -7,6 +7,7 @@ The one place in the grader that starts learner code (``sandbox.confined_popen``
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cudacourse.buildcache import build_root
 from cudacourse.grading.plan import RunSettings
 from cudacourse.grading.staging import Submission
 from cudacourse.sandbox import (
@@ -43,18 +45,46 @@ def confine_mode() -> str:
     return "strict" if confinement().confined else "best-effort"
 
 
+def bytecode_cache() -> Path | None:
+    """Where the grade's Python processes keep the bytecode of the installed packages, on a machine whose packages
+    ship none; None where they do (Python's own ``__pycache__`` folders then serve).
+
+    A Python process compiles every module it imports that has no bytecode. On the H200 machine (a virtual
+    environment installed without bytecode, which its processes cannot write) that was about 820 modules and 2 of
+    the 7 CPU-s of collecting lessons 01-07's tests, in every task process and torch worker of a grade
+    (results/nvidia-h200/collect_profile_2026-11-29/). There the collection, which runs only the instructor's code,
+    writes the bytecode of what it imports into this folder (``PYTHONPYCACHEPREFIX``) and every later process of
+    the grade reads it. No process that runs a submission's code may write here (the folder is outside every slot
+    and build folder they may write, and they run with ``PYTHONDONTWRITEBYTECODE``): bytecode planted by learner
+    code would run in every later grade."""
+    if sys.pycache_prefix:  # the instructor's own choice (PYTHONPYCACHEPREFIX): kept
+        return Path(sys.pycache_prefix)
+    if _packages_have_bytecode():
+        return None
+    folder = build_root() / "pycache"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _packages_have_bytecode() -> bool:
+    """Whether torch, the largest package a task process imports, was installed with its bytecode."""
+    spec = importlib.util.find_spec("torch")
+    return spec is None or spec.origin is None or Path(importlib.util.cache_from_source(spec.origin)).exists()
+
+
 def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Path, writable: Sequence[Path] = (),
                  readable: Sequence[Path] = (), nice: int = 0, **popen: Any) -> subprocess.Popen[Any]:
     """Start one worker process (pytest over some tasks, a warm-up build), confined by the OS.
 
     It may write only ``cwd`` (its slot), ``scratch`` (its results file) and ``writable`` (the build
-    cache); it reads the Python installation, the course package, and ``readable``; no network, no
-    signals to the grader, and :func:`kill_group` stops it with everything it started. Where the machine
-    cannot keep every promise it runs with what works (``allow_unconfined``), and every report says so.
+    cache); it reads the Python installation, the course package, :func:`bytecode_cache` and ``readable``; no
+    network, no signals to the grader, and :func:`kill_group` stops it with everything it started. Where the
+    machine cannot keep every promise it runs with what works (``allow_unconfined``), and every report says so.
     ``nice``: added to its scheduling niceness (``Limits.nice``).
     """
+    pyc = bytecode_cache()
     return confined_popen(cmd, scratch=scratch, cwd=str(cwd), env=env,
-                          read_only=[cwd, *readable], read_write=[cwd, *writable],
+                          read_only=[cwd, *readable, *([pyc] if pyc else [])], read_write=[cwd, *writable],
                           limits=task_limits(env, nice), gpu=has_gpu_devices(),
                           allow_unconfined=confine_mode() != "strict", stdin=subprocess.DEVNULL, **popen)
 
@@ -120,6 +150,8 @@ def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
         env[UNBUILDABLE_ENV] = ";".join(f"{k}={v:g}" for k, v in sorted(unbuildable.items()))
     if build_errors:
         env[BUILD_ERRORS_ENV] = json.dumps(build_errors)
+    if (pyc := bytecode_cache()) is not None:
+        env["PYTHONPYCACHEPREFIX"] = str(pyc)  # read only: PYTHONDONTWRITEBYTECODE (the collection writes it)
     return env
 
 

@@ -160,6 +160,10 @@ def system_read_paths(gpu: bool = False) -> list[Path]:
                         "/etc/localtime", "/proc", "/sys/devices/system/cpu", "/dev/urandom", "/dev/random",
                         "/dev/zero"]
     cands += [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages()]
+    # the bytecode of Python's packages where it is kept apart from them (PYTHONPYCACHEPREFIX: a grade's task
+    # processes read it there on a machine whose packages ship none, grading.processes.bytecode_cache): read-only
+    if sys.pycache_prefix:
+        cands.append(sys.pycache_prefix)
     # the course package itself (an editable install points into the checkout: only cudacourse/, never
     # the checkout's tests/, solutions/ or hidden folders)
     cands.append(str(_PACKAGE))
