@@ -25,7 +25,8 @@ pyc=$(mktemp -d)
 python3 -c "import importlib.util as u, pathlib as p; s = u.find_spec('torch'); \
 print('torch ships bytecode:', p.Path(u.cache_from_source(s.origin)).exists())" >> "$out/times.txt"
 /usr/bin/time -f "import torch, writing bytecode to a fresh PYTHONPYCACHEPREFIX: %e s wall, %U user + %S sys CPU-s" \
-  python3 -X pycache_prefix="$pyc" -c "import torch" 2>> "$out/times.txt"
+  env -u PYTHONDONTWRITEBYTECODE python3 -X pycache_prefix="$pyc" -c "import torch" 2>> "$out/times.txt"
+echo "bytecode files written: $(find "$pyc" -name '*.pyc' | wc -l)" >> "$out/times.txt"
 for i in 1 2; do
   /usr/bin/time -f "import torch, reading that bytecode (-B) ($i): %e s wall, %U user + %S sys CPU-s" \
     python3 -B -X pycache_prefix="$pyc" -c "import torch" 2>> "$out/times.txt"
