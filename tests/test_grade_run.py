@@ -102,7 +102,7 @@ def test_task_processes_share_the_cores_instead_of_a_torch_thread_per_core_each(
 
 def test_task_processes_load_no_pytest_plugin_the_machine_has_installed(tmp_path: Path) -> None:
     """A task process loads the plugins its command line names, not those installed on the machine: on the H200
-    machine hypothesis's, anyio's and jaxtyping's took about a third of the collection's CPU-seconds (issue 35),
+    machine hypothesis's, anyio's and jaxtyping's took about a quarter of the collection's CPU-seconds (issue 35),
     and an installed plugin could change how the instructor's tests run. Here a plugin found by its entry point
     fails at import: pytest run with the task process's environment never imports it, a default pytest does."""
     dist = tmp_path / "boom_plugin-1.0.dist-info"

@@ -50,9 +50,10 @@ def bytecode_cache() -> Path | None:
     ship none; None where they do (Python's own ``__pycache__`` folders then serve).
 
     A Python process compiles every module it imports that has no bytecode. On the H200 machine (a virtual
-    environment installed without bytecode, which its processes cannot write) that was about 820 modules and 2 of
-    the 7 CPU-s of collecting lessons 01-07's tests, in every task process and torch worker of a grade
-    (results/nvidia-h200/collect_profile_2026-11-29/). There the collection, which runs only the instructor's code,
+    environment installed without bytecode, whose processes write none) that was about 820 modules and 2 of the
+    6-7 CPU-s of collecting lessons 01-07's tests, in every task process and torch worker of a grade; with this
+    folder a grade's task processes used 260-273 CPU-s instead of 331-351
+    (results/nvidia-h200/grade_time_2026-11-29c/). There the collection, which runs only the instructor's code,
     writes the bytecode of what it imports into this folder (``PYTHONPYCACHEPREFIX``) and every later process of
     the grade reads it. No process that runs a submission's code may write here (the folder is outside every slot
     and build folder they may write, and they run with ``PYTHONDONTWRITEBYTECODE``): bytecode planted by learner
@@ -144,7 +145,7 @@ def child_env(slot: Path, seed: int, backend: str | None, build_dir: Path,
                 # the machine, which the tests do not use and which could change how they run. On the H200 machine
                 # (hypothesis, anyio, jaxtyping...) loading them, with pytest rewriting the asserts of their
                 # modules, took seconds of the grade's collection and of every task process's start
-                # (results/nvidia-h200/collect_profile_2026-11-29/, benchmarks/collect_profile.sh)
+                # (results/nvidia-h200/grade_time_2026-11-29c/3f7740d/collect/, benchmarks/collect_profile.sh)
                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     if unbuildable:
         env[UNBUILDABLE_ENV] = ";".join(f"{k}={v:g}" for k, v in sorted(unbuildable.items()))

@@ -147,7 +147,8 @@ class TorchWorker:
         root = _PROGRAM.parents[2]  # the checkout (while grading, the staged harness): course model and package
         reads = [*self._reads, root, *(p for p in (st.build_shared, st.build_seed) if p)]
         # -X pycache_prefix: -I ignores PYTHONPYCACHEPREFIX, where a grade keeps the bytecode of packages that ship
-        # none (grading.processes.bytecode_cache: about 2 of a worker's 5 CPU-s of start-up on the H200 machine)
+        # none (grading.processes.bytecode_cache: on the H200 machine the grade's torch workers then used 147-148
+        # CPU-s instead of 187-218, results/nvidia-h200/grade_time_2026-11-29c/)
         pyc = ["-X", f"pycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []
         self._chan.start(
             # -B: -I ignores PYTHONDONTWRITEBYTECODE, and a .pyc written into the staged harness fails the task
