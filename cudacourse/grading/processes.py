@@ -78,14 +78,15 @@ def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Pat
     """Start one worker process (pytest over some tasks, a warm-up build), confined by the OS.
 
     It may write only ``cwd`` (its slot), ``scratch`` (its results file) and ``writable`` (the build
-    cache); it reads the Python installation, the course package, :func:`bytecode_cache` and ``readable``; no
-    network, no signals to the grader, and :func:`kill_group` stops it with everything it started. Where the
-    machine cannot keep every promise it runs with what works (``allow_unconfined``), and every report says so.
-    ``nice``: added to its scheduling niceness (``Limits.nice``).
+    cache); it reads the Python installation, the course package, the bytecode folder its ``env`` names
+    (``PYTHONPYCACHEPREFIX``, :func:`bytecode_cache`) and ``readable``; no network, no signals to the grader, and
+    :func:`kill_group` stops it with everything it started. Where the machine cannot keep every promise it runs
+    with what works (``allow_unconfined``), and every report says so. ``nice``: added to its scheduling niceness
+    (``Limits.nice``).
     """
-    pyc = bytecode_cache()
+    pyc = [Path(env["PYTHONPYCACHEPREFIX"])] if env.get("PYTHONPYCACHEPREFIX") else []
     return confined_popen(cmd, scratch=scratch, cwd=str(cwd), env=env,
-                          read_only=[cwd, *readable, *([pyc] if pyc else [])], read_write=[cwd, *writable],
+                          read_only=[cwd, *readable, *pyc], read_write=[cwd, *writable],
                           limits=task_limits(env, nice), gpu=has_gpu_devices(),
                           allow_unconfined=confine_mode() != "strict", stdin=subprocess.DEVNULL, **popen)
 
