@@ -7,6 +7,10 @@
 # plugin), twice as pytest starts by default and twice with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 (what the grader's
 # task processes run with: grading/processes.child_env), then the bare imports for scale, and a cProfile of each.
 set -uo pipefail
+if [ $# -gt 0 ]; then  # (it takes no arguments: --help and anything else print its use)
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}/collect
 mkdir -p "$out"
