@@ -6,7 +6,8 @@ Started by ``SimLibrary`` through the worker channel (``cudacourse/workers/chann
 JSON line on FD. A crash inside the module is reported on FD by the runtime's signal handler (then the process
 exits), so the parent always learns what happened.
 
-Buffers live in a shared-memory file mapped by both processes; the parent copies tensors in and out.
+Buffers live in shared memory mapped by both processes (an anonymous file the parent passes by descriptor,
+``{"op": "map", "fd": N, "size": S}``, again after it grew); the parent copies tensors in and out.
 """
 
 from __future__ import annotations
@@ -50,9 +51,7 @@ def main() -> None:
         if op == "map":
             if mm is not None:
                 mm.close()
-            fd = os.open(msg["path"], os.O_RDWR)
-            mm = mmap.mmap(fd, msg["size"])
-            os.close(fd)
+            mm = mmap.mmap(msg["fd"], msg["size"])  # the inherited descriptor stays open: a larger map comes later
             base_addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
             map_size = msg["size"]
             answer({"ok": True})

@@ -9,8 +9,10 @@ fresh one.
 The worker is started, asked and stopped through the one worker channel (``cudacourse/workers/channel.py``):
 in the sandbox while grading, unconfined otherwise. Its payload transport is JSON lines over the channel's
 socket (:class:`~cudacourse.workers.channel.JsonLines`; the runtime's crash and timeout reports arrive there
-too) and the shared-memory file, which lies in a folder of its own (in ``/dev/shm`` where there is one), the
-one folder a confined worker may write.
+too) and the shared memory: an anonymous file (``memfd_create``) that every worker of the library inherits by
+descriptor, grown in place. It has no name, so no folder holds it and nothing is left behind when a process
+is killed (named files in ``/dev/shm`` were: 7 GB of them after a day of the course's tests), and a confined
+worker needs no folder it may write.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -56,8 +57,7 @@ class SimLibrary:
         self._sym = _Symbolizer(lib, path)
         self._chan: Channel | None = None  # made at the first call (a folder with the worker's log)
         self._lines = JsonLines()
-        self._shm_dir: str | None = None   # the shared-memory file's folder, made once
-        self._shm_path: str | None = None
+        self._shm_fd: int | None = None    # the shared memory's anonymous file (made at the first call)
         self._shm: mmap.mmap | None = None
         self._shm_size = 0
 
@@ -97,22 +97,10 @@ class SimLibrary:
         self._chan.start(lambda fd: [sys.executable, "-I", "-S", str(_WORKER), str(self.lib), str(int(self.checked)),
                                      str(self.order[0]), str(self.order[1]), str(fd)],
                          env=env, confine=mode, limits=limits, read_only=[self.lib.parent, _WORKER],
-                         read_write=[Path(self._shm_folder())])
+                         pass_fds=[self._shm_fd] if self._shm_fd is not None else [])
         self._lines.clear()
-        if self._shm_path:
-            self._ask({"op": "map", "path": self._shm_path, "size": self._shm_size}, 30.0)
-
-    def _shm_folder(self) -> str:
-        """The shared-memory file's folder (in ``/dev/shm`` where there is one), made once."""
-        if self._shm_dir is None:
-            d = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-            try:
-                self._shm_dir = tempfile.mkdtemp(prefix="ccsim-shm-", dir=d)
-            except PermissionError:
-                # inside a sandbox that keeps /dev/shm out (lesson 07's custom_op.py loads its kernels in the torch
-                # worker, nested in the task's sandbox: Landlock refuses what access() would allow): its temp folder
-                self._shm_dir = tempfile.mkdtemp(prefix="ccsim-shm-")
-        return self._shm_dir
+        if self._shm_size:
+            self._ask({"op": "map", "fd": self._shm_fd, "size": self._shm_size}, 30.0)
 
     def _kill(self) -> None:
         """Stop the worker and whatever it started (the next call starts a fresh one)."""
@@ -142,16 +130,14 @@ class SimLibrary:
         size = (size + 4095) // 4096 * 4096
         if self._shm is not None:
             self._shm.close()
-        if self._shm_path:
-            os.unlink(self._shm_path)
-        fd, self._shm_path = tempfile.mkstemp(prefix="ccsim-", dir=self._shm_folder())
-        os.ftruncate(fd, size)
-        self._shm = mmap.mmap(fd, size)
-        os.close(fd)
+        if self._shm_fd is None:
+            self._shm_fd = _anonymous_file()
+        os.ftruncate(self._shm_fd, size)  # grown in place: a running worker keeps its descriptor, maps it again
+        self._shm = mmap.mmap(self._shm_fd, size)
         self._shm_size = size
         if self._running():
             try:
-                self._ask({"op": "map", "path": self._shm_path, "size": size}, 30.0)
+                self._ask({"op": "map", "fd": self._shm_fd, "size": size}, 30.0)
             except _FAILED:
                 self._kill()
 
@@ -295,9 +281,10 @@ class SimLibrary:
             except BufferError:
                 pass
             self._shm = None
-        if self._shm_dir is not None:
-            shutil.rmtree(self._shm_dir, ignore_errors=True)
-        self._shm_dir = self._shm_path = None
+        if self._shm_fd is not None:
+            os.close(self._shm_fd)
+        self._shm_fd = None
+        self._shm_size = 0
 
     def __del__(self) -> None:
         try:
@@ -310,3 +297,13 @@ class SimLibrary:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _anonymous_file() -> int:
+    """A descriptor of a file without a name for the shared memory: ``memfd_create`` (memory, Linux), else an
+    unlinked temporary file. Close-on-exec: only the workers it is passed to (``pass_fds``) inherit it."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("ccsim-shm", os.MFD_CLOEXEC)
+    fd, path = tempfile.mkstemp(prefix="ccsim-shm-")
+    os.unlink(path)
+    return fd

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -66,6 +67,9 @@ class Channel:
 
     def __init__(self, prefix: str) -> None:
         self.private = Path(tempfile.mkdtemp(prefix=prefix))
+        # removed by close(), or when the channel is collected, or at the interpreter's exit: a library still
+        # cached in a module then has its __del__ run too late or not at all (hundreds were left in /tmp a day)
+        self._remove = weakref.finalize(self, shutil.rmtree, self.private, True)
         self.log = self.private / "output.log"
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
@@ -74,24 +78,26 @@ class Channel:
 
     def start(self, argv: Callable[[int], list[str]], *, env: Mapping[str, str], confine: str | None,
               limits: Limits, read_only: Iterable[Path] = (), read_write: Iterable[Path] = (),
-              gpu: bool = False) -> None:
+              gpu: bool = False, pass_fds: Iterable[int] = ()) -> None:
         """Start the worker ``argv(fd)`` (``fd``: the number of its end of the socket) confined, its output
         appended to the log. ``confine`` is the grader's mode: ``strict`` refuses to start an unconfined
         worker, anything else runs it as confined as this machine allows (the report says so); None (not
-        grading) starts it unconfined, in a session of its own (``limits`` and the paths do not apply)."""
+        grading) starts it unconfined, in a session of its own (``limits`` and the paths do not apply).
+        ``pass_fds``: more descriptors the worker inherits under the same numbers (the simulator's shared memory)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds = (theirs.fileno(), *pass_fds)
         self.confined = confine is not None
         with open(self.log, "ab") as log:
             try:
                 if confine is None:
                     self.proc = subprocess.Popen(argv(theirs.fileno()), env=dict(env), stdin=subprocess.DEVNULL,
-                                                 stdout=log, stderr=log, pass_fds=(theirs.fileno(),),
+                                                 stdout=log, stderr=log, pass_fds=fds,
                                                  start_new_session=True)
                 else:
                     self.proc = confined_popen(
                         argv(theirs.fileno()), scratch=self.private / "scratch", env=env, read_only=read_only,
                         read_write=read_write, limits=limits, gpu=gpu, allow_unconfined=confine != "strict",
-                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(theirs.fileno(),))
+                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=fds)
             except BaseException:
                 ours.close()
                 raise
@@ -171,7 +177,7 @@ class Channel:
     def close(self) -> None:
         """Stop the worker and remove its folder."""
         self.kill()
-        shutil.rmtree(self.private, ignore_errors=True)
+        self._remove()
 
 
 class JsonLines:

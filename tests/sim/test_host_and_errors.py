@@ -207,3 +207,63 @@ def test_pinned_host_memory_and_invalid_free(lib) -> None:
     lib.call("pinned_and_bad_free", [out, status])
     assert out.item() == 42.0
     assert status.tolist() == [1, 0]  # cudaErrorInvalidValue, cudaSuccess
+
+
+LEAK_CHILD = r"""
+import os, signal, sys, torch
+sys.path.insert(0, "tests/sim")
+from conftest import build
+from cudacourse.errors import KernelError
+SRC = '''
+#include <cstdlib>
+__global__ void add_one(float* d, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) d[i] += 1.0f; }
+void bump(float* d, int n) { add_one<<<(n + 255) / 256, 256>>>(d, n); }
+void die(float* d) { abort(); }
+'''
+lib = build(SRC, "leak.cu")
+for n in (1000, 3_000_001):  # the second outgrows the first shared memory while the worker runs
+    x = torch.arange(n, dtype=torch.float32)
+    lib.call("bump", [x, n])
+    assert torch.equal(x, torch.arange(n, dtype=torch.float32) + 1), n
+try:
+    lib.call("die", [x])
+except KernelError:
+    pass
+else:
+    raise AssertionError("abort() in a launcher raised nothing")
+lib.call("bump", [x, n])  # a fresh worker, handed the same shared memory
+assert torch.equal(x, torch.arange(n, dtype=torch.float32) + 2)
+print("calls ok", flush=True)
+sys.keep_until_exit = lib  # alive to the interpreter's last moments, as a library a cache holds (its __del__ too late)
+if sys.argv[1] == "killed":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("end", ["exit", "killed"])
+def test_a_library_leaves_no_shared_memory_behind_even_when_its_process_is_killed(tmp_path, end) -> None:
+    """The shared memory between a library and its workers has no name (it was a file in /dev/shm, memory that
+    stayed taken: 7 GB after a day of this suite), and survives the worker's growth and restart. A process that
+    exits leaves nothing in its temp folder (the channel's folder is removed at exit even while the library is
+    cached); one that is killed, at most the few bytes of its worker's log."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    shm = Path("/dev/shm")
+    before = set(os.listdir(shm)) if shm.is_dir() else set()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-c", LEAK_CHILD, end], cwd=root, capture_output=True, text=True,
+                       env={**os.environ, "TMPDIR": str(tmp)}, timeout=600)
+    assert "calls ok" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == (0 if end == "exit" else -9), r.stderr
+    made = (set(os.listdir(shm)) if shm.is_dir() else set()) - before
+    assert not {m for m in made if m.startswith("ccsim")}, made
+    left = [p for p in tmp.rglob("*") if p.is_file()]
+    if end == "exit":
+        assert not list(tmp.iterdir()), left
+    else:
+        assert sum(p.stat().st_size for p in left) < 4096, [(p, p.stat().st_size) for p in left]
