@@ -1,11 +1,14 @@
 """Where a grade's last seconds go: a grade with its process ends, kills and slot checks stamped.
 
 Usage (GPU machine, course installed): ``python3 benchmarks/grade_tail.py WORKDIR [grade args]``, e.g.
-``python3 benchmarks/grade_tail.py $(mktemp -d) --impl solution --lessons 07_host_side`` (``TAIL_GRACE=S``: the
-grader's ``_EXIT_GRACE_S`` set to S for the run). Prints, in seconds from
-the start (CLOCK_MONOTONIC, which the task processes' reports share), when each task process started and returned,
-how long each ``kill_group`` and ``restore`` took, and, from the kept reports in WORKDIR, when each process's last
-test reported and when it wrote ``finished``. Measurement only: it wraps the grader's functions, changes none.
+``python3 benchmarks/grade_tail.py $(mktemp -d) --impl solution --lessons 07_host_side``. ``TAIL_GRACE=S``: the
+grader's ``_EXIT_GRACE_S`` set to S for the run; ``TAIL_COLLECT=N``: N collection processes; WORKDIR ``-``: the
+grade's own temporary folder, removed at its end, so its removal is timed and its reports are not read.
+
+Prints, in seconds from the start (CLOCK_MONOTONIC, which the task processes' reports share), when each task
+process started and returned, how long the collection, each ``kill_group``, ``restore`` and removal took, and, from
+the kept reports in WORKDIR, when each process's last test reported and when it wrote ``finished``. Measurement
+only: it wraps the grader's functions, changes none.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cudacourse.grading import cli, runner
+from cudacourse.grading import cli, plan, runner
 
 T0 = time.monotonic()
 WALL_OFFSET = time.time() - time.monotonic()  # a file's mtime (wall clock) to CLOCK_MONOTONIC
@@ -30,8 +33,8 @@ def stamp(what: str) -> None:
     print(f"[tail {time.monotonic() - T0:7.2f}] {what}", file=sys.stderr, flush=True)
 
 
-def timed(module: Any, name: str, label: Callable[..., str]) -> None:
-    """Replace ``module.name`` with a wrapper that stamps its start and its duration."""
+def timed(module: Any, name: str, label: Callable[..., str], at_least: float = 0.0) -> None:
+    """Replace ``module.name`` with a wrapper that stamps its start and its duration (when ``at_least`` seconds)."""
     fn = getattr(module, name)
 
     @functools.wraps(fn)
@@ -40,26 +43,32 @@ def timed(module: Any, name: str, label: Callable[..., str]) -> None:
         try:
             return fn(*args, **kwargs)
         finally:
-            stamp(f"{name} {label(*args, **kwargs)}: {time.monotonic() - t:.2f} s (from {t - T0:.2f})")
+            if time.monotonic() - t >= at_least:
+                stamp(f"{name} {label(*args, **kwargs)}: {time.monotonic() - t:.2f} s (from {t - T0:.2f})")
 
     setattr(module, name, wrapper)
 
 
 def main() -> int:
     """Run the grade with WORKDIR kept, then read its task reports."""
-    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
+    if len(sys.argv) < 2 or (sys.argv[1].startswith("-") and sys.argv[1] != "-"):
         print(__doc__, file=sys.stderr)
         return 2
     work, rest = Path(sys.argv[1]), sys.argv[2:]
     if "TAIL_GRACE" in os.environ:
         runner._EXIT_GRACE_S = float(os.environ["TAIL_GRACE"])
+    if "TAIL_COLLECT" in os.environ:
+        plan.collection_processes = lambda cpus, lessons: int(os.environ["TAIL_COLLECT"])
     timed(runner, "_run_pytest", lambda sub, slot, tasks, gs, tag: f"{slot.name} {tag} {[t.id for t in tasks]}")
     timed(runner, "kill_group", lambda proc, *a, **k: f"pid {proc.pid}")
     timed(runner, "restore", lambda slot, *a, **k: slot.name)
     timed(cli, "secret_lines", lambda *a, **k: "")
-    rc = cli.main([*rest, "--workdir", str(work)])
+    timed(cli, "collect_tasks", lambda *a, **k: f"{len(a[4])} lessons, {a[-1] if len(a) > 9 else 1} processes")
+    timed(cli, "_clear", lambda work, keep: str(work))
+    timed(cli.shutil, "rmtree", lambda path, *a, **k: str(path), at_least=0.05)
+    rc = cli.main([*rest, *(["--workdir", str(work)] if str(work) != "-" else [])])
     stamp(f"grade returned {rc}")
-    for rep in sorted(work.rglob("*.jsonl")):
+    for rep in sorted(work.rglob("*.jsonl")) if str(work) != "-" else []:
         recs = [json.loads(line) for line in rep.read_text().splitlines() if line.strip()]
         ts = [r["t"] for r in recs if r.get("event") == "result" and "t" in r]
         if ts:

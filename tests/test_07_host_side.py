@@ -351,13 +351,19 @@ def test_op_on_a_non_default_stream_and_wrong_device() -> None:
 
 def _pipeline_ref_gpu(x: torch.Tensor, coef: torch.Tensor, d: int, iters: int) -> torch.Tensor:
     """The pipeline's transform in float32 on the GPU (64M elements x 1024 iterations: far too many for float64 on
-    the CPU). a is in [0.5, 0.9), a contraction: rounding differences shrink each iteration instead of growing."""
-    j = torch.arange(x.numel(), device=x.device) % d
-    a, b = coef[:d][j], coef[d:][j]
-    v = x.clone()
+    the CPU). a is in [0.5, 0.9), a contraction: rounding differences shrink each iteration instead of growing.
+    Where d divides the length, the same operations on rows of d broadcast a and b instead of reading them at full
+    length: the same numbers, a third less memory traffic (a grade's timed phase waits for three of these)."""
+    if x.numel() % d == 0:
+        a, b = coef[:d], coef[d:]
+        v = x.clone().view(-1, d)
+    else:
+        j = torch.arange(x.numel(), device=x.device) % d
+        a, b = coef[:d][j], coef[d:][j]
+        v = x.clone()
     for _ in range(iters):
         v.mul_(a).add_(b)
-    return v
+    return v.view(-1)
 
 
 @pytest.mark.task("7.5")
