@@ -2,7 +2,7 @@
 
 Usage (GPU machine, course installed): ``python3 benchmarks/grade_tail.py WORKDIR [grade args]``, e.g.
 ``python3 benchmarks/grade_tail.py $(mktemp -d) --impl solution --lessons 07_host_side``. ``TAIL_GRACE=S``: the
-grader's ``_EXIT_GRACE_S`` set to S for the run; ``TAIL_COLLECT=N``: N collection processes; WORKDIR ``-``: the
+grader's ``_EXIT_GRACE_S`` set to S for the run; WORKDIR ``-``: the
 grade's own temporary folder, removed at its end, so its removal is timed and its reports are not read.
 
 Prints, in seconds from the start (CLOCK_MONOTONIC, which the task processes' reports share), when each task
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cudacourse.grading import cli, plan, runner
+from cudacourse.grading import cli, runner
 
 T0 = time.monotonic()
 WALL_OFFSET = time.time() - time.monotonic()  # a file's mtime (wall clock) to CLOCK_MONOTONIC
@@ -57,13 +57,11 @@ def main() -> int:
     work, rest = Path(sys.argv[1]), sys.argv[2:]
     if "TAIL_GRACE" in os.environ:
         runner._EXIT_GRACE_S = float(os.environ["TAIL_GRACE"])
-    if "TAIL_COLLECT" in os.environ:
-        plan.collection_processes = lambda cpus, lessons: int(os.environ["TAIL_COLLECT"])
     timed(runner, "_run_pytest", lambda sub, slot, tasks, gs, tag: f"{slot.name} {tag} {[t.id for t in tasks]}")
     timed(runner, "kill_group", lambda proc, *a, **k: f"pid {proc.pid}")
     timed(runner, "restore", lambda slot, *a, **k: slot.name)
     timed(cli, "secret_lines", lambda *a, **k: "")
-    timed(cli, "collect_tasks", lambda *a, **k: f"{len(a[4])} lessons, {a[-1] if len(a) > 9 else 1} processes")
+    timed(cli, "collect_tasks", lambda *a, **k: f"{len(a[4])} lessons")
     timed(cli, "_clear", lambda work, keep: str(work))
     timed(cli.shutil, "rmtree", lambda path, *a, **k: str(path), at_least=0.05)
     rc = cli.main([*rest, *(["--workdir", str(work)] if str(work) != "-" else [])])

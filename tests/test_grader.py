@@ -1084,52 +1084,6 @@ def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) 
     assert _grade(fake_course, "--submission", str(tmp_path / "nowhere"), "--json", str(out)) == 2
     assert json.loads(out.read_text())["tasks"] == []
 
-def test_collection_processes_and_chunks() -> None:
-    """One collection process per three cores, at most one per lesson; the lessons dealt round-robin, each
-    lesson's files in one process."""
-    assert plan.collection_processes(2, 7) == 1 and plan.collection_processes(16, 7) == 5
-    assert plan.collection_processes(64, 3) == 3 and plan.collection_processes(1, 1) == 1
-    by_lesson = {"03_c": ["tests/test_03.py"], "01_a": ["tests/test_01.py", "hidden/01_a/test_h.py"],
-                 "02_b": ["tests/test_02.py"]}
-    assert plan.collection_chunks(by_lesson, 2) == [["tests/test_01.py", "hidden/01_a/test_h.py",
-                                                     "tests/test_03.py"], ["tests/test_02.py"]]
-    assert plan.collection_chunks(by_lesson, 9) == [["tests/test_01.py", "hidden/01_a/test_h.py"],
-                                                    ["tests/test_02.py"], ["tests/test_03.py"]]
-    assert plan.collection_chunks(by_lesson, 1) == [[f for les in sorted(by_lesson) for f in by_lesson[les]]]
-
-
-def test_a_collection_split_over_processes_grades_what_one_process_does(fake_course: Path, tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 35: where cores are spare, a grade collects its lessons in several processes at once (one process
-    kept most of the H200's cores idle for a grade's first 10 s). Split or not, the same tasks get the same
-    verdicts; a test file that does not import, in any one of the processes, is still a grading problem."""
-    (fake_course / "lessons" / "02_relu").mkdir()
-    (fake_course / "solutions" / "02_relu").mkdir()
-    (fake_course / "lessons" / "02_relu" / "lesson.toml").write_text(FAKE_LESSON.replace('id = "1.', 'id = "2.'))
-    (fake_course / "lessons" / "02_relu" / "relu.cu").write_text("// FAIL_2.2\n")
-    (fake_course / "solutions" / "02_relu" / "relu.cu").write_text("// FAIL_2.1\n")
-    (fake_course / "tests" / "test_02_relu.py").write_text(
-        FAKE_TESTS.replace('"01_relu"', '"02_relu"').replace('"1.', '"2.').replace("test_01_relu", "test_02_relu"))
-    chunks: list[list[list[str]]] = []
-    split = plan.collection_chunks
-    monkeypatch.setattr(plan, "collection_chunks", lambda by, n: chunks.append(split(by, n)) or chunks[-1])
-    verdicts = {}
-    for n in (1, 2):
-        monkeypatch.setattr(plan, "collection_processes", lambda cpus, lessons, n=n: n)
-        out = tmp_path / f"r{n}.json"
-        assert _grade(fake_course, "--impl", "solution", "--json", str(out)) == 0
-        tasks = json.loads(out.read_text())["tasks"]
-        verdicts[n] = sorted((t["lesson"], t["id"], t["status"], t["earned"]) for t in tasks)
-    assert [len(c) for c in chunks] == [1, 2], chunks
-    assert verdicts[1] == verdicts[2], verdicts
-    assert ("01_relu", "1.1", "pass", 2) in verdicts[2] and ("02_relu", "2.1", "fail", 0) in verdicts[2], verdicts
-    (fake_course / "tests" / "test_02_relu.py").write_text("this is not python\n")
-    md = tmp_path / "r.md"
-    assert _grade(fake_course, "--impl", "solution", "--json", str(tmp_path / "r.json"), "--markdown", str(md)) == 2
-    assert "collecting the instructor's tests failed" in md.read_text(), md.read_text()
-    assert json.loads((tmp_path / "r.json").read_text())["tasks"] == []
-
-
 # ----------------------------------------------------------------------------------------------------
 # The corpus of broken lesson-01 submissions, graded on the simulator in one run
 # ----------------------------------------------------------------------------------------------------

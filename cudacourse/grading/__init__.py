@@ -14,8 +14,7 @@ What it does, in order:
    allowed torch) must launch the learner's kernel with ``<<<...>>>`` and call no torch operator that
    would compute the answer. A rejected file is staged so that it fails to build at once, so exactly
    the tasks that need it fail, with the reason.
-3. **Collect** the tasks once (``pytest --collect-only`` with the course plugin; on a machine with cores to
-   spare, several processes at once, each over some of the lessons: ``plan.collection_processes``): a task is every test
+3. **Collect** the tasks once (``pytest --collect-only`` with the course plugin): a task is every test
    carrying ``@pytest.mark.task(ID)``, public and hidden ones together; its title and points come from the
    instructor's course model (``lessons/*/lesson.toml``, and ``tasks.toml`` of ``--hidden``).
 4. **Run.** The tasks of a lesson share one pytest process (split over ``--jobs`` processes when

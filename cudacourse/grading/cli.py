@@ -326,8 +326,7 @@ def grade(args: argparse.Namespace, gs: GradeSession | None = None) -> list[Repo
             gs.say(subs[0] if len(subs) == 1 else Submission("", None, impl),
                    f"collecting the tasks of {', '.join(run_lessons)} ...")
         tasks = collect_tasks(gs, collect_dir, course, declared, run_lessons, seed, st.backend, build_dir,
-                              max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout),
-                              plan.collection_processes(cpus, len(run_lessons))) if run_lessons else []
+                              max(COLLECT_TIMEOUT_S, args.timeout + args.build_timeout)) if run_lessons else []
         if args.tasks:
             tasks = [t for t in tasks if t.id in args.tasks]
         st.timed = plan.timed_alone(declared, backend)

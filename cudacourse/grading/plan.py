@@ -329,24 +329,6 @@ def lessons_to_run(lessons: list[str], chosen: dict[tuple[str, str], Task],
                                           if les == lid)]
 
 
-def collection_processes(cpus: int, lessons: int) -> int:
-    """How many processes collect a grade's tests at once: one per three cores, at most one per lesson.
-
-    Each one imports torch (3.4 s wall and 5 CPU-s on the H200 machine) before its lessons' tests, and while the
-    collection runs only the warm-up builds use the machine: one process kept 11-13 of the H200's 16 cores idle
-    for the grade's first 10 s (results/nvidia-h200/grade_time_2026-11-29c/). On the 2-core machine one process
-    (more would only add torch imports to a machine that is already busy)."""
-    return max(1, min(lessons, cpus // 3))
-
-
-def collection_chunks(by_lesson: dict[str, list[str]], processes: int) -> list[list[str]]:
-    """The test files of each collection process: the lessons dealt round-robin in order, a lesson's files
-    together (its tasks then come from one process, in the order that process collected them)."""
-    lessons = sorted(by_lesson)
-    n = max(1, min(processes, len(lessons)))
-    return [[f for les in lessons[i::n] for f in by_lesson[les]] for i in range(n)]
-
-
 def job_count(requested: int | None, backend: str, cpus: int) -> int:
     """Task processes at a time: ``--jobs`` when given, else the CPU count, at most 8 (16 on a GPU)."""
     # On a GPU a task process mostly waits for the GPU, its worker or a compiler (Triton), not for a core: twice

@@ -15,7 +15,7 @@ from typing import Any
 
 from cudacourse.buildcache import SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
-from cudacourse.grading import plan, protocol
+from cudacourse.grading import protocol
 from cudacourse.grading.builds import build_event
 from cudacourse.grading.processes import build_dir_of, child_env, kill_group, python, scratch_of, start_worker
 from cudacourse.grading.session import GradeInterrupted, GradeSession
@@ -44,9 +44,8 @@ def test_paths(slot: Path, course: Course, lessons: list[str], hidden: bool) -> 
 
 def collect_tasks(gs: GradeSession, slot: Path, course: Course, declared: dict[tuple[str, str], Task],
                   lessons: list[str], seed: int, backend: str | None, build_dir: Path,
-                  timeout: float, processes: int = 1) -> list[TaskSpec]:
-    """Collect every task of the graded lessons (public and hidden tests) in ``processes`` pytest processes at once,
-    each over some of the lessons (:func:`plan.collection_chunks`).
+                  timeout: float) -> list[TaskSpec]:
+    """Collect every task of the graded lessons (public and hidden tests) in one pytest process.
 
     Titles and points come from ``declared`` (the instructor's course model and hidden ``tasks.toml``),
     never from what a process reported.
@@ -54,19 +53,31 @@ def collect_tasks(gs: GradeSession, slot: Path, course: Course, declared: dict[t
     paths = test_paths(slot, course, lessons, hidden=True)
     if not paths:
         raise GradingError(f"no graded test files for lessons {', '.join(lessons)} (expected tests/test_NN_*.py)")
-    by_lesson: dict[str, list[str]] = {}
-    for p in paths:
-        by_lesson.setdefault(str(course.lesson_of_test(slot / p)), []).append(p)
+    report = scratch_of(slot) / f"collect-{slot.name}.jsonl"
+    report.unlink(missing_ok=True)
+    cmd = [*protocol.pytest_command(python(), slot, report), "--collect-only", *paths]
     gs.check_running()
-    records: list[dict[str, Any]] = []
-    for report, proc, out in _collect(gs, slot, plan.collection_chunks(by_lesson, processes), seed, backend,
-                                      build_dir, timeout):
-        if proc.returncode != 0:
-            raise GradingError("collecting the instructor's tests failed (pytest exit code "
-                               f"{proc.returncode}):\n" + tail(out, 40))
-        records += protocol.read_records(report)
+    env = child_env(slot, seed, backend, build_dir)
+    # the grade's bytecode folder (processes.bytecode_cache), where there is one: this is the one process of a grade
+    # that writes it, as it runs only the instructor's code
+    pyc = [Path(env["PYTHONPYCACHEPREFIX"])] if env.get("PYTHONPYCACHEPREFIX") else []
+    if pyc:
+        del env["PYTHONDONTWRITEBYTECODE"]
+    proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir, *pyc],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    gs.live.add(proc)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        kill_group(proc)
+        raise GradingError(f"collecting the tests took more than {timeout:g} s") from e
+    finally:
+        gs.live.discard(proc)
+    if proc.returncode != 0:
+        raise GradingError("collecting the instructor's tests failed (pytest exit code "
+                           f"{proc.returncode}):\n" + tail(out, 40))
     tasks: dict[tuple[str, str], TaskSpec] = {}
-    for r in records:
+    for r in protocol.read_records(report):
         if r.get("event") != "collected" or r.get("task") is None:
             continue
         key = (r["lesson"], r["task"])
@@ -86,41 +97,6 @@ def collect_tasks(gs: GradeSession, slot: Path, course: Course, declared: dict[t
         gs.collected[:] = out
         gs.finished.clear()
     return out
-
-
-def _collect(gs: GradeSession, slot: Path, chunks: list[list[str]], seed: int, backend: str | None,
-             build_dir: Path, timeout: float) -> list[tuple[Path, subprocess.Popen[str], str]]:
-    """Run ``pytest --collect-only`` over each chunk of test files, all at once; return each one's report, process
-    and output once every one has ended. Raises ``GradingError`` when they take more than ``timeout`` seconds."""
-    env = child_env(slot, seed, backend, build_dir)
-    # the grade's bytecode folder (processes.bytecode_cache), where there is one: the collection is what writes it,
-    # as it runs only the instructor's code (two writers of one module each write a whole file, then rename it)
-    pyc = [Path(env["PYTHONPYCACHEPREFIX"])] if env.get("PYTHONPYCACHEPREFIX") else []
-    if pyc:
-        del env["PYTHONDONTWRITEBYTECODE"]
-    started: list[tuple[Path, subprocess.Popen[str]]] = []
-    try:
-        for i, files in enumerate(chunks):
-            report = scratch_of(slot) / f"collect-{slot.name}-{i}.jsonl"
-            report.unlink(missing_ok=True)
-            cmd = [*protocol.pytest_command(python(), slot, report), "--collect-only", *files]
-            proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir, *pyc],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            gs.live.add(proc)
-            started.append((report, proc))
-        deadline = time.monotonic() + timeout
-        done = []
-        for report, proc in started:
-            try:
-                out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired as e:
-                raise GradingError(f"collecting the tests took more than {timeout:g} s") from e
-            done.append((report, proc, out))
-        return done
-    finally:
-        for _, proc in started:
-            kill_group(proc)
-            gs.live.discard(proc)
 
 
 # How long a pytest process may take to exit after it reported "finished" (every verdict is in its report by then):
