@@ -4,8 +4,10 @@ Every worker that runs learner code for the checking process (the GPU worker, ``
 ``torch.py``; the simulator's worker, ``cudacourse/sim/library.py``) holds one :class:`Channel`. The channel owns
 what is the same for all of them:
 
-- a private folder (``tempfile.mkdtemp``) holding the worker's scratch folder and its output log
-  (``output.log``: the worker's stdout and stderr, kernel ``printf`` included);
+- the worker's output log (its stdout and stderr, kernel ``printf`` included): a temporary file without a name,
+  so a process that is killed leaves nothing of it behind;
+- for a confined worker, a private folder (``tempfile.mkdtemp``) holding its scratch folder (its ``TMPDIR`` and
+  ``HOME``), removed by :meth:`Channel.close` or at the interpreter's exit;
 - the process, started by :func:`cudacourse.sandbox.confined_popen` with one end of a UNIX socket pair
   passed to it (the worker's program gets the descriptor's number on its command line); outside grading
   (``confine`` None: notebooks, the course's own tests) the simulator's worker starts as a plain child in a
@@ -66,11 +68,13 @@ class Channel:
     """One worker process at a time, in the sandbox, and the socket to it (see the module docstring)."""
 
     def __init__(self, prefix: str) -> None:
-        self.private = Path(tempfile.mkdtemp(prefix=prefix))
-        # removed by close(), or when the channel is collected, or at the interpreter's exit: a library still
-        # cached in a module then has its __del__ run too late or not at all (hundreds were left in /tmp a day)
-        self._remove = weakref.finalize(self, shutil.rmtree, self.private, True)
-        self.log = self.private / "output.log"
+        self._prefix = prefix
+        self.private: Path | None = None  # a confined worker's folder, made at its first start
+        self._remove: weakref.finalize | None = None
+        # appended to by every worker this channel starts; no name, so nothing is left when this process is killed
+        # (a named log in a folder of its own: 837 such folders in /tmp after a day of the course's tests, most from
+        # notebook kernels that nbval stops with SIGKILL)
+        self._log = tempfile.TemporaryFile(mode="a+b", prefix=prefix)
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self.confined = False
@@ -87,23 +91,30 @@ class Channel:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fds = (theirs.fileno(), *pass_fds)
         self.confined = confine is not None
-        with open(self.log, "ab") as log:
-            try:
-                if confine is None:
-                    self.proc = subprocess.Popen(argv(theirs.fileno()), env=dict(env), stdin=subprocess.DEVNULL,
-                                                 stdout=log, stderr=log, pass_fds=fds,
-                                                 start_new_session=True)
-                else:
-                    self.proc = confined_popen(
-                        argv(theirs.fileno()), scratch=self.private / "scratch", env=env, read_only=read_only,
-                        read_write=read_write, limits=limits, gpu=gpu, allow_unconfined=confine != "strict",
-                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=fds)
-            except BaseException:
-                ours.close()
-                raise
-            finally:
-                theirs.close()
+        log = self._log
+        try:
+            if confine is None:
+                self.proc = subprocess.Popen(argv(theirs.fileno()), env=dict(env), stdin=subprocess.DEVNULL,
+                                             stdout=log, stderr=log, pass_fds=fds, start_new_session=True)
+            else:
+                self.proc = confined_popen(
+                    argv(theirs.fileno()), scratch=self._folder() / "scratch", env=env, read_only=read_only,
+                    read_write=read_write, limits=limits, gpu=gpu, allow_unconfined=confine != "strict",
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=fds)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
         self.sock = ours
+
+    def _folder(self) -> Path:
+        """The confined worker's private folder, made once; removed by :meth:`close`, when the channel is collected,
+        or at the interpreter's exit (a library still cached then has its ``__del__`` run too late or not at all)."""
+        if self.private is None:
+            self.private = Path(tempfile.mkdtemp(prefix=self._prefix))
+            self._remove = weakref.finalize(self, shutil.rmtree, self.private, True)
+        return self.private
 
     @property
     def running(self) -> bool:
@@ -154,30 +165,36 @@ class Channel:
             self.sock.close()
         self.proc = self.sock = None
 
+    def _read_log(self, start: int) -> bytes:
+        """The log from byte ``start`` on (``pread``: the workers append at the end whatever this reads)."""
+        try:
+            fd = self._log.fileno()
+            return os.pread(fd, max(0, os.fstat(fd).st_size - start), start)
+        except (OSError, ValueError):  # (closed)
+            return b""
+
     def output(self, chars: int = 2000) -> str:
         """The end of what the worker printed (for an error message about its death)."""
         try:
-            return self.log.read_text(errors="replace")[-chars:].strip()
-        except OSError:
+            size = os.fstat(self._log.fileno()).st_size
+        except (OSError, ValueError):
             return ""
+        return self._read_log(max(0, size - 4 * chars)).decode(errors="replace")[-chars:].strip()
 
     def forward_output(self) -> None:
         """Copy what the worker printed since the last call (kernel printf included) to this process's stdout."""
-        try:
-            with open(self.log, "rb") as f:
-                f.seek(self._log_pos)
-                data = f.read()
-        except OSError:
-            return
+        data = self._read_log(self._log_pos)
         if data:
             sys.stdout.write(data.decode(errors="replace"))
             sys.stdout.flush()
         self._log_pos += len(data)
 
     def close(self) -> None:
-        """Stop the worker and remove its folder."""
+        """Stop the worker, remove its folder and drop its log."""
         self.kill()
-        self._remove()
+        if self._remove is not None:
+            self._remove()
+        self._log.close()
 
 
 class JsonLines:

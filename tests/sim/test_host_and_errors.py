@@ -243,9 +243,9 @@ if sys.argv[1] == "killed":
 @pytest.mark.parametrize("end", ["exit", "killed"])
 def test_a_library_leaves_no_shared_memory_behind_even_when_its_process_is_killed(tmp_path, end) -> None:
     """The shared memory between a library and its workers has no name (it was a file in /dev/shm, memory that
-    stayed taken: 7 GB after a day of this suite), and survives the worker's growth and restart. A process that
-    exits leaves nothing in its temp folder (the channel's folder is removed at exit even while the library is
-    cached); one that is killed, at most the few bytes of its worker's log."""
+    stayed taken: 7 GB after a day of this suite), and survives the worker's growth and restart; nor has the
+    worker's log (a folder with it was left in /tmp by every notebook kernel nbval stops with SIGKILL). So a
+    process that exits with the library still held, or is killed, leaves nothing in its temp folder."""
     import os
     import subprocess
     import sys
@@ -262,8 +262,4 @@ def test_a_library_leaves_no_shared_memory_behind_even_when_its_process_is_kille
     assert r.returncode == (0 if end == "exit" else -9), r.stderr
     made = (set(os.listdir(shm)) if shm.is_dir() else set()) - before
     assert not {m for m in made if m.startswith("ccsim")}, made
-    left = [p for p in tmp.rglob("*") if p.is_file()]
-    if end == "exit":
-        assert not list(tmp.iterdir()), left
-    else:
-        assert sum(p.stat().st_size for p in left) < 4096, [(p, p.stat().st_size) for p in left]
+    assert not list(tmp.rglob("*")), list(tmp.rglob("*"))  # (the worker's log has no name either)
