@@ -67,6 +67,12 @@ def bytecode_cache() -> Path | None:
     return folder
 
 
+def bytecode_folder(env: dict[str, str]) -> list[Path]:
+    """The grade's bytecode folder that ``env`` names (``PYTHONPYCACHEPREFIX``, :func:`bytecode_cache`), as a list
+    of paths to add to a process's reads (every process) or writes (the collection alone); empty where none."""
+    return [Path(env["PYTHONPYCACHEPREFIX"])] if env.get("PYTHONPYCACHEPREFIX") else []
+
+
 def _packages_have_bytecode() -> bool:
     """Whether torch, the largest package a task process imports, was installed with its bytecode."""
     spec = importlib.util.find_spec("torch")
@@ -84,7 +90,7 @@ def start_worker(cmd: list[str], *, cwd: Path, env: dict[str, str], scratch: Pat
     with what works (``allow_unconfined``), and every report says so. ``nice``: added to its scheduling niceness
     (``Limits.nice``).
     """
-    pyc = [Path(env["PYTHONPYCACHEPREFIX"])] if env.get("PYTHONPYCACHEPREFIX") else []
+    pyc = bytecode_folder(env)
     return confined_popen(cmd, scratch=scratch, cwd=str(cwd), env=env,
                           read_only=[cwd, *readable, *pyc], read_write=[cwd, *writable],
                           limits=task_limits(env, nice), gpu=has_gpu_devices(),

@@ -17,7 +17,15 @@ from cudacourse.buildcache import SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
 from cudacourse.grading import protocol
 from cudacourse.grading.builds import build_event
-from cudacourse.grading.processes import build_dir_of, child_env, kill_group, python, scratch_of, start_worker
+from cudacourse.grading.processes import (
+    build_dir_of,
+    bytecode_folder,
+    child_env,
+    kill_group,
+    python,
+    scratch_of,
+    start_worker,
+)
 from cudacourse.grading.session import GradeInterrupted, GradeSession
 from cudacourse.grading.staging import Submission, restore
 from cudacourse.grading.verdicts import (
@@ -60,7 +68,7 @@ def collect_tasks(gs: GradeSession, slot: Path, course: Course, declared: dict[t
     env = child_env(slot, seed, backend, build_dir)
     # the grade's bytecode folder (processes.bytecode_cache), where there is one: this is the one process of a grade
     # that writes it, as it runs only the instructor's code
-    pyc = [Path(env["PYTHONPYCACHEPREFIX"])] if env.get("PYTHONPYCACHEPREFIX") else []
+    pyc = bytecode_folder(env)
     if pyc:
         del env["PYTHONDONTWRITEBYTECODE"]
     proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir, *pyc],

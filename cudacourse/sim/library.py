@@ -55,7 +55,7 @@ class SimLibrary:
         self.timeout_s = timeout_s
         self.order = order
         self._sym = _Symbolizer(lib, path)
-        self._chan: Channel | None = None  # made at the first call (a folder with the worker's log)
+        self._chan: Channel | None = None  # made at the first call (the worker's log; a folder only when confined)
         self._lines = JsonLines()
         self._shm_fd: int | None = None    # the shared memory's anonymous file (made at the first call)
         self._shm: mmap.mmap | None = None
