@@ -4,11 +4,15 @@ strided-batched forms; unsupported combinations and entry points refused by name
 
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 import torch
 from conftest import build
 
 from cudacourse.errors import CompileError, OutOfBoundsError, UnsupportedError
+from cudacourse.sim.paths import RUNTIME_DIR
 
 SRC = r"""
 #include <cuda_runtime.h>
@@ -192,3 +196,21 @@ def test_refused_entry_points_name_themselves(sim):
     assert "not available on the simulator: cublasDgemm" in str(e.value) and e.value.line == 5
     with pytest.raises(UnsupportedError, match="not available on the simulator"):
         sim("#include <cublasLt.h>\nvoid f(float* a) {}\n", "lt.cu")
+
+
+def test_a_file_that_calls_no_gemm_instantiates_none(tmp_path):
+    """The GEMMs are templates, instantiated only in a file that calls one (ccsim_cublas.h says why: as plain
+    functions they doubled every small kernel's compile). Emitting every inline and static function
+    (-fkeep-inline-functions -fkeep-static-functions) shows what including the header instantiated: no GEMM for a
+    file without a call, and the one it calls for a file with a cublasSgemm."""
+    def gemms(text: str) -> set[str]:
+        (tmp_path / "t.cpp").write_text('#include "ccsim.h"\n' + text)
+        subprocess.run(["g++", "-std=c++17", "-O0", "-w", "-fPIC", "-I", str(RUNTIME_DIR), "-fkeep-inline-functions",
+                        "-fkeep-static-functions", "-c", "t.cpp", "-o", "t.o"], cwd=tmp_path, check=True)
+        names = subprocess.run(["nm", "-C", str(tmp_path / "t.o")], capture_output=True, text=True, check=True)
+        return {m.group(1) for m in re.finditer(r"cublasStatus_t ccsim::blas::gemm<([^>]*)>\(", names.stdout)}
+
+    assert gemms("") == set()
+    called = gemms("void f(cublasHandle_t h, const float* a, float* c) { float one = 1;\n"
+                   "  cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, a, 4, a, 4, &one, c, 4); }\n")
+    assert called == {"float, float, float, float"}
