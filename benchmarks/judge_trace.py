@@ -5,6 +5,8 @@ Run it on a throwaway copy of the course only (the GPU machine's copy of the wor
 task's message in the grade's report (the only output of a task process that survives a pass: pytest captures
 its stderr): the seconds in ``time_samples``'s warm-up, its calibration call, each sample's setup (poison or
 restaging) and timed calls, the rounds' ratios, and the checks after timing. ``summary REPORT.json`` prints them.
+Each judgement's cProfile statistics go to ``judge-<task>.prof`` in the grade's build folder (the task process may
+write there): ``python3 -m pstats``.
 
     python3 benchmarks/judge_trace.py apply
     python3 -m cudacourse grade --impl solution --json R.json ...
@@ -37,10 +39,13 @@ EDITS = [
     ("cudacourse/bench.py", "            times.append((time.perf_counter() - t0) * 1e3 / k)\n",
      "            times.append((time.perf_counter() - t0) * 1e3 / k)\n            " + _SAY + "'samples'))\n"),
     ("cudacourse/speed.py", "    declared = course().task(*task)\n",
-     "    " + _SAY + "'judge start'))\n    declared = course().task(*task)\n"),
+     "    " + _SAY + "'judge start'))\n    _prof = __import__('cProfile').Profile()\n    _prof.enable()\n"
+     "    declared = course().task(*task)\n"),
     ("cudacourse/speed.py", "    _check_all(yours, sets, what)\n",
      "    " + _SAY + "'timed'))\n    _check_all(yours, sets, what)\n    " + _SAY + "'check after'))\n"
-     "    NOTES.insert(0, __import__('cudacourse.bench').bench._judge_trace_line())\n"),
+     "    NOTES.insert(0, __import__('cudacourse.bench').bench._judge_trace_line())\n"
+     "    _prof.disable()\n    _prof.dump_stats(str(__import__('cudacourse.buildcache').buildcache.build_root() / "
+     "f'judge-{task[1]}.prof'))\n"),
     ("cudacourse/speed.py", "        m = _medians(mine, theirs)\n",
      "        m = _medians(mine, theirs)\n        " + _SAY + "f'round {m.ratio:.3f}'))\n"),
 ]
