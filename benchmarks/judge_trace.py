@@ -5,8 +5,8 @@ Run it on a throwaway copy of the course only (the GPU machine's copy of the wor
 task's message in the grade's report (the only output of a task process that survives a pass: pytest captures
 its stderr): the seconds in ``time_samples``'s warm-up, its calibration call, each sample's setup (poison or
 restaging) and timed calls, the rounds' ratios, and the checks after timing. ``summary REPORT.json`` prints them.
-Each judgement's cProfile statistics go to ``judge-<task>.prof`` in the grade's build folder (the task process may
-write there): ``python3 -m pstats``.
+Each GPU test's cProfile statistics go to ``test-<name>.prof`` in the grade's build folder (the task process may
+write there; with ``--workdir`` that is ``$CUDA_COURSE_BUILD``): ``python3 -m pstats``.
 
     python3 benchmarks/judge_trace.py apply
     python3 -m cudacourse grade --impl solution --json R.json ...
@@ -39,16 +39,33 @@ EDITS = [
     ("cudacourse/bench.py", "            times.append((time.perf_counter() - t0) * 1e3 / k)\n",
      "            times.append((time.perf_counter() - t0) * 1e3 / k)\n            " + _SAY + "'samples'))\n"),
     ("cudacourse/speed.py", "    declared = course().task(*task)\n",
-     "    " + _SAY + "'judge start'))\n    _prof = __import__('cProfile').Profile()\n    _prof.enable()\n"
-     "    declared = course().task(*task)\n"),
+     "    __import__('sys').__dict__['_judge_trace'] = []  # (time_samples calls outside a judge: not its own)\n"
+     "    " + _SAY + "'judge start'))\n    declared = course().task(*task)\n"),
     ("cudacourse/speed.py", "    _check_all(yours, sets, what)\n",
      "    " + _SAY + "'timed'))\n    _check_all(yours, sets, what)\n    " + _SAY + "'check after'))\n"
-     "    NOTES.insert(0, __import__('cudacourse.bench').bench._judge_trace_line())\n"
-     "    _prof.disable()\n    _prof.dump_stats(str(__import__('cudacourse.buildcache').buildcache.build_root() / "
-     "f'judge-{task[1]}.prof'))\n"),
+     "    NOTES.insert(0, __import__('cudacourse.bench').bench._judge_trace_line())\n"),
     ("cudacourse/speed.py", "        m = _medians(mine, theirs)\n",
      "        m = _medians(mine, theirs)\n        " + _SAY + "f'round {m.ratio:.3f}'))\n"),
 ]
+# appended to the pytest plugin: each GPU test's cProfile statistics, test-<name>.prof in the build folder
+PROFILE = '''
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
+    if item.get_closest_marker("gpu") is None:
+        return (yield)
+    import cProfile
+
+    from cudacourse.buildcache import build_root
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        return (yield)
+    finally:
+        prof.disable()
+        prof.dump_stats(str(build_root() / f"test-{item.name}.prof"))
+'''
 # appended to bench.py: the events of one judgement as one line (and forgotten)
 SUMMARY = f'''
 
@@ -68,7 +85,7 @@ def _judge_trace_line() -> str:
 
 
 def apply() -> None:
-    """Edit the copy's bench.py and speed.py (refuses a copy already edited, or one whose text moved)."""
+    """Edit the copy's bench.py, speed.py and pytest plugin (refuses a copy already edited, or one whose text moved)."""
     texts = {name: (ROOT / name).read_text() for name in {e[0] for e in EDITS}}
     if TAG in texts["cudacourse/bench.py"]:
         sys.exit("already traced")
@@ -77,6 +94,7 @@ def apply() -> None:
             sys.exit(f"{name}: the text to trace was not found once: {old!r}")
         texts[name] = texts[name].replace(old, new)
     texts["cudacourse/bench.py"] += SUMMARY
+    texts["cudacourse/pytest_plugin.py"] = (ROOT / "cudacourse/pytest_plugin.py").read_text() + PROFILE
     for name, text in texts.items():
         compile(text, name, "exec")
         (ROOT / name).write_text(text)
