@@ -1043,6 +1043,7 @@ def test_bytecode_of_packages_that_ship_none_is_written_by_the_collection_and_re
         assert processes.child_env(tmp_path, 1, "sim", tmp_path).get("PYTHONPYCACHEPREFIX") is None
     monkeypatch.setattr(processes, "_packages_have_bytecode", lambda: False)
     monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setattr(processes, "WARM_IMPORTS", ())  # (the warmer: the next test)
     build = tmp_path / "build"
     with using(build_dir=build):
         pyc = processes.bytecode_cache()
@@ -1071,6 +1072,26 @@ def test_bytecode_of_packages_that_ship_none_is_written_by_the_collection_and_re
     # the collection wrote the bytecode of what it imported (pytest's modules among them) into the folder
     written = [p.name for p in pyc.rglob("*.pyc")]
     assert any(n.startswith("python.") for n in written) and len(written) > 50, written[:20]
+
+
+def test_a_process_beside_the_collection_writes_the_bytecode_of_what_tests_import_only_while_they_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35: modules that torch imports only inside a test (sympy, dynamo, inductor: processes.WARM_IMPORTS) were
+    compiled from source by every process that reached them, since only the collection writes bytecode. The warmer
+    writes theirs into the grade's folder (a light torch module here), and is not started again once it is there."""
+    from cudacourse.grading import processes
+
+    monkeypatch.setattr(processes, "WARM_IMPORTS", ("torch.utils.hooks",))
+    pyc = tmp_path / "pycache"
+    pyc.mkdir()
+    env = {**processes.child_env(tmp_path, 1, "sim", tmp_path), "PYTHONPYCACHEPREFIX": str(pyc)}
+    assert processes.bytecode_warmer(tmp_path, {k: v for k, v in env.items() if k != "PYTHONPYCACHEPREFIX"},
+                                     tmp_path / "scratch") is None  # no bytecode folder: nothing to warm
+    assert not processes._warmed(pyc)
+    proc = processes.bytecode_warmer(tmp_path, env, tmp_path / "scratch")
+    assert proc is not None and proc.wait(timeout=300) == 0
+    assert processes._warmed(pyc), sorted(p.name for p in pyc.rglob("*.pyc"))[:20]
+    assert processes.bytecode_warmer(tmp_path, env, tmp_path / "scratch") is None
 
 
 def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) -> None:

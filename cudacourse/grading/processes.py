@@ -73,6 +73,46 @@ def bytecode_folder(env: dict[str, str]) -> list[Path]:
     return [Path(env["PYTHONPYCACHEPREFIX"])] if env.get("PYTHONPYCACHEPREFIX") else []
 
 
+# Modules that the grade's tests reach only while they run, inside torch (the collection, which imports every test
+# file, never does): sympy through torch's symbolic shapes (autograd, task 6.9's LayerNorm backward), FSDP through the
+# fused AdamW (6.10), dynamo and inductor through torch.compile (7.3, 7.7). Without their bytecode every process that
+# reached them compiled them from source: 1.2-1.8 of the 2.3 s each of tasks 6.9 and 6.10 spent importing in the
+# H200 grade's timed turn (results/nvidia-h200/grade_time_2026-11-29e/). About 1,500 modules.
+WARM_IMPORTS = ("torch.fx.experimental.symbolic_shapes", "torch.distributed.fsdp", "torch._dynamo",
+                "torch._inductor.compile_fx")
+_WARM = "import importlib, sys\nfor m in sys.argv[1:]:\n    try:\n        importlib.import_module(m)\n" \
+        "    except Exception:\n        pass\n"
+
+
+def bytecode_warmer(slot: Path, env: dict[str, str], scratch: Path) -> subprocess.Popen[Any] | None:
+    """Start the process that writes the bytecode of :data:`WARM_IMPORTS` into the grade's bytecode folder (``env``'s
+    ``PYTHONPYCACHEPREFIX``, which it may write: like the collection it runs only the course's own imports), beside
+    the collection; None where there is no such folder or the folder already holds them (an earlier grade's warmer).
+    It runs at a lower priority than the tasks; a grade that ends first stops it (an unfinished module's bytecode is
+    never half-written: Python writes each file whole, then renames it)."""
+    pyc = bytecode_folder(env)
+    if not pyc or _warmed(pyc[0]):
+        return None
+    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return start_worker([python(), "-c", _WARM, *WARM_IMPORTS], cwd=slot, env=env, scratch=scratch,
+                        writable=pyc, nice=10, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _warmed(folder: Path) -> bool:
+    """Whether ``folder`` (a ``PYTHONPYCACHEPREFIX``) holds the bytecode of every module of :data:`WARM_IMPORTS`."""
+    spec = importlib.util.find_spec("torch")  # (finds the package without importing it)
+    if spec is None or not spec.submodule_search_locations:
+        return True  # no torch: nothing to warm
+    torch_dir = Path(next(iter(spec.submodule_search_locations)))
+    tag = sys.implementation.cache_tag
+    for name in WARM_IMPORTS:
+        src = torch_dir.joinpath(*name.split(".")[1:])
+        src = src / "__init__.py" if src.is_dir() else src.with_suffix(".py")
+        if not (folder / src.parent.relative_to(src.anchor) / f"{src.stem}.{tag}.pyc").exists():
+            return False
+    return True
+
+
 def _packages_have_bytecode() -> bool:
     """Whether torch, the largest package a task process imports, was installed with its bytecode."""
     spec = importlib.util.find_spec("torch")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from cudacourse.grading.builds import build_event
 from cudacourse.grading.processes import (
     build_dir_of,
     bytecode_folder,
+    bytecode_warmer,
     child_env,
     kill_group,
     python,
@@ -74,6 +76,10 @@ def collect_tasks(gs: GradeSession, slot: Path, course: Course, declared: dict[t
     proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir, *pyc],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     gs.live.add(proc)
+    warmer = bytecode_warmer(slot, env, report.parent)
+    if warmer is not None:  # (not waited for: the grade's end stops it if it still runs)
+        gs.live.add(warmer)
+        threading.Thread(target=lambda: (warmer.wait(), gs.live.discard(warmer)), daemon=True).start()
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as e:
