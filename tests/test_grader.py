@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from cudacourse.course import Course, course
-from cudacourse.grading import builds, cli, plan
+from cudacourse.grading import builds, cli, plan, runner
 from cudacourse.grading.screens import screen_kernel_file, screen_python_file
 from cudacourse.results import TestRecord, fold_tasks
 from cudacourse.settings import using
@@ -659,6 +659,34 @@ def test_task_groups_start_slow_tasks_first() -> None:
         parse_lesson("07_host_side", text)
 
 
+@pytest.mark.parametrize("backend", ["cuda", "sim"])
+def test_on_a_gpu_the_processes_of_the_longest_tasks_are_not_niced(backend: str) -> None:
+    """On a GPU the slow tasks and the torch-route one (1.6) run without the task niceness (plan.urgent_tasks): 7.10's
+    three fresh torch workers, niced like twenty other processes, ended the H200 grade's correctness phase. Timed
+    tasks are not among them (they run alone anyway), and on the simulator nothing changes."""
+    from cudacourse.grading.plan import RunSettings
+    from cudacourse.results import TaskSpec
+
+    c = course(ROOT)
+    declared = {(t.lesson, t.id): t for t in c.tasks()}
+    tasks = [TaskSpec(t.id, t.lesson, t.title, t.points, []) for t in c.tasks()]
+    st = RunSettings(list(c.lessons), 1, backend, 60.0, 300.0, ROOT, "brief", False, backend,
+                     task_files={k: c.lesson(k[0]).files_of(t) for k, t in declared.items()})
+    st.timed = plan.timed_alone(declared, backend)
+    urgent = {tid for _, tid in plan.urgent_tasks(c, tasks, st)}
+    if backend == "sim":
+        assert urgent == set()
+        return
+    slow = {t.id for t in c.tasks() if t.slow and (t.lesson, t.id) not in st.timed}
+    assert urgent == slow | {"1.6"}, urgent
+    assert {"7.10", "6.7"} <= urgent and not urgent & {tid for _, tid in st.timed}
+    st.urgent = plan.urgent_tasks(c, tasks, st)
+    by_id = {t.id: t for t in tasks}
+    assert runner.task_nice([by_id["7.10"]], st) == 0 and runner.task_nice([by_id["1.6"]], st) == 0
+    assert runner.task_nice([by_id["1.1"], by_id["1.2"]], st) == runner.TASK_NICE > 0
+    assert runner.task_nice([by_id["1.7"], by_id["7.5"]], st) == 0  # the timed process, alone on the machine
+
+
 def test_task_groups_with_jobs_to_spare_long_tasks_start_first_each_alone() -> None:
     """With jobs to spare (the H100 machine's 16 for one grade) a slow task and each Triton twin get a process of
     their own, queued first: the slow ones, then those hosting a learner's Python file in a torch worker, then the
@@ -858,7 +886,6 @@ def test_a_sandbox_that_could_not_start_is_tried_again_and_never_blamed_on_the_c
     launcher lives; a worker that still cannot start (exit 126 and a "confine:" line, nothing collected) is
     started once more, and a second failure names the machine, not the learner's code."""
 
-    from cudacourse.grading import runner
     from cudacourse.grading.plan import RunSettings
     from cudacourse.grading.session import GradeSession
     from cudacourse.grading.verdicts import Run, crash_note
@@ -1074,24 +1101,25 @@ def test_bytecode_of_packages_that_ship_none_is_written_by_the_collection_and_re
     assert any(n.startswith("python.") for n in written) and len(written) > 50, written[:20]
 
 
-def test_a_process_beside_the_collection_writes_the_bytecode_of_what_tests_import_only_while_they_run(
+def test_processes_beside_the_collection_write_the_bytecode_of_what_tests_import_only_while_they_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 35: modules that torch imports only inside a test (sympy, dynamo, inductor: processes.WARM_IMPORTS) were
-    compiled from source by every process that reached them, since only the collection writes bytecode. The warmer
-    writes theirs into the grade's folder (a light torch module here), and is not started again once it is there."""
+    compiled from source by every process that reached them, since only the collection writes bytecode. The warmers
+    (one per module) write theirs into the grade's folder (two light modules of the standard library here), and none
+    starts again for a module already there."""
     from cudacourse.grading import processes
 
-    monkeypatch.setattr(processes, "WARM_IMPORTS", ("torch.utils.hooks",))
+    monkeypatch.setattr(processes, "WARM_IMPORTS", ("json.decoder", "email.mime.text"))
     pyc = tmp_path / "pycache"
     pyc.mkdir()
     env = {**processes.child_env(tmp_path, 1, "sim", tmp_path), "PYTHONPYCACHEPREFIX": str(pyc)}
-    assert processes.bytecode_warmer(tmp_path, {k: v for k, v in env.items() if k != "PYTHONPYCACHEPREFIX"},
-                                     tmp_path / "scratch") is None  # no bytecode folder: nothing to warm
-    assert not processes._warmed(pyc)
-    proc = processes.bytecode_warmer(tmp_path, env, tmp_path / "scratch")
-    assert proc is not None and proc.wait(timeout=300) == 0
-    assert processes._warmed(pyc), sorted(p.name for p in pyc.rglob("*.pyc"))[:20]
-    assert processes.bytecode_warmer(tmp_path, env, tmp_path / "scratch") is None
+    no_folder = {k: v for k, v in env.items() if k != "PYTHONPYCACHEPREFIX"}
+    assert processes.bytecode_warmers(tmp_path, no_folder, tmp_path / "scratch") == []  # nothing to warm
+    assert not any(processes._warmed(pyc, m) for m in processes.WARM_IMPORTS)
+    procs = processes.bytecode_warmers(tmp_path, env, tmp_path / "scratch")
+    assert len(procs) == 2 and [p.wait(timeout=300) for p in procs] == [0, 0]
+    assert all(processes._warmed(pyc, m) for m in processes.WARM_IMPORTS), sorted(pyc.rglob("*.pyc"))[:20]
+    assert processes.bytecode_warmers(tmp_path, env, tmp_path / "scratch") == []
 
 
 def test_grader_problem_exit_code_and_report(fake_course: Path, tmp_path: Path) -> None:

@@ -330,6 +330,7 @@ def grade(args: argparse.Namespace, gs: GradeSession | None = None) -> list[Repo
         if args.tasks:
             tasks = [t for t in tasks if t.id in args.tasks]
         st.timed = plan.timed_alone(declared, backend)
+        st.urgent = plan.urgent_tasks(course, tasks, st)
         results = _run_groups(gs, subs, plan.task_groups(course, subs, tasks, idle, st, jobs), jobs, work, harness)
         reports = []
         for i, sub in enumerate(subs):

@@ -40,6 +40,7 @@ class RunSettings:
     many: bool = False  # several submissions: progress lines name the submission
     instructor: dict[str, set[str]] = field(default_factory=dict)  # "lesson/file" -> sha256 of solution, stub
     timed: frozenset[tuple[str, str]] = frozenset()  # (lesson, id) of the tasks timed alone (speed, on a GPU)
+    urgent: frozenset[tuple[str, str]] = frozenset()  # (lesson, id) of the tasks whose processes are not niced
     task_files: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)  # (lesson, id) -> files_of
     build_jobs: int = 1  # warm-up workers at once (``GradeSession.builders``)
     build_threads: int = 1  # files one warm-up worker builds at once
@@ -270,6 +271,18 @@ def timed_alone(declared: dict[tuple[str, str], Task], backend: str) -> frozense
     if backend != "cuda":
         return frozenset()
     return frozenset(k for k, t in declared.items() if t.gpu and t.alone)
+
+
+def urgent_tasks(course: Course, tasks: Sequence[TaskSpec], st: RunSettings) -> frozenset[tuple[str, str]]:
+    """On a GPU, the tasks whose processes run without the task niceness (``runner.TASK_NICE``), as the builds do: the
+    ``slow`` ones and those that load a torch-route file (1.6). Each is a long chain of fresh processes (7.10 starts
+    three torch workers, each importing torch and starting CUDA) that ended the H200 grade's correctness phase: niced
+    like the twenty other task processes on a busy machine, 7.10 took 38-41 s there, 16 s in a quieter grade
+    (results/nvidia-h200/grade_time_2026-11-29e/). The other processes, with time to spare, give way to them."""
+    if st.backend_name != "cuda":
+        return frozenset()
+    return frozenset((t.lesson, t.id) for t in tasks if (t.lesson, t.id) not in st.timed and (
+        _slow(course, t) or set(st.task_files.get((t.lesson, t.id), ())) & set(course.lesson(t.lesson).torch_files)))
 
 
 def _slow(course: Course, t: TaskSpec) -> bool:

@@ -80,37 +80,35 @@ def bytecode_folder(env: dict[str, str]) -> list[Path]:
 # H200 grade's timed turn (results/nvidia-h200/grade_time_2026-11-29e/). About 1,500 modules.
 WARM_IMPORTS = ("torch.fx.experimental.symbolic_shapes", "torch.distributed.fsdp", "torch._dynamo",
                 "torch._inductor.compile_fx")
-_WARM = "import importlib, sys\nfor m in sys.argv[1:]:\n    try:\n        importlib.import_module(m)\n" \
-        "    except Exception:\n        pass\n"
+_WARM = "import importlib, sys\ntry:\n    importlib.import_module(sys.argv[1])\nexcept Exception:\n    pass\n"
 
 
-def bytecode_warmer(slot: Path, env: dict[str, str], scratch: Path) -> subprocess.Popen[Any] | None:
-    """Start the process that writes the bytecode of :data:`WARM_IMPORTS` into the grade's bytecode folder (``env``'s
-    ``PYTHONPYCACHEPREFIX``, which it may write: like the collection it runs only the course's own imports), beside
-    the collection; None where there is no such folder or the folder already holds them (an earlier grade's warmer).
-    It runs at a lower priority than the tasks; a grade that ends first stops it (an unfinished module's bytecode is
-    never half-written: Python writes each file whole, then renames it)."""
+def bytecode_warmers(slot: Path, env: dict[str, str], scratch: Path) -> list[subprocess.Popen[Any]]:
+    """Start the processes that write the bytecode of :data:`WARM_IMPORTS` into the grade's bytecode folder
+    (``env``'s ``PYTHONPYCACHEPREFIX``, which they may write: like the collection they run only the course's own
+    imports), beside the collection: one per module not there yet (an earlier grade's warmers may have written it),
+    none where there is no such folder. One each, so that they are done within the collection's seconds (one
+    process took 16 CPU-s, ending at about 20 s of the H200's grade), while the machine still has cores to spare;
+    niced below the tasks. A grade that ends first stops them (Python writes each bytecode file whole, then renames
+    it: none is left half-written)."""
     pyc = bytecode_folder(env)
-    if not pyc or _warmed(pyc[0]):
-        return None
+    if not pyc:
+        return []
     env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return start_worker([python(), "-c", _WARM, *WARM_IMPORTS], cwd=slot, env=env, scratch=scratch,
-                        writable=pyc, nice=10, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return [start_worker([python(), "-c", _WARM, name], cwd=slot, env=env, scratch=scratch, writable=pyc, nice=10,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for name in WARM_IMPORTS if not _warmed(pyc[0], name)]
 
 
-def _warmed(folder: Path) -> bool:
-    """Whether ``folder`` (a ``PYTHONPYCACHEPREFIX``) holds the bytecode of every module of :data:`WARM_IMPORTS`."""
-    spec = importlib.util.find_spec("torch")  # (finds the package without importing it)
+def _warmed(folder: Path, name: str) -> bool:
+    """Whether ``folder`` (a ``PYTHONPYCACHEPREFIX``) holds the bytecode of module ``name`` (of a package)."""
+    top, *rest = name.split(".")
+    spec = importlib.util.find_spec(top)  # (finds the package without importing it)
     if spec is None or not spec.submodule_search_locations:
-        return True  # no torch: nothing to warm
-    torch_dir = Path(next(iter(spec.submodule_search_locations)))
-    tag = sys.implementation.cache_tag
-    for name in WARM_IMPORTS:
-        src = torch_dir.joinpath(*name.split(".")[1:])
-        src = src / "__init__.py" if src.is_dir() else src.with_suffix(".py")
-        if not (folder / src.parent.relative_to(src.anchor) / f"{src.stem}.{tag}.pyc").exists():
-            return False
-    return True
+        return True  # not installed: nothing to warm
+    src = Path(next(iter(spec.submodule_search_locations))).joinpath(*rest)
+    src = src / "__init__.py" if src.is_dir() else src.with_suffix(".py")
+    return (folder / src.parent.relative_to(src.anchor) / f"{src.stem}.{sys.implementation.cache_tag}.pyc").exists()
 
 
 def _packages_have_bytecode() -> bool:

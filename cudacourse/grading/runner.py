@@ -18,10 +18,11 @@ from cudacourse.buildcache import SHARED_ENV
 from cudacourse.course import Course, Task, task_sort_key
 from cudacourse.grading import protocol
 from cudacourse.grading.builds import build_event
+from cudacourse.grading.plan import RunSettings
 from cudacourse.grading.processes import (
     build_dir_of,
     bytecode_folder,
-    bytecode_warmer,
+    bytecode_warmers,
     child_env,
     kill_group,
     python,
@@ -76,10 +77,9 @@ def collect_tasks(gs: GradeSession, slot: Path, course: Course, declared: dict[t
     proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir, *pyc],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     gs.live.add(proc)
-    warmer = bytecode_warmer(slot, env, report.parent)
-    if warmer is not None:  # (not waited for: the grade's end stops it if it still runs)
+    for warmer in bytecode_warmers(slot, env, report.parent):  # (not waited for: the grade's end stops them)
         gs.live.add(warmer)
-        threading.Thread(target=lambda: (warmer.wait(), gs.live.discard(warmer)), daemon=True).start()
+        threading.Thread(target=lambda w=warmer: (w.wait(), gs.live.discard(w)), daemon=True).start()
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as e:
@@ -120,8 +120,15 @@ _EXIT_GRACE_S = 0.5
 
 
 # The niceness of a task process that does not time: it gives way to the builds (their tasks wait for them; on the
-# H100 machine the lesson 01 torch-route build took 51 s beside the task processes, 33 s alone, 42 s with this).
+# H100 machine the lesson 01 torch-route build took 51 s beside the task processes, 33 s alone, 42 s with this), and
+# on a GPU to the processes of the longest tasks (``plan.urgent_tasks``).
 TASK_NICE = 5
+
+
+def task_nice(tasks: list[TaskSpec], st: RunSettings) -> int:
+    """The niceness of the process of ``tasks``: 0 for the timed process (alone on the machine) and, on a GPU, for
+    one holding a task of ``st.urgent``; else :data:`TASK_NICE`."""
+    return 0 if st.timed_alone(tasks) or any((t.lesson, t.id) in st.urgent for t in tasks) else TASK_NICE
 
 
 def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], gs: GradeSession, tag: str) -> Run:
@@ -171,7 +178,7 @@ def _run_pytest(sub: Submission, slot: Path, tasks: list[TaskSpec], gs: GradeSes
             env[SHARED_ENV] = str(gs.config.build_dir)
         proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir_of(sub, gs.config)],
                             readable=[gs.config.build_dir] if sub.build_dir is not None else [],
-                            nice=0 if alone else TASK_NICE,
+                            nice=task_nice(tasks, gs.config),
                             stdout=logf, stderr=subprocess.STDOUT)
         gs.live.add(proc)
         return proc
