@@ -404,7 +404,13 @@ def test_speed_sum() -> None:
     sums = [x.double().sum().view(1).cpu() for x in xs]
 
     def ok(i: int) -> None:
-        _assert_sum(outs[i], sums[i], n, 1.0, name="sum of 2^28", task="2.7", hint=HINT_23)
+        # To within 1 (about one element), not check.sum_tolerance(n): 2^28 terms added through a thousand or more
+        # atomics (the grid is the learner's choice) round at the size of the running total, about 2^14, and the
+        # solution's sum once missed that tolerance by 0.03 (H200, 2026-11-29, a total of -1029: its relative part
+        # was small). Task 2.3 grades the precision; this check catches skipped or deferred work (poison, or another
+        # set's sum: errors in the thousands).
+        check.assert_close(outs[i], sums[i].to(outs[i].dtype), name="sum of 2^28", rtol=1e-5, atol=1.0, task="2.7",
+                           hint=HINT_23)
 
     m.reduce_v6_grid_stride_atomic(xs[0], outs[0], n)
     ok(0)  # correct first
