@@ -36,6 +36,15 @@ cudaError_t __real_cudaGetDriverEntryPointByVersion(const char*, void**, unsigne
                                                     cudaDriverEntryPointQueryResult*);
 }
 
+// The index of the first byte where a and b differ, atomically the least into *first (left as is where none). The
+// check's own kernel, in every library: its name has the check's reserved prefix (no learner object may define or
+// name a cc_hw_ symbol), so tools that list a library's kernels can tell it from the learner's.
+extern "C" __global__ void cc_hw_first_difference(const unsigned char* a, const unsigned char* b, size_t n,
+                                                  unsigned long long* first) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        if (a[i] != b[i]) { atomicMin(first, (unsigned long long)i); return; }
+}
+
 namespace {
 struct Range { uintptr_t lo, hi; };
 // An argument's bytes when its data first reached host memory: a device copy (`dev`: one device-to-device copy, then
@@ -84,12 +93,6 @@ const void* symbol_address(const void* sym, size_t off) {  // a __device__ symbo
     return (const char*)addr + off;
 }
 
-// The index of the first byte where a and b differ, atomically the least into *first (left as is where none).
-__global__ void first_difference(const unsigned char* a, const unsigned char* b, size_t n, unsigned long long* first) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        if (a[i] != b[i]) { atomicMin(first, (unsigned long long)i); return; }
-}
-
 // Snapshot one argument: on the device when there is room, else on the host.
 Snap snapshot(const Range& r) {
     KeepLastError keep;
@@ -115,8 +118,8 @@ long long first_change(const Snap& sn) {
         bool ok = cudaMalloc(&first, sizeof found) == cudaSuccess &&
                   __real_cudaMemcpy(first, &found, sizeof found, cudaMemcpyHostToDevice) == cudaSuccess;
         if (ok) {
-            first_difference<<<1024, 256>>>((const unsigned char*)sn.dev, (const unsigned char*)sn.base, sn.bytes,
-                                             first);
+            cc_hw_first_difference<<<1024, 256>>>((const unsigned char*)sn.dev, (const unsigned char*)sn.base,
+                                                   sn.bytes, first);
             ok = __real_cudaMemcpy(&found, first, sizeof found, cudaMemcpyDeviceToHost) == cudaSuccess;
         }
         if (first) cudaFree(first);
