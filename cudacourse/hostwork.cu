@@ -239,7 +239,7 @@ cudaError_t __wrap_cudaGetDriverEntryPointByVersion(const char* sym, void** fn, 
 
 // The checking process's side. Begin a checked call over the launcher's n buffers [base, base + bytes).
 int cc_hw_begin(int n, const unsigned long long* base, const unsigned long long* bytes) {
-    g_args.clear(); g_copies.clear(); drop_snapshots();
+    g_args.clear(); g_copies.clear(); g_snap.clear();  // (cc_hw_end or cc_hw_abort emptied it)
     for (int i = 0; i < n; ++i)  // (an empty buffer keeps its place, so that cc_hw_end's index is the caller's)
         g_args.push_back({(uintptr_t)base[i], (uintptr_t)(base[i] + bytes[i])});
     g_read = false; g_what[0] = 0; g_on = true;
@@ -259,9 +259,11 @@ int cc_hw_end(unsigned long long* at) {
     return found;
 }
 // A checked call that ended early (its launch failed, or the GPU timed out): the check stops without reading the GPU.
+// Device snapshots are forgotten, not freed: after a timeout the learner's kernel may still run, and cudaFree would
+// wait for it (a hung notebook instead of the timeout's message). They are lost only with a failed call.
 void cc_hw_abort() {
     g_on = false;
-    drop_snapshots();
+    g_snap.clear();
     g_copies.clear();
 }
 // The copy call that brought argument data into host memory in the last checked call ("" if none).
