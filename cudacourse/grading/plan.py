@@ -255,8 +255,12 @@ def _hosts_worker(course: Course, t: TaskSpec, st: RunSettings) -> bool:
     if (t.lesson, t.id) in st.timed:
         return False
     files = st.task_files.get((t.lesson, t.id), ())
-    if learner_python(course, t.lesson, files):
-        return True
+    return learner_python(course, t.lesson, files) or _torch_route_on_gpu(course, t, st)
+
+
+def _torch_route_on_gpu(course: Course, t: TaskSpec, st: RunSettings) -> bool:
+    """Whether ``t``'s tests load a torch-route file on a GPU, where it runs in a torch worker of its own (1.6)."""
+    files = st.task_files.get((t.lesson, t.id), ())
     return st.backend_name == "cuda" and bool(set(files) & set(course.lesson(t.lesson).torch_files))
 
 
@@ -281,8 +285,8 @@ def urgent_tasks(course: Course, tasks: Sequence[TaskSpec], st: RunSettings) -> 
     (results/nvidia-h200/grade_time_2026-11-29e/). The other processes, with time to spare, give way to them."""
     if st.backend_name != "cuda":
         return frozenset()
-    return frozenset((t.lesson, t.id) for t in tasks if (t.lesson, t.id) not in st.timed and (
-        _slow(course, t) or set(st.task_files.get((t.lesson, t.id), ())) & set(course.lesson(t.lesson).torch_files)))
+    return frozenset((t.lesson, t.id) for t in tasks
+                     if (t.lesson, t.id) not in st.timed and (_slow(course, t) or _torch_route_on_gpu(course, t, st)))
 
 
 def _slow(course: Course, t: TaskSpec) -> bool:

@@ -73,6 +73,12 @@ def bytecode_folder(env: dict[str, str]) -> list[Path]:
     return [Path(env["PYTHONPYCACHEPREFIX"])] if env.get("PYTHONPYCACHEPREFIX") else []
 
 
+def writing_bytecode(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a process that writes the grade's bytecode (the collection, the warmers: the course's code only),
+    without the ``PYTHONDONTWRITEBYTECODE`` every other process of the grade runs with (:func:`child_env`)."""
+    return {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 # Modules that the grade's tests reach only while they run, inside torch (the collection, which imports every test
 # file, never does): sympy through torch's symbolic shapes (autograd, task 6.9's LayerNorm backward), FSDP through the
 # fused AdamW (6.10), dynamo and inductor through torch.compile (7.3, 7.7). Without their bytecode every process that
@@ -94,7 +100,7 @@ def bytecode_warmers(slot: Path, env: dict[str, str], scratch: Path) -> list[sub
     pyc = bytecode_folder(env)
     if not pyc:
         return []
-    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = writing_bytecode(env)
     return [start_worker([python(), "-c", _WARM, name], cwd=slot, env=env, scratch=scratch, writable=pyc, nice=10,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             for name in WARM_IMPORTS if not _warmed(pyc[0], name)]

@@ -28,6 +28,7 @@ from cudacourse.grading.processes import (
     python,
     scratch_of,
     start_worker,
+    writing_bytecode,
 )
 from cudacourse.grading.session import GradeInterrupted, GradeSession
 from cudacourse.grading.staging import Submission, restore
@@ -73,7 +74,7 @@ def collect_tasks(gs: GradeSession, slot: Path, course: Course, declared: dict[t
     # that writes it, as it runs only the instructor's code
     pyc = bytecode_folder(env)
     if pyc:
-        del env["PYTHONDONTWRITEBYTECODE"]
+        env = writing_bytecode(env)
     proc = start_worker(cmd, cwd=slot, env=env, scratch=report.parent, writable=[build_dir, *pyc],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     gs.live.add(proc)
