@@ -8,7 +8,7 @@ restaging) and timed calls, the rounds' ratios, and the checks after timing. ``s
 Each GPU test's cProfile statistics go to ``test-<name>.prof`` in the grade's build folder (the task process may
 write there; with ``--workdir`` that is ``$CUDA_COURSE_BUILD``): ``python3 -m pstats``.
 
-    python3 benchmarks/judge_trace.py apply
+    python3 benchmarks/judge_trace.py apply --throwaway-copy
     python3 -m cudacourse grade --impl solution --json R.json ...
     python3 benchmarks/judge_trace.py summary R.json
 """
@@ -110,8 +110,11 @@ def summary(report: Path) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["apply"]:
+    if sys.argv[1:] == ["apply", "--throwaway-copy"]:
         apply()
+    elif sys.argv[1:2] == ["apply"]:
+        sys.exit("judge_trace apply edits this checkout's cudacourse/bench.py, speed.py and pytest plugin in place: "
+                 "run it only on a copy you will throw away (the GPU machine's), as `apply --throwaway-copy`")
     elif sys.argv[1:2] == ["summary"] and len(sys.argv) == 3:
         summary(Path(sys.argv[2]))
     else:
