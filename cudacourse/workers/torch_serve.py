@@ -131,6 +131,8 @@ def _serve(sock: socket.socket) -> None:
                                                 checked=header["checked"]))
                 reply = {"ok": True}
             elif op == "load-python":
+                import torch  # noqa: F401  (every call needs it: imported under the load's deadline, not a call's)
+
                 from cudacourse.lessons import import_file
 
                 for path in header["paths"]:
