@@ -1,10 +1,11 @@
 """Building for the simulator: the runtime object, a learner's module, each g++ step confined while grading.
 
 ``runtime_object`` compiles the runtime (``runtime/ccsim_rt.cpp`` and its parts, uninstrumented) once per flags
-into the build cache; ``build_module`` rewrites a learner's file (``rewrite.py``), compiles it (checked mode:
-with g++'s thread-sanitizer instrumentation, whose hooks the runtime implements), checks that device code calls
-only device functions (``devcheck.py``) and links it with the runtime into ``lib.so``, cached by content and
-flags. While grading (the settings' ``confine``) every g++ step runs in the sandbox (``_compile``).
+into the build cache, and ``precompiled_header`` its header ``ccsim.h`` once per set of flags; ``build_module``
+rewrites a learner's file (``rewrite.py``), compiles it (checked mode: with g++'s thread-sanitizer
+instrumentation, whose hooks the runtime implements), checks that device code calls only device functions
+(``devcheck.py``) and links it with the runtime into ``lib.so``, cached by content and flags. While grading (the
+settings' ``confine``) every g++ step runs in the sandbox (``_compile``).
 """
 
 from __future__ import annotations
@@ -83,6 +84,45 @@ def runtime_object() -> Path:
     return cached("sim-rt", key, build) / "ccsim_rt.o"
 
 
+# A precompiled ccsim.h for each set of flags a module is compiled with: the standard and runtime headers were 0.6 of
+# the 1.8 CPU-s g++ took on lesson 01's relu.cu (2-core machine, g++ 12; an empty file: 0.7 CPU-s, 0.1 with it).
+# g++ uses a .gch only where it was made with the same flags, and reads the header instead where it was not (with
+# several folders on the include path it tries each: tests/sim/test_precompiled_header.py), so a foreign one costs
+# time, never correctness. Its key holds the runtime's folder: the .gch records the headers'
+# paths, which the device-call check (devcheck.run_check) and the line tables rely on, and a grade's workers run
+# from a staged copy of the runtime.
+def precompiled_header(flags: list[str]) -> Path:
+    """The folder holding ``ccsim.h.gch``, ``ccsim.h`` precompiled with exactly ``flags``, cached; a compile that
+    puts it on the include path before the runtime's folder skips parsing the runtime's headers."""
+    key = content_key(runtime_text(), " ".join(flags), _gxx_version(), str(RUNTIME_DIR))
+
+    def build(d: Path) -> None:
+        r = subprocess.run(["g++", *flags, "-I", str(RUNTIME_DIR), "-x", "c++-header", str(RUNTIME_DIR / "ccsim.h"),
+                            "-o", str(d / "ccsim.h.gch")], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError("precompiling the simulator's header failed:\n" + r.stderr[-4000:])
+
+    return cached("sim-pch", key, build)
+
+
+def module_flags(checked: bool, profile: bool | str = False) -> list[str]:
+    """The g++ flags a learner's module is compiled with in the given mode."""
+    return [*_COMMON, *_LINES, *(_CHECKED if checked else []), *(_BRANCHES if profile == "branches" else [])]
+
+
+def precompiled_headers(flag_sets: list[list[str]] | None = None) -> list[Path]:
+    """``precompiled_header`` of each of ``flag_sets`` (default: the modes a grade compiles in, checked and the
+    device-call check), those not cached yet built side by side. The grade's build worker runs it into the run's
+    shared cache, where each submission's tasks then find them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sets = flag_sets if flag_sets is not None else [module_flags(True), devcheck.FLAGS]
+    if len(sets) == 1:
+        return [precompiled_header(sets[0])]
+    with ThreadPoolExecutor(len(sets)) as pool:  # each a g++ of its own
+        return list(pool.map(precompiled_header, sets))
+
+
 # ----------------------------------------------------------------------------------------------------
 # Confinement while grading (settings.confine, set by the grader): builds and workers of learner code
 # ----------------------------------------------------------------------------------------------------
@@ -121,6 +161,14 @@ def _compile(cmd: list[str], d: Path, reads: list[Path], path: str) -> subproces
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def compiler(flags: list[str], check: bool) -> tuple[list[str], list[Path]]:
+    """The g++ command prefix for compiling a rewritten module with ``flags`` (and, with ``check``, its device-call
+    check build with ``devcheck.FLAGS``), and the folders of the precompiled headers on its include path: each
+    compile uses the first whose flags match its own (the check build: the second), then the runtime's headers."""
+    pch = precompiled_headers([flags, *([devcheck.FLAGS] if check else [])])
+    return ["g++", *(a for p in pch for a in ("-I", str(p))), "-I", str(RUNTIME_DIR)], pch
+
+
 def parse_order(order: str | None) -> tuple[int, int]:
     """The runtime's thread order (code, seed) from ``order`` or the settings' ``CUDA_COURSE_SIM_ORDER``:
     ``forward`` (default), ``reverse``, ``shuffle`` or ``shuffle:SEED``."""
@@ -146,7 +194,7 @@ def build_module(source: str, path: str, launchers: list[Launcher], *, checked: 
     ``UnsupportedError``."""
     text = rewrite(source, path, list(launchers), line_path=_line_path(path))
     rt = runtime_object()
-    flags = [*_COMMON, *_LINES, *(_CHECKED if checked else []), *(_BRANCHES if profile == "branches" else [])]
+    flags = module_flags(checked, profile)
     # a learner file may include its own headers next to it: their contents are in the key, their folder
     # is not (so that copies of the folder share the build; see SRC_DIR)
     incs = ["-I", os.path.dirname(os.path.abspath(path))] if os.path.isfile(path) else []
@@ -161,9 +209,11 @@ def build_module(source: str, path: str, launchers: list[Launcher], *, checked: 
     def build(d: Path) -> None:
         (d / "src.cpp").write_text(text)
         _copy_for_compiler(d, source, path)
-        reads = [RUNTIME_DIR, rt, *([Path(incs[1])] if incs else [])]
-        gxx = ["g++", "-I", str(RUNTIME_DIR), *incs]
-        if device_calls and find_cached("sim-devcheck", check_key) is None:  # + device code calling host functions
+        check = device_calls and find_cached("sim-devcheck", check_key) is None
+        gxx, pch = compiler(flags, check)
+        gxx += incs
+        reads = [RUNTIME_DIR, rt, *pch, *([Path(incs[1])] if incs else [])]
+        if check:  # + device code calling host functions
             devcheck.compile_and_check(_compile, gxx, flags, d, reads, path, RUNTIME_DIR, incs[1:])  # refused
             cached("sim-devcheck", check_key, lambda _d: None)  # (reached only when the check found nothing)
         else:
