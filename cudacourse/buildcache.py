@@ -74,13 +74,17 @@ def find_cached(kind: str, key: str) -> Path | None:
     return None
 
 
-def cached(kind: str, key: str, build: Callable[[Path], None], *, wait_s: float = 600.0) -> Path:
+def cached(kind: str, key: str, build: Callable[[Path], None], *, wait_s: float = 600.0,
+           relocatable: bool = True) -> Path:
     """Return the build folder for ``(kind, key)``, running ``build(folder)`` first if it is not complete.
 
     ``build`` writes its outputs into the folder it is given; a complete build of the same key in the seed cache
     (``Settings.build_seed``) is copied instead. A build that raises leaves nothing behind;
     a complete build is marked so that a half-written folder is never reused. The lock file itself stays
     (unlocked): deleting it would race with a process already waiting on it.
+
+    ``relocatable=False``: the build records its own folder's path (a precompiled header names the headers it
+    read), so it is made in its final folder rather than renamed there, and never copied from the seed cache.
     """
     from cudacourse.settings import current
 
@@ -99,6 +103,16 @@ def cached(kind: str, key: str, build: Callable[[Path], None], *, wait_s: float 
                            "finish (a build whose process died releases its lock by itself)") from None
     try:
         if (d / _DONE).exists():  # someone finished it while we waited
+            return d
+        if not relocatable:  # (the lock is held: no one else writes d, and without DONE no one reads it)
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir()
+            try:
+                build(d)
+                (d / _DONE).write_text(str(time.time()))
+            except BaseException:
+                shutil.rmtree(d, ignore_errors=True)
+                raise
             return d
         tmp = d.parent / f"{key}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)

@@ -64,13 +64,14 @@ def _saying_runtime_builds() -> Iterator[None]:
 
     plain = sim.cached
 
+    what = {"sim-rt": "building the simulator's runtime", "sim-pch": "precompiling the simulator's headers"}
+
     def announcing(kind: str, key: str, build: Callable[[Path], None], **kw: Any) -> Path:
-        if kind != "sim-rt":
+        if kind not in what:
             return plain(kind, key, build, **kw)
 
         def build_and_say(d: Path) -> None:
-            print("cudacourse check: building the simulator's runtime (once: later checks reuse it) ...", end=" ",
-                  flush=True)
+            print(f"cudacourse check: {what[kind]} (once: later checks reuse it) ...", end=" ", flush=True)
             t0 = time.monotonic()
             build(d)
             print(f"built in {time.monotonic() - t0:.1f} s", flush=True)

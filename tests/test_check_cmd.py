@@ -167,9 +167,12 @@ def test_the_simulator_runtime_build_is_announced_as_such(tmp_path: Path, capsys
         again = capsys.readouterr().out
         sim.cached("other", "k2", lambda d: built.append(d))
         other = capsys.readouterr().out
-    assert len(built) == 2
+        sim.cached("sim-pch", "k3", lambda d: built.append(d), relocatable=False)  # the precompiled headers, too
+        headers = capsys.readouterr().out
+    assert len(built) == 3
     assert first.startswith("cudacourse check: building the simulator's runtime (once: later checks reuse it) ...")
     assert "built in" in first and again == "" and other == ""
+    assert headers.startswith("cudacourse check: precompiling the simulator's headers (once") and "built in" in headers
     assert sim.cached is not None and sim.cached.__name__ == "cached"  # put back
 
 

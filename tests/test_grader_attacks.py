@@ -244,6 +244,20 @@ def test_the_torch_attacks_build_with_the_precompiled_header(graded: dict[str, A
         assert "main.o" in deps and PCH_NAME not in deps, (f, deps[:2000])
 
 
+def test_the_submissions_compile_with_the_runs_precompiled_headers(graded: dict[str, Any]) -> None:
+    """The grade's build worker precompiles the runtime's headers (``sim.build.runtime_headers``) once, into the
+    run's shared cache, where every submission's compiles find them: none makes its own (about 7 CPU-s each on the
+    2-core machine), and the submissions' builds did compile (the glob finds them)."""
+    from cudacourse.sim.build import PCH_MODES
+
+    work = [w for w in graded["tmp"].glob("work-kernel/*") if (w / "build").is_dir()]
+    assert len(work) == 1, work
+    shared = sorted((work[0] / "build" / "sim-pch").glob("*/runtime/ccsim.h.gch/*.gch"))
+    assert sorted(p.stem for p in shared) == sorted(PCH_MODES), shared
+    assert sorted(work[0].glob("build-sub*/sim/*/src.o")), "no submission compiled a file of its own"
+    assert not sorted(work[0].glob("build-sub*/sim-pch/*")), "a submission made its own precompiled header"
+
+
 def test_unchanged_solution_earns_everything(graded: dict[str, Any]) -> None:
     rep = json.loads(graded["reports"]["solution"])
     assert rep["confinement"] == describe_for_grading() and not rep["confinement"].startswith("unconfined")

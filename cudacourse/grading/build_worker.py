@@ -98,11 +98,10 @@ def main(argv: list[str]) -> None:
     folder = lesson_dir(name)
     info = course_model(settings.current().root).lesson(name)
     if backend == "sim":
-        from cudacourse.sim import precompiled_headers, runtime_object
+        from cudacourse.sim import runtime_headers, runtime_object
 
         runtime_object()  # the simulator's runtime: the instructor's code, built once into the cache
-        precompiled_headers()  # and its header, precompiled for the grade's compiles (once per run: it names the
-        # staged runtime's folder)
+        runtime_headers()  # and its headers, with ccsim.h precompiled (built in place: never copied from a seed)
     todo = to_build(folder, info, only)
     extra = int(len(todo) > 1 and todo[0].name in info.torch_files)
     # the compilers run as child processes: threads suffice

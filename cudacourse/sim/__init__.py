@@ -14,9 +14,9 @@ memory); fast mode skips the instrumentation. The runtime's reports become ``Ker
 
 from __future__ import annotations
 
-from .build import precompiled_headers, runtime_object, seed_runtime
+from .build import runtime_headers, runtime_object, seed_runtime
 from .library import SimLibrary
 from .rewrite import rewrite
 from .torch_route import build_torch_extension
 
-__all__ = ["SimLibrary", "build_torch_extension", "precompiled_headers", "rewrite", "runtime_object", "seed_runtime"]
+__all__ = ["SimLibrary", "build_torch_extension", "rewrite", "runtime_headers", "runtime_object", "seed_runtime"]

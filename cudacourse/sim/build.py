@@ -1,7 +1,7 @@
 """Building for the simulator: the runtime object, a learner's module, each g++ step confined while grading.
 
 ``runtime_object`` compiles the runtime (``runtime/ccsim_rt.cpp`` and its parts, uninstrumented) once per flags
-into the build cache, and ``precompiled_header`` its header ``ccsim.h`` once per set of flags; ``build_module``
+into the build cache, and ``runtime_headers`` copies its headers there with ``ccsim.h`` precompiled; ``build_module``
 rewrites a learner's file (``rewrite.py``), compiles it (checked mode: with g++'s thread-sanitizer
 instrumentation, whose hooks the runtime implements), checks that device code calls only device functions
 (``devcheck.py``) and links it with the runtime into ``lib.so``, cached by content and flags. While grading (the
@@ -84,43 +84,48 @@ def runtime_object() -> Path:
     return cached("sim-rt", key, build) / "ccsim_rt.o"
 
 
-# A precompiled ccsim.h for each set of flags a module is compiled with: the standard and runtime headers were 0.6 of
-# the 1.8 CPU-s g++ took on lesson 01's relu.cu (2-core machine, g++ 12; an empty file: 0.7 CPU-s, 0.1 with it).
-# g++ uses a .gch only where it was made with the same flags, and reads the header instead where it was not (with
-# several folders on the include path it tries each: tests/sim/test_precompiled_header.py), so a foreign one costs
-# time, never correctness. Its key holds the runtime's folder: the .gch records the headers'
-# paths, which the device-call check (devcheck.run_check) and the line tables rely on, and a grade's workers run
-# from a staged copy of the runtime.
-def precompiled_header(flags: list[str]) -> Path:
-    """The folder holding ``ccsim.h.gch``, ``ccsim.h`` precompiled with exactly ``flags``, cached; a compile that
-    puts it on the include path before the runtime's folder skips parsing the runtime's headers."""
-    key = content_key(runtime_text(), " ".join(flags), _gxx_version(), str(RUNTIME_DIR))
-
-    def build(d: Path) -> None:
-        r = subprocess.run(["g++", *flags, "-I", str(RUNTIME_DIR), "-x", "c++-header", str(RUNTIME_DIR / "ccsim.h"),
-                            "-o", str(d / "ccsim.h.gch")], capture_output=True, text=True)
-        if r.returncode:
-            raise RuntimeError("precompiling the simulator's header failed:\n" + r.stderr[-4000:])
-
-    return cached("sim-pch", key, build)
-
-
 def module_flags(checked: bool, profile: bool | str = False) -> list[str]:
     """The g++ flags a learner's module is compiled with in the given mode."""
     return [*_COMMON, *_LINES, *(_CHECKED if checked else []), *(_BRANCHES if profile == "branches" else [])]
 
 
-def precompiled_headers(flag_sets: list[list[str]] | None = None) -> list[Path]:
-    """``precompiled_header`` of each of ``flag_sets`` (default: the modes a grade compiles in, checked and the
-    device-call check), those not cached yet built side by side. The grade's build worker runs it into the run's
-    shared cache, where each submission's tasks then find them."""
+# The runtime's headers with ccsim.h precompiled beside them: the standard and runtime headers were 0.6 of the
+# 1.8 CPU-s g++ took on lesson 01's relu.cu (2-core machine, g++ 12; an empty file: 0.7 CPU-s, 0.1 with them).
+# - One .gch per set of flags a module is compiled with (g++ uses one only where its flags match: the folder
+#   ccsim.h.gch/ holds one per mode, and g++ takes the first that fits, else reads ccsim.h itself, so a compile in
+#   another mode, e.g. profile="branches", costs time, never correctness).
+# - A .gch records the paths of the headers it read, which the device-call check (devcheck.find_host_calls), the
+#   compiler's messages and the line tables then name: so the headers are copied into the cache folder and
+#   precompiled there, built in place (not relocatable), and every compile includes them from there. Keyed by
+#   content, not by the runtime's folder: every grade (whose workers run a staged copy of the package) and every
+#   test reuses the one in its build cache.
+PCH_MODES = {"checked": module_flags(True), "fast": module_flags(False), "devcheck": devcheck.FLAGS}
+
+
+def runtime_headers() -> Path:
+    """The folder of the runtime's headers (a copy) with ``ccsim.h`` precompiled for each of ``PCH_MODES``, cached
+    in the build cache; modules are compiled with it on the include path instead of the package's ``runtime/``."""
     from concurrent.futures import ThreadPoolExecutor
 
-    sets = flag_sets if flag_sets is not None else [module_flags(True), devcheck.FLAGS]
-    if len(sets) == 1:
-        return [precompiled_header(sets[0])]
-    with ThreadPoolExecutor(len(sets)) as pool:  # each a g++ of its own
-        return list(pool.map(precompiled_header, sets))
+    key = content_key(runtime_text(), repr(sorted(PCH_MODES.items())), _gxx_version())
+
+    def build(d: Path) -> None:
+        hdrs = d / "runtime"
+        for h in RUNTIME_DIR.rglob("*.h"):
+            (hdrs / h.relative_to(RUNTIME_DIR)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(h, hdrs / h.relative_to(RUNTIME_DIR))
+        (hdrs / "ccsim.h.gch").mkdir()
+
+        def precompile(mode: str) -> subprocess.CompletedProcess:
+            return subprocess.run(["g++", *PCH_MODES[mode], "-I", str(hdrs), "-x", "c++-header", str(hdrs / "ccsim.h"),
+                                   "-o", str(hdrs / "ccsim.h.gch" / f"{mode}.gch")], capture_output=True, text=True)
+
+        with ThreadPoolExecutor(len(PCH_MODES)) as pool:  # a g++ each
+            for r in pool.map(precompile, PCH_MODES):
+                if r.returncode:
+                    raise RuntimeError("precompiling the simulator's header failed:\n" + r.stderr[-4000:])
+
+    return cached("sim-pch", key, build, relocatable=False) / "runtime"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -159,14 +164,6 @@ def _compile(cmd: list[str], d: Path, reads: list[Path], path: str) -> subproces
                "recursion or constexpr evaluation?)\n" + (err or "")[-2000:])
         raise CompileError(err, file=path, compiler_output=err)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
-def compiler(flags: list[str], check: bool) -> tuple[list[str], list[Path]]:
-    """The g++ command prefix for compiling a rewritten module with ``flags`` (and, with ``check``, its device-call
-    check build with ``devcheck.FLAGS``), and the folders of the precompiled headers on its include path: each
-    compile uses the first whose flags match its own (the check build: the second), then the runtime's headers."""
-    pch = precompiled_headers([flags, *([devcheck.FLAGS] if check else [])])
-    return ["g++", *(a for p in pch for a in ("-I", str(p))), "-I", str(RUNTIME_DIR)], pch
 
 
 def parse_order(order: str | None) -> tuple[int, int]:
@@ -209,17 +206,16 @@ def build_module(source: str, path: str, launchers: list[Launcher], *, checked: 
     def build(d: Path) -> None:
         (d / "src.cpp").write_text(text)
         _copy_for_compiler(d, source, path)
-        check = device_calls and find_cached("sim-devcheck", check_key) is None
-        gxx, pch = compiler(flags, check)
-        gxx += incs
-        reads = [RUNTIME_DIR, rt, *pch, *([Path(incs[1])] if incs else [])]
-        if check:  # + device code calling host functions
-            devcheck.compile_and_check(_compile, gxx, flags, d, reads, path, RUNTIME_DIR, incs[1:])  # refused
+        hdrs = runtime_headers()  # (with ccsim.h precompiled: see PCH_MODES)
+        reads = [hdrs, rt, *([Path(incs[1])] if incs else [])]
+        gxx = ["g++", "-I", str(hdrs), *incs]
+        if device_calls and find_cached("sim-devcheck", check_key) is None:  # + device code calling host functions
+            devcheck.compile_and_check(_compile, gxx, flags, d, reads, path, hdrs, incs[1:])  # refused
             cached("sim-devcheck", check_key, lambda _d: None)  # (reached only when the check found nothing)
         else:
             r = _compile([*gxx, *flags, "-c", "src.cpp", "-o", "src.o"], d, reads, path)
             if r.returncode:
-                raise _compile_error(r.stderr, path)
+                raise _compile_error(r.stderr, path, hdrs)
         r = _compile(["g++", "-shared", "-Wl,-Bsymbolic", "-o", "lib.so", "src.o", str(rt), "-pthread", "-ldl"], d,
                      reads, path)
         if r.returncode:

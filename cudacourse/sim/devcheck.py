@@ -274,7 +274,7 @@ def compile_and_check(compile_fn, gxx: list[str], flags: list[str], d: Path, rea
         t.join()
     if r.returncode:
         shutil.rmtree(dc, ignore_errors=True)
-        raise _compile_error(r.stderr, path)
+        raise _compile_error(r.stderr, path, runtime_dir)
     ci = next(iter(sorted(dc.glob("*.ci"))), None)
     calls = [] if check.get("r") is None or check["r"].returncode or ci is None else \
         run_check(dc, "check.o", ci.name, [_line_path(path), *include_dirs], str(runtime_dir))

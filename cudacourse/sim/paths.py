@@ -38,6 +38,7 @@ def _real_paths(text: str, path: str) -> str:
     return text if path.startswith("<") else text.replace(_line_path(path), path)
 
 
-def _compile_error(stderr: str, path: str) -> CompileError:
-    """A CompileError at the learner's first error line, the runtime's folder hidden from the output."""
-    return compile_error(_real_paths(stderr, path), path, hide=str(RUNTIME_DIR) + "/")
+def _compile_error(stderr: str, path: str, runtime: Path = RUNTIME_DIR) -> CompileError:
+    """A CompileError at the learner's first error line, the runtime's folder (``runtime``: the one the compile
+    included, ``build.runtime_headers`` for a module) hidden from the output."""
+    return compile_error(_real_paths(stderr, path), path, hide=str(runtime) + "/")
