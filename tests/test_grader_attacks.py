@@ -246,7 +246,7 @@ def test_the_torch_attacks_build_with_the_precompiled_header(graded: dict[str, A
 
 def test_the_submissions_compile_with_the_runs_precompiled_headers(graded: dict[str, Any]) -> None:
     """The grade's build worker precompiles the runtime's headers (``sim.build.runtime_headers``) once, into the
-    run's shared cache, where every submission's compiles find them: none makes its own (about 7 CPU-s each on the
+    run's shared cache, where every submission's compiles find them: none makes its own (about 4.4 CPU-s each on the
     2-core machine), and the submissions' builds did compile (the glob finds them)."""
     from cudacourse.sim.build import PCH_MODES
 
