@@ -5,11 +5,11 @@ submission, and reads its stdout (:mod:`cudacourse.grading.builds`). It runs non
 only compiles, into the same cache entries that ``loader.Module`` would use, so the tests then load the builds.
 
 Command line: ``LESSON BACKEND THREADS [FILE ...]``; the files to build (default: every kernel file of the
-lesson; ``-``: none, e.g. the simulator's runtime alone). One line per event on stdout:
-``start FILE``, ``done FILE SECONDS``, ``fail FILE SECONDS ERROR_TYPE``, and before a ``fail`` of a compile error
-``error FILE JSON_MESSAGE`` (the grade's one build of it: its tasks fail with this message). On the cuda backend a
-compile error is confirmed by a second build before it counts: ``retried FILE JSON_MESSAGE`` says that the first
-failed and the second built (the first message, for the grade's log).
+lesson; ``-``: none, e.g. the simulator's runtime and its precompiled headers alone). One line per event on
+stdout: ``start FILE``, ``done FILE SECONDS``, ``fail FILE SECONDS ERROR_TYPE``, and before a ``fail`` of a
+compile error ``error FILE JSON_MESSAGE`` (the grade's one build of it: its tasks fail with this message). On the
+cuda backend a compile error is confirmed by a second build before it counts: ``retried FILE JSON_MESSAGE`` says
+that the first failed and the second built (the first message, for the grade's log).
 """
 
 from __future__ import annotations

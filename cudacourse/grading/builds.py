@@ -74,7 +74,7 @@ def _warm_up(sub: Submission, lesson: str, names: list[str], gs: GradeSession) -
             own = list(names)
             if sub.build_dir is not None:
                 mine = [(n, h) for n, h in instructor_files(sub, lesson, gs.config) if n in names]
-                # (with no file of the instructor's: the simulator's runtime alone)
+                # (with no file of the instructor's: the simulator's runtime and headers alone)
                 shared = gs.shared_built.run((lesson, tuple(mine)), lambda: _build(
                     sub, sub.build_slot, lesson, gs, [n for n, _ in mine] or ["-"], gs.config.build_dir, shared=None,
                     label="the course's copy", seed=gs.config.build_seed,
@@ -86,7 +86,7 @@ def _warm_up(sub: Submission, lesson: str, names: list[str], gs: GradeSession) -
                     sub.builds.event(lesson, n).set()
                 own = [n for n in names if n not in done]
                 if not own and (gs.config.backend_name != "sim" or shared is not None):
-                    return  # nothing of its own to build (the simulator's runtime is in the shared cache too)
+                    return  # nothing of its own to build (the simulator's runtime and headers: in the shared cache)
             _build(sub, sub.build_slot, lesson, gs, own or ["-"], build_dir_of(sub, gs.config),
                    shared=gs.config.build_dir if sub.build_dir else None,
                    on_file=lambda n: sub.builds.event(lesson, n).set())
