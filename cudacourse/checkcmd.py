@@ -110,18 +110,19 @@ def prebuild(lessons: list[LessonInfo], task_ids: list[str], impl: str | None) -
     """Build the kernel files the checked tasks use (those holding their ``TODO(task ...)``; every file of a
     lesson checked whole) before pytest starts, a line for each, into the cache the tests then use: the first
     build (a minute for a torch-route file on a CPU) no longer looks like a hang. On the simulator its runtime
-    is built first, once, with a line of its own. A file that does not build is left to the tests, which report
-    it."""
+    and precompiled headers are built first, once, with a line each. A file that does not build is left to the
+    tests, which report it."""
     import cudacourse as cc
 
     for les in lessons:
         m = cc.lesson(les.id, impl=impl)
         if m.backend == "sim":
-            from cudacourse.sim import runtime_object
+            from cudacourse.sim import runtime_headers, runtime_object
 
             with _saying_runtime_builds():
                 try:
                     runtime_object()
+                    runtime_headers()
                 except Exception:  # noqa: BLE001 - the tests report it, with the whole message
                     print("failed (the tests below say why)", flush=True)
         used = {f for t in les.tasks if not task_ids or t.id in task_ids for f in les.files_of(t)}
