@@ -521,9 +521,11 @@ def test_a_worker_can_be_niced_below_the_grader(fence) -> None:
 def test_signals_reach_the_worker(fence) -> None:
     """A signal sent to the returned Popen reaches the worker (the simulator asks a stuck worker where it
     is with SIGUSR1), and SIGTERM without a handler ends it as SIGTERM."""
+    # The handler writes with os.write: the signal may land while print('ready') still holds stdout's lock (after
+    # the line reached the pipe), and a print inside the handler then raised "reentrant call" (H200, 2026-11-30).
     code = textwrap.dedent("""
-        import signal, sys, time
-        signal.signal(signal.SIGUSR1, lambda *a: print('got USR1', flush=True))
+        import os, signal, sys, time
+        signal.signal(signal.SIGUSR1, lambda *a: os.write(1, b'got USR1\\n'))
         print('ready', flush=True)
         while True:
             time.sleep(0.05)
