@@ -1,6 +1,7 @@
 """Shared pytest setup of the course's tests: the grading plugin (options, markers, points table)."""
 
 import os
+import resource
 import shutil
 from pathlib import Path
 
@@ -34,6 +35,61 @@ def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-unt
     """Start the longest units first, then the other slow tests (stable order otherwise): under xdist they then
     run beside the many short tests instead of forming a serial tail at the end of the suite on a 2-core machine."""
     items.sort(key=_rank)
+
+
+# ----------------------------------------------------------------------------------------------------
+# --cpu-durations=N: the tests that used the most CPU time, with what their child processes used
+# ----------------------------------------------------------------------------------------------------
+# On the 2-core machine the suite is CPU-bound (3 workers share 2 cores), so --durations' wall seconds mostly say
+# who ran beside whom; CPU seconds say what a test costs. Child processes count once reaped (getrusage's
+# RUSAGE_CHILDREN): compilers, a grade's task processes and workers, which their parents wait for. Not counted: what a
+# sandboxed process leaves running when it ends (the kernel ends it with the namespace and it is reaped outside the
+# test's process tree), and a process a session fixture keeps alive until after the test. So these are lower bounds.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-durations", type=int, default=0, metavar="N",
+                     help="print the N tests that used the most CPU seconds (their own and their child processes')")
+
+
+def _cpu_now() -> tuple[float, float]:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+_CPU_START = pytest.StashKey[tuple[float, float]]()
+_cpu_rows: list[tuple[float, float, str]] = []  # (own, children's CPU-s, nodeid) of each test, in the controller
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+    item.stash[_CPU_START] = _cpu_now()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    if call.when == "teardown" and _CPU_START in item.stash:  # (user_properties travel to xdist's controller)
+        (own0, kids0), (own1, kids1) = item.stash[_CPU_START], _cpu_now()
+        outcome.get_result().user_properties.append(("cpu_s", (own1 - own0, kids1 - kids0)))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """(In the controller, under xdist) keep each test's CPU seconds, sent with its teardown report."""
+    for name, value in report.user_properties:
+        if name == "cpu_s" and report.when == "teardown":
+            _cpu_rows.append((*value, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+    n = config.getoption("--cpu-durations")
+    if not n or not _cpu_rows:
+        return
+    total = sum(own + kids for own, kids, _ in _cpu_rows)
+    terminalreporter.write_sep("=", f"most CPU time: {n} of {len(_cpu_rows)} tests ({total:.0f} CPU-s in all)")
+    for own, kids, nodeid in sorted(_cpu_rows, key=lambda r: -(r[0] + r[1]))[:n]:
+        terminalreporter.write_line(f"{own + kids:8.1f} CPU-s ({own:6.1f} own, {kids:7.1f} child processes)  {nodeid}")
 
 
 def _shared_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
