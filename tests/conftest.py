@@ -42,9 +42,10 @@ def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-unt
 # ----------------------------------------------------------------------------------------------------
 # On the 2-core machine the suite is CPU-bound (3 workers share 2 cores), so --durations' wall seconds mostly say
 # who ran beside whom; CPU seconds say what a test costs. Child processes count once reaped (getrusage's
-# RUSAGE_CHILDREN): compilers, a grade's task processes and workers, which their parents wait for. Not counted: what a
-# sandboxed process leaves running when it ends (the kernel ends it with the namespace and it is reaped outside the
-# test's process tree), and a process a session fixture keeps alive until after the test. So these are lower bounds.
+# RUSAGE_CHILDREN): compilers, a grade's task processes and workers, which their parents wait for. Not counted: a
+# process reaped outside the test's process tree (what a sandboxed process leaves running when it ends is killed
+# with its PID namespace, and then probably reaped by the system's init), and a process a session fixture keeps alive
+# until after the test. So these are lower bounds.
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -87,7 +88,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  #
     if not n or not _cpu_rows:
         return
     total = sum(own + kids for own, kids, _ in _cpu_rows)
-    terminalreporter.write_sep("=", f"most CPU time: {n} of {len(_cpu_rows)} tests ({total:.0f} CPU-s in all)")
+    shown = min(n, len(_cpu_rows))
+    terminalreporter.write_sep("=", f"most CPU time: {shown} of {len(_cpu_rows)} tests ({total:.0f} CPU-s in all)")
     for own, kids, nodeid in sorted(_cpu_rows, key=lambda r: -(r[0] + r[1]))[:n]:
         terminalreporter.write_line(f"{own + kids:8.1f} CPU-s ({own:6.1f} own, {kids:7.1f} child processes)  {nodeid}")
 
