@@ -3,6 +3,7 @@
 import os
 import resource
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,20 @@ def grader_runtime(tmp_path_factory: pytest.TempPathFactory, grader_build_cache:
         rt = runtime_object().parent
         _seed(rt, grader_build_cache / rt.relative_to(build_root()))
     return grader_build_cache
+
+
+@pytest.fixture()
+def seed_sim_runtime(grader_runtime: Path) -> Callable[[Path], None]:
+    """A function that copies the simulator's compiled runtime (``sim-rt``, as :func:`grader_runtime` holds it)
+    into a build cache of the test's own: for tests whose own cache is there for other builds. Each such cache
+    built the runtime again, 13-18 CPU-s of the 2-core machine, four times in a run of the suite (2026-11-30)."""
+
+    def seed(cache: Path) -> None:
+        for rt in (grader_runtime / "sim-rt").iterdir():
+            if rt.is_dir():
+                _seed(rt, cache / "sim-rt" / rt.name)
+
+    return seed
 
 
 @pytest.fixture(scope="session")

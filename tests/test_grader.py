@@ -18,6 +18,7 @@ import sys
 import time
 import types
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -799,16 +800,16 @@ def test_a_lesson_runs_in_one_process_when_its_torch_route_file_is_the_instructo
     assert ["1.6"] in few["same"] and len(few["same"]) >= 2, few
 
 
-def test_the_warm_up_builds_a_kernel_only_file_without_torch(tmp_path: Path, grader_build_cache: Path) -> None:
+def test_the_warm_up_builds_a_kernel_only_file_without_torch(tmp_path: Path,
+                                                             seed_sim_runtime: Callable[[Path], None]) -> None:
     """The warm-up worker builds a kernel-only file for the simulator as loader.Module would (same cache entry)
     without importing torch (2 CPU-s per submission and lesson in a batch) or starting a simulator worker."""
     from cudacourse.settings import Settings, to_env
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_COURSE_")}
     env.update(to_env(Settings(impl="solution", backend="sim", build_dir=tmp_path / "own")))
-    shared = tmp_path / "shared"  # the session's runtime, if built (its other builds would hide this one)
-    if (grader_build_cache / "sim-rt").is_dir():
-        shutil.copytree(grader_build_cache / "sim-rt", shared / "sim-rt", ignore=shutil.ignore_patterns("*.lock"))
+    shared = tmp_path / "shared"  # the session's runtime (its other builds would hide this one)
+    seed_sim_runtime(shared)
     env["CUDA_COURSE_BUILD_SHARED"] = str(shared)
     r = subprocess.run([sys.executable, "-X", "importtime", "-m", "cudacourse.grading.build_worker", "01_relu",
                         "sim", "1", "relu.cu"],
@@ -817,7 +818,8 @@ def test_the_warm_up_builds_a_kernel_only_file_without_torch(tmp_path: Path, gra
     imported = {ln.split("|")[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")}
     assert "cudacourse.sim" in imported and "torch" not in imported, sorted(imported)
     assert "sim" in {p.name for p in (tmp_path / "own").iterdir()}, "relu.cu was not built into the cache"
-    with using(build_dir=tmp_path / "own"):  # the tests' build of the same file is a cache hit
+    # the tests' build of the same file is a cache hit (with the grade's shared cache, as the grader's task processes)
+    with using(build_dir=tmp_path / "own", build_shared=shared):
         from cudacourse.loader import load
 
         before = {p.name for p in (tmp_path / "own" / "sim").iterdir()}
@@ -1059,7 +1061,8 @@ def test_host_turn_keeps_another_graders_timing_alone(tmp_path: Path) -> None:
 
 
 def test_bytecode_of_packages_that_ship_none_is_written_by_the_collection_and_read_by_the_rest(
-        fake_course: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        fake_course: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        seed_sim_runtime: Callable[[Path], None]) -> None:
     """Issue 35: on a machine whose Python packages ship no bytecode (the H200 machine's), every process of a grade
     compiled torch's modules again. There the grade keeps bytecode in a folder of the build root: the collection
     (the instructor's code only) writes it, and the task processes read it, never write it (a pyc planted by
@@ -1072,6 +1075,7 @@ def test_bytecode_of_packages_that_ship_none_is_written_by_the_collection_and_re
     monkeypatch.setattr(sys, "pycache_prefix", None)
     monkeypatch.setattr(processes, "WARM_IMPORTS", ())  # (the warmer: the next test)
     build = tmp_path / "build"
+    seed_sim_runtime(build)  # (the grade of the checkout seeds its own cache from this one)
     with using(build_dir=build):
         pyc = processes.bytecode_cache()
         assert pyc == build / "pycache" and pyc.is_dir()
@@ -1384,7 +1388,7 @@ def cases(m, quick=False):
 '''
 
 
-def test_a_new_lesson_is_one_folder(tmp_path: Path) -> None:
+def test_a_new_lesson_is_one_folder(tmp_path: Path, seed_sim_runtime: Callable[[Path], None]) -> None:
     """A toy lesson 05 (lesson.toml, a solution, its test file, a bench.py) in a fresh course tree is picked up by
     stubs, the pytest plugin, grade, bench and the templates with no other edit."""
     from cudacourse import bench, stubs, templates
@@ -1400,6 +1404,7 @@ def test_a_new_lesson_is_one_folder(tmp_path: Path) -> None:
     (root / "solutions" / "05_toy").mkdir(parents=True)
     (root / "solutions" / "05_toy" / "toy.cu").write_text(TOY_SOLUTION)
     (root / "tests" / "test_05_toy.py").write_text(TOY_TESTS)
+    seed_sim_runtime(root / ".cudacourse-build")  # (the course's own cache: building the runtime is not this test's)
     toy = Course(root)
     # stubs: the stub is derived, then nothing has drifted
     assert stubs.drifted(root) == [root / "lessons" / "05_toy" / "toy.cu"]

@@ -395,7 +395,8 @@ def test_self_timed_case_reports_the_median_of_what_it_returns():
 # ----------------------------------------------------------------------------------------------------
 
 
-def test_lesson_rebuilds_after_an_edit(tmp_path):
+def test_lesson_rebuilds_after_an_edit(tmp_path, seed_sim_runtime):
+    seed_sim_runtime(tmp_path / ".cudacourse-build")  # (the toy course's own cache: the edit is this test's concern)
     les = tmp_path / "lessons" / "99_edit"
     les.mkdir(parents=True)
     src = les / "k.cu"
