@@ -164,17 +164,15 @@ def grader_runtime(tmp_path_factory: pytest.TempPathFactory, grader_build_cache:
 
 
 @pytest.fixture()
-def seed_sim_runtime(grader_runtime: Path) -> Callable[[Path], None]:
-    """A function that copies the simulator's compiled runtime (``sim-rt``, as :func:`grader_runtime` holds it)
-    into a build cache of the test's own: for tests whose own cache is there for other builds. Each such cache
-    built the runtime again, 13-18 CPU-s of the 2-core machine, four times in a run of the suite (2026-11-30)."""
+def seed_sim_runtime() -> Callable[[Path], None]:
+    """``sim.seed_runtime``, once the checkout's runtime is built: it copies the simulator's compiled runtime into
+    a build cache of the test's own (call it outside ``using(build_dir=...)``: it copies from the current build root).
+    For tests whose own cache is there for other builds: each such cache built the runtime again, 13-18 CPU-s of the
+    2-core machine, four times in a run of the suite (2026-11-30)."""
+    from cudacourse.sim import runtime_object, seed_runtime
 
-    def seed(cache: Path) -> None:
-        for rt in (grader_runtime / "sim-rt").iterdir():
-            if rt.is_dir():
-                _seed(rt, cache / "sim-rt" / rt.name)
-
-    return seed
+    runtime_object()  # (built under the cache's lock by the first test that needs it)
+    return seed_runtime
 
 
 @pytest.fixture(scope="session")
