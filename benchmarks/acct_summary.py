@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import shutil
 import subprocess
 from collections import defaultdict
 from dataclasses import dataclass
@@ -62,7 +63,13 @@ def main() -> None:
     ap.add_argument("pacct", type=Path)
     ap.add_argument("--top", type=int, default=25, help="how many of the largest processes to list")
     args = ap.parse_args()
+    if not args.pacct.is_file():
+        ap.error(f"{args.pacct}: no such file (start accounting into it first: touch it, then `accton {args.pacct}`)")
+    if shutil.which("dump-acct") is None:
+        ap.error("dump-acct is not installed (Debian/Ubuntu: apt-get install acct)")
     procs = read(args.pacct)
+    if not procs:
+        ap.error(f"{args.pacct}: no process records (was accounting on while the command ran?)")
     total = sum(p.cpu for p in procs.values())
     by_comm: dict[str, list[float]] = defaultdict(list)
     for p in procs.values():
