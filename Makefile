@@ -29,14 +29,15 @@ test: setup   ## the course's own test suite (what CI runs)
 	@$(PY) -m cudacourse stubs --check
 	@$(PY) -m ruff check cudacourse tests benchmarks solutions lessons/*/bench.py
 	@# --durations: every run (CI included) names its longest tests; --cpu-durations the tests that cost the most CPU
-	@# (tests/conftest.py: on 2 cores the suite is CPU-bound, and wall seconds say more about a test's neighbours).
+	@# (tests/conftest.py: on 2 cores the suite is CPU-bound, and wall seconds say more about a test's neighbours);
+	@# --cpu-report every test's, which benchmarks/suite_by_check.py groups by the promise each kind of check keeps.
 	@# --no-loadscope-reorder: work is handed out in tests/conftest.py's order, the longest units first.
 	@# One worker more than cores: the longest units (the grader's attack and corpus batches) spend much of their time
 	@# waiting out the timeouts their hostile cases earn, and with a worker per core a third of the 2-core machine's
 	@# core-seconds went idle (fresh clones, 2026-11-29: pytest 17:07 with 2 workers; 15:04 to 19:27 with 3, a spread
 	@# this machine shows for the same code; 4 workers were slower).
 	@$(PY) -m pytest tests --impl=solution -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not gpu" --durations=25 \
-		--cpu-durations=25
+		--cpu-durations=25 --cpu-report=.cudacourse-build/suite_cpu.json
 	@# On a GPU the timed tests (marker gpu) run afterwards, one at a time: beside other tests they time their
 	@# neighbours too (flash bf16 measured 0.38x under xdist on the H100, its target alone). CPU: not graded.
 	@if [ "$$($(PY) -c 'from cudacourse.loader import backend_name; print(backend_name())')" = cuda ]; then \

@@ -1,5 +1,6 @@
 """Shared pytest setup of the course's tests: the grading plugin (options, markers, points table)."""
 
+import json
 import os
 import resource
 import shutil
@@ -52,6 +53,8 @@ def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-unt
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cpu-durations", type=int, default=0, metavar="N",
                      help="print the N tests that used the most CPU seconds (their own and their child processes')")
+    parser.addoption("--cpu-report", default=None, metavar="PATH",
+                     help="write every test's CPU seconds to PATH as JSON (benchmarks/suite_by_check.py groups them)")
 
 
 def _cpu_now() -> tuple[float, float]:
@@ -82,6 +85,17 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for name, value in report.user_properties:
         if name == "cpu_s" and report.when == "teardown":
             _cpu_rows.append((*value, report.nodeid))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """(In the controller) write ``--cpu-report``: one row per test, as the summary counts them. Rows are gathered
+    from the teardown reports, so a pytest run that a test starts itself adds nothing here (it has its own
+    controller), and its CPU counts once: in that test's child processes."""
+    path = session.config.getoption("--cpu-report")
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
+        rows = [{"nodeid": nodeid, "own": round(own, 3), "children": round(kids, 3)} for own, kids, nodeid in _cpu_rows]
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(rows, indent=0) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
