@@ -32,7 +32,7 @@ GROUPS: list[tuple[str, str, Callable[[str], bool]]] = [
     ("simulator corpora", "public-style CUDA (real-world, Hopper, bug corpus) runs or is refused as on a GPU",
      lambda i: i.startswith(("tests/sim/test_realworld.py", "tests/sim/test_hopper_corpus.py",
                              "tests/sim/test_bug_corpus.py"))),
-    ("Triton chi-square", "the Triton sampler's distribution (task 9.T2's statistical check)",
+    ("sampler chi-square tests", "the samplers' distributions (9.6 and its Triton twin 9.T2, in the interpreter)",
      lambda i: "chi_square" in i),
     ("lesson tests", "the graded tests pass the solutions (and fail wrong kernels)",
      lambda i: i.startswith("tests/test_0")),

@@ -51,7 +51,8 @@ def test_suite_by_check_groups_every_test_once_and_refuses_a_file_without_rows(t
     sbc = _suite_by_check()
     assert sbc.group_of("tests/test_grader.py::test_corpus@corpus") == "hostile: grader corpus"
     assert sbc.group_of("tests/test_grader.py::test_grader_verdicts") == "grader, workers, sandbox"
-    assert sbc.group_of("tests/test_09_scan_sort.py::test_triton_sample_distribution_chi_square") == "Triton chi-square"
+    chi = "tests/test_09_scan_sort.py::test_triton_sample_distribution_chi_square"
+    assert sbc.group_of(chi) == "sampler chi-square tests"
     assert sbc.group_of("tests/test_09_scan_sort.py::test_scan[7]") == "lesson tests"
     assert sbc.group_of("tests/sim/test_realworld.py::test_x") == "simulator corpora"
     assert sbc.group_of("tests/sim/test_api_fp8.py::test_x") == "simulator unit tests"
