@@ -88,7 +88,7 @@ def table(rows: list[dict], top: int = 15) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("report", type=Path, help="a --cpu-report file (make test: .cudacourse-build/suite_cpu.json)")
+    ap.add_argument("report", type=Path, help=f"a --cpu-report file (make test writes {MAKE_TEST_REPORT})")
     ap.add_argument("--top", type=int, default=15, help="how many of the costliest tests to list (default 15)")
     args = ap.parse_args(argv)
     try:

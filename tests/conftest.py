@@ -87,15 +87,27 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             _cpu_rows.append((*value, report.nodeid))
 
 
+def _cpu_report(config: pytest.Config) -> Path | None:
+    """The ``--cpu-report`` file, in the controller only (None in an xdist worker or without the option)."""
+    path = config.getoption("--cpu-report")
+    return Path(path) if path and not os.environ.get("PYTEST_XDIST_WORKER") else None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Remove an earlier run's ``--cpu-report``: a run that dies before its end must not leave that table looking
+    like its own."""
+    if (path := _cpu_report(session.config)) is not None:
+        path.unlink(missing_ok=True)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """(In the controller) write ``--cpu-report``: one row per test, as the summary counts them. Rows are gathered
-    from the teardown reports, so a pytest run that a test starts itself adds nothing here (it has its own
-    controller), and its CPU counts once: in that test's child processes."""
-    path = session.config.getoption("--cpu-report")
-    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
+    """(In the controller) write ``--cpu-report``: one row per test, as the summary counts them; nothing when no test
+    ran. Rows are gathered from the teardown reports, so a pytest run that a test starts itself adds nothing here (it
+    has its own controller), and its CPU counts once: in that test's child processes."""
+    if (path := _cpu_report(session.config)) is not None and _cpu_rows:
         rows = [{"nodeid": nodeid, "own": round(own, 3), "children": round(kids, 3)} for own, kids, nodeid in _cpu_rows]
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(rows, indent=0) + "\n")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rows, indent=0) + "\n")
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]

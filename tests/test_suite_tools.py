@@ -27,9 +27,17 @@ def _suite_by_check():  # type: ignore[no-untyped-def]
 
 def test_cpu_durations_reach_the_summary_through_xdist(tmp_path: Path) -> None:
     """Under xdist (as make test runs) each test's CPU seconds travel from the worker to the controller's summary,
-    and --cpu-report writes the same row, once (the controller writes it, not the worker)."""
+    and --cpu-report writes the same row, once (the controller writes it, not the worker); an earlier run's report
+    does not outlive a run that writes none."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     report = tmp_path / "sub" / "cpu.json"
+    report.parent.mkdir()
+    report.write_text('[{"nodeid": "an earlier run", "own": 1, "children": 0}]')
+    # a run in which no test runs (here: collection only) removes the earlier run's report and writes none
+    r = subprocess.run([sys.executable, "-m", "pytest", PROBE, "-q", "--co", "-p", "no:cacheprovider",
+                        "--impl=solution", f"--cpu-report={report}"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and not report.exists(), r.stdout[-2000:] + r.stderr[-2000:]
     r = subprocess.run([sys.executable, "-m", "pytest", PROBE, "-q", "-n", "1", "-p", "no:cacheprovider",
                         "--impl=solution", "--cpu-durations=5", f"--cpu-report={report}"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
